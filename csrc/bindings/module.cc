@@ -1,0 +1,11 @@
+#include "bindings/registry.h"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "chute's native engine";
+  chute::bindings::register_errors(m);
+  chute::bindings::register_batch(m);
+  chute::bindings::register_stream(m);
+  chute::bindings::register_tar(m);
+  chute::bindings::register_decode(m);
+  chute::bindings::register_indexed(m);
+}

@@ -1,0 +1,15 @@
+// One registration function per binding file; module.cc calls them all.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace chute::bindings {
+
+void register_errors(pybind11::module_& m);
+void register_batch(pybind11::module_& m);
+void register_stream(pybind11::module_& m);
+void register_tar(pybind11::module_& m);
+void register_decode(pybind11::module_& m);
+void register_indexed(pybind11::module_& m);
+
+}  // namespace chute::bindings

@@ -1,0 +1,28 @@
+#include "core/error.h"
+
+#include <cstring>
+
+namespace chute {
+namespace {
+
+const char* basename_of(const char* path) {
+  const char* slash = std::strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+std::string with_location(const std::string& message, const char* file, int line) {
+  std::ostringstream os;
+  os << message << " [" << basename_of(file) << ":" << line << "]";
+  return os.str();
+}
+
+}  // namespace
+
+Error::Error(ErrorKind kind, const std::string& message, const char* file, int line)
+    : std::runtime_error(with_location(message, file, line)), kind_(kind), message_(message) {}
+
+void raise_error(ErrorKind kind, const std::string& message, const char* file, int line) {
+  throw Error(kind, message, file, line);
+}
+
+}  // namespace chute

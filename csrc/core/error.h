@@ -1,0 +1,45 @@
+// One exception type for the engine, thrown through one macro that records
+// where in the engine it was raised. The message itself must name the data
+// location (shard/file, member/row, byte offset); the bindings map the kind to
+// a Python exception class.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace chute {
+
+enum class ErrorKind {
+  kData,     // the input is malformed: corrupt image, bad tar header, shape mismatch
+  kIo,       // the OS failed us: missing file, read error, pipe command failed
+  kUsage,    // the caller asked for something impossible: bad spec, index out of range
+  kTimeout,  // a wait exceeded its limit
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message, const char* file, int line);
+  ErrorKind kind() const { return kind_; }
+  // The message without the "[file:line]" suffix, for re-wrapping with more context.
+  const std::string& message() const { return message_; }
+
+ private:
+  ErrorKind kind_;
+  std::string message_;
+};
+
+[[noreturn]] void raise_error(ErrorKind kind, const std::string& message, const char* file,
+                              int line);
+
+}  // namespace chute
+
+// CHUTE_CHECK(cond, kData, "shard '" << name << "' ...");
+#define CHUTE_CHECK(cond, kind, stream_expr)                                                \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::ostringstream chute_check_os_;                                                   \
+      chute_check_os_ << stream_expr;                                                       \
+      ::chute::raise_error(::chute::ErrorKind::kind, chute_check_os_.str(), __FILE__, __LINE__); \
+    }                                                                                       \
+  } while (0)

@@ -1,0 +1,34 @@
+// The fixed-size image operations a batch needs so that differently sized
+// images collate into one [B, ...] tensor: resize the shorter side, crop
+// (center or random), horizontal flip, layout (HWC/CHW) and dtype (uint8 or
+// float32 in [0, 1], computed as x / 255.0f like webdataset).
+#pragma once
+
+#include <cstdint>
+
+namespace chute {
+
+enum class CropMode : uint8_t { kNone, kCenter, kRandom };
+
+struct ImageOutputSpec {
+  int channels = 3;         // 3 (RGB) or 1 (gray)
+  bool chw = false;         // torch layout
+  bool to_float = false;    // float32 / 255
+  bool squeeze_gray = true; // gray images as HW (webdataset's l8), not HW1
+  int out_height = 0;       // 0: keep the decoded size
+  int out_width = 0;
+  CropMode crop = CropMode::kCenter;
+  bool random_flip = false;
+};
+
+// Bilinear resize of an 8-bit HWC image (antialiased when shrinking).
+void resize_bilinear(const uint8_t* src, int src_h, int src_w, int channels, uint8_t* dst,
+                     int dst_h, int dst_w);
+
+// Writes a decoded HWC uint8 image into `out` (uint8 or float32 per spec) in
+// the spec's layout. crop_y/crop_x select the window when the spec asks for an
+// output size smaller than the image; flip mirrors horizontally.
+void write_image_output(const uint8_t* hwc, int h, int w, const ImageOutputSpec& spec, int crop_y,
+                        int crop_x, bool flip, void* out);
+
+}  // namespace chute

@@ -1,0 +1,54 @@
+// Reads a tar stream (ustar, GNU long names `L`/`K`, PAX `x`/`g` records) and
+// groups consecutive members into samples by webdataset's key rule: the key
+// is the member path up to the first dot of its basename, the extension the
+// rest, lowercased. Directories, links and names without a dot in the
+// basename are skipped. A repeated extension within one sample is a kData
+// error naming the shard, member and offset.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/byte_source.h"
+
+namespace chute {
+
+struct SampleMember {
+  std::string extension;    // lowercased, e.g. "jpg", "nsdgeneral.npy"
+  std::string name;         // full member path, for error messages
+  uint64_t header_offset;   // byte offset of the member's (first) header in the shard
+  size_t data_begin;        // payload range inside EncodedSample::data
+  size_t data_size;
+};
+
+struct EncodedSample {
+  std::string key;
+  uint32_t source_index = 0;   // index of the shard in the engine's url list
+  uint64_t offset = 0;         // byte offset of the sample's first header
+  std::vector<SampleMember> members;
+  std::vector<uint8_t> data;   // all payloads, back to back
+
+  const SampleMember* find(const std::string& extension) const;
+  size_t encoded_bytes() const { return data.size() + key.size() + members.size() * 64; }
+};
+
+class SampleReader {
+ public:
+  SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_index);
+  ~SampleReader();
+  SampleReader(const SampleReader&) = delete;
+  SampleReader& operator=(const SampleReader&) = delete;
+
+  // Fills `out` with the next sample; false at the end of the archive (two
+  // zero blocks or a clean EOF on a block boundary). A truncated archive, a bad
+  // header checksum or a non-tar file throws kData naming url and offset.
+  bool next(EncodedSample& out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chute
