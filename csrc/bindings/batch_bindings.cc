@@ -58,7 +58,16 @@ void register_batch(py::module_& m) {
         return column_to_python(b.columns[i]);
       })
       .def("keys", [](const Batch& b) { return b.keys; })
-      .def("source_indices", [](const Batch& b) { return b.source_index; });
+      .def("source_indices", [](const Batch& b) { return b.source_index; })
+      .def("other_members", [](const Batch& b) {
+        py::list rows(b.other_members.size());
+        for (size_t i = 0; i < b.other_members.size(); ++i) {
+          py::dict d;
+          for (const auto& [ext, payload] : b.other_members[i]) d[py::str(ext)] = py::bytes(payload);
+          rows[i] = d;
+        }
+        return rows;
+      });
 }
 
 }  // namespace chute::bindings

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -50,6 +51,9 @@ struct Batch {
   std::vector<Column> columns;     // in the plan's field order
   std::vector<std::string> keys;   // __key__ of each row (streams) — empty for indexed sources
   std::vector<uint32_t> source_index;  // which shard/url each row came from
+  // Per row, the members no field claimed, as (extension, bytes), when the
+  // plan keeps them (dict-style samples).
+  std::vector<std::vector<std::pair<std::string, std::string>>> other_members;
 };
 
 }  // namespace chute

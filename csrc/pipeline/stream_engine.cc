@@ -1,0 +1,662 @@
+#include "pipeline/stream_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+
+#include "core/error.h"
+#include "decode/label.h"
+#include "pipeline/random.h"
+#include "pipeline/shuffle_buffer.h"
+
+namespace chute {
+
+namespace {
+
+constexpr size_t kMaxSkipMessages = 1000;
+const std::string kNoWhere;  // decoders get context added by rethrow_with_context
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void update_max(std::atomic<uint64_t>& target, uint64_t value) {
+  uint64_t current = target.load(std::memory_order_relaxed);
+  while (value > current && !target.compare_exchange_weak(current, value)) {
+  }
+}
+
+std::string member_location(const StreamPlan& plan, const EncodedSample& sample,
+                            const SampleMember* member) {
+  std::ostringstream os;
+  os << "shard '" << plan.urls[sample.source_index] << "'";
+  if (member != nullptr) {
+    os << ", member '" << member->name << "' at offset " << member->header_offset;
+  } else {
+    os << ", sample '" << sample.key << "' at offset " << sample.offset;
+  }
+  return os.str();
+}
+
+// Runs fn; a chute::Error from it is rethrown with `location` in front, so
+// the decoders need not build a location string for every sample.
+template <typename Fn>
+auto with_context(const std::string& location, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    throw Error(e.kind(), location + ": " + e.message(), __FILE__, __LINE__);
+  }
+}
+
+int image_channels(const FieldPlan& f) { return f.color == ColorMode::kGray ? 1 : 3; }
+
+// Output shape of one image row.
+std::vector<int64_t> image_row_shape(const FieldPlan& f, int height, int width) {
+  const int64_t h = f.image.out_height > 0 ? f.image.out_height : height;
+  const int64_t w = f.image.out_width > 0 ? f.image.out_width : width;
+  const int64_t c = image_channels(f);
+  if (c == 1 && f.image.squeeze_gray) return {h, w};
+  return f.image.chw ? std::vector<int64_t>{c, h, w} : std::vector<int64_t>{h, w, c};
+}
+
+std::vector<int64_t> row_shape(const FieldPlan& f, const StreamEngine::ProbedField& p) {
+  switch (f.decoder) {
+    case FieldDecoder::kImage:
+      return image_row_shape(f, p.height, p.width);
+    case FieldDecoder::kNpy:
+      return p.npy.shape;
+    case FieldDecoder::kInt:
+      return {};
+    case FieldDecoder::kRaw:
+      return {};
+  }
+  return {};
+}
+
+DType row_dtype(const FieldPlan& f, const StreamEngine::ProbedField& p) {
+  switch (f.decoder) {
+    case FieldDecoder::kImage:
+      return f.image.to_float ? DType::kF32 : DType::kU8;
+    case FieldDecoder::kNpy:
+      return p.npy.dtype;
+    case FieldDecoder::kInt:
+      return DType::kI64;
+    case FieldDecoder::kRaw:
+      return DType::kU8;
+  }
+  return DType::kU8;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+
+// Decodes one image into `out` (a row of the batch) per the field's spec.
+void decode_image_row(const FieldPlan& f, const uint8_t* data, size_t size, int height, int width,
+                      uint64_t crop_seed, void* out) {
+  thread_local std::vector<uint8_t> decoded;
+  thread_local std::vector<uint8_t> resized;
+  const int c = image_channels(f);
+  const ImageOutputSpec& spec = f.image;
+  const bool plain_copy = spec.out_height == 0 && !spec.chw && !spec.to_float && !spec.random_flip;
+  if (plain_copy) {
+    decode_image(data, size, f.color, static_cast<uint8_t*>(out), kNoWhere);
+    return;
+  }
+  decoded.resize(static_cast<size_t>(height) * width * c);
+  decode_image(data, size, f.color, decoded.data(), kNoWhere);
+  const uint8_t* src = decoded.data();
+  int h = height;
+  int w = width;
+  Rng rng(crop_seed);
+  if (spec.out_height > 0) {
+    // Scale so the image covers the output window, then crop. With no crop
+    // mode, scale straight to the output size (aspect ratio not kept).
+    int rh = spec.out_height;
+    int rw = spec.out_width;
+    if (spec.crop != CropMode::kNone) {
+      const double scale = std::max(static_cast<double>(spec.out_height) / height,
+                                    static_cast<double>(spec.out_width) / width);
+      rh = std::max(spec.out_height, static_cast<int>(height * scale + 0.5));
+      rw = std::max(spec.out_width, static_cast<int>(width * scale + 0.5));
+    }
+    if (rh != h || rw != w) {
+      resized.resize(static_cast<size_t>(rh) * rw * c);
+      resize_bilinear(src, h, w, c, resized.data(), rh, rw);
+      src = resized.data();
+      h = rh;
+      w = rw;
+    }
+  }
+  int crop_y = 0;
+  int crop_x = 0;
+  if (spec.out_height > 0) {
+    const int spare_y = h - spec.out_height;
+    const int spare_x = w - spec.out_width;
+    if (spec.crop == CropMode::kRandom) {
+      crop_y = static_cast<int>(rng.below(static_cast<uint64_t>(spare_y) + 1));
+      crop_x = static_cast<int>(rng.below(static_cast<uint64_t>(spare_x) + 1));
+    } else {
+      crop_y = spare_y / 2;
+      crop_x = spare_x / 2;
+    }
+  }
+  const bool flip = spec.random_flip && (rng.next() & 1);
+  write_image_output(src, h, w, spec, crop_y, crop_x, flip, out);
+}
+
+}  // namespace
+
+StreamEngine::StreamEngine(StreamPlan plan)
+    : plan_(std::move(plan)),
+      results_(std::max<int64_t>(1, plan_.prefetch_batches)),
+      tasks_(static_cast<size_t>(std::max(1, plan_.prefetch_batches))) {
+  CHUTE_CHECK(!plan_.urls.empty(), kUsage, "no shards to read");
+  CHUTE_CHECK(plan_.batch_size >= 1, kUsage, "batch_size must be >= 1, got " << plan_.batch_size);
+  CHUTE_CHECK(plan_.num_streams >= 1, kUsage, "streams must be >= 1");
+  CHUTE_CHECK(plan_.num_threads >= 1, kUsage, "threads must be >= 1");
+  for (const FieldPlan& f : plan_.fields) {
+    CHUTE_CHECK(!f.extensions.empty(), kUsage, "field '" << f.name << "' names no extension");
+    if (f.decoder == FieldDecoder::kImage && f.image.out_height > 0) {
+      CHUTE_CHECK(f.image.out_width > 0, kUsage, "field '" << f.name << "': output size needs both height and width");
+    }
+  }
+  // More streams than shards would leave streams empty; never more than shards.
+  const int streams = std::min<int>(plan_.num_streams, static_cast<int>(plan_.urls.size()));
+  for (int s = 0; s < streams; ++s) {
+    // Two chunks per stream keep the stream thread busy without holding much.
+    stream_queues_.push_back(std::make_unique<BoundedQueue<StreamItem>>(2));
+  }
+  for (int s = 0; s < streams; ++s) threads_.spawn([this, s] { run_stream(s); });
+  threads_.spawn([this] { run_assembler(); });
+  for (int t = 0; t < plan_.num_threads; ++t) threads_.spawn([this] { run_decoder(); });
+}
+
+StreamEngine::~StreamEngine() {
+  close();
+  threads_.join();
+}
+
+void StreamEngine::close() {
+  closed_.store(true);
+  for (auto& q : stream_queues_) q->close();
+  tasks_.close();
+  results_.close();
+}
+
+OrderedResults::Status StreamEngine::next(Batch* out, double timeout_s) {
+  OrderedResults::Status status = results_.next(out, timeout_s);
+  if (status == OrderedResults::Status::kBatch) batches_.fetch_add(1);
+  return status;
+}
+
+std::vector<uint32_t> StreamEngine::shard_order(int stream, int64_t pass) const {
+  std::vector<uint32_t> all(plan_.urls.size());
+  std::iota(all.begin(), all.end(), 0u);
+  if (plan_.shuffle_shards) {
+    // One permutation for all streams, so streams stay disjoint.
+    Rng rng(derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
+                         static_cast<uint64_t>(pass), 0x5348415244ULL}));
+    for (size_t i = all.size(); i > 1; --i) std::swap(all[i - 1], all[rng.below(i)]);
+  }
+  std::vector<uint32_t> mine;
+  const size_t streams = stream_queues_.size();
+  for (size_t i = static_cast<size_t>(stream); i < all.size(); i += streams) mine.push_back(all[i]);
+  return mine;
+}
+
+void StreamEngine::probe(PlannedSample& sample) const {
+  const EncodedSample& enc = sample.encoded;
+  sample.fields.resize(plan_.fields.size());
+  for (size_t i = 0; i < plan_.fields.size(); ++i) {
+    const FieldPlan& f = plan_.fields[i];
+    ProbedField& p = sample.fields[i];
+    p.member = -1;
+    for (const std::string& ext : f.extensions) {
+      for (size_t m = 0; m < enc.members.size(); ++m) {
+        if (enc.members[m].extension == ext) {
+          p.member = static_cast<int>(m);
+          break;
+        }
+      }
+      if (p.member >= 0) break;
+    }
+    if (p.member < 0) {
+      if (f.optional) continue;
+      std::ostringstream names;
+      for (size_t m = 0; m < enc.members.size(); ++m) names << (m ? ", " : "") << enc.members[m].extension;
+      CHUTE_CHECK(false, kData, member_location(plan_, enc, nullptr)
+                                    << ": field '" << f.name << "' not found (wanted one of "
+                                    << [&] {
+                                         std::string s;
+                                         for (size_t k = 0; k < f.extensions.size(); ++k)
+                                           s += (k ? ";" : "") + f.extensions[k];
+                                         return s;
+                                       }()
+                                    << "; sample has " << names.str() << ")");
+    }
+    const SampleMember& member = enc.members[static_cast<size_t>(p.member)];
+    const uint8_t* data = enc.data.data() + member.data_begin;
+    with_context(member_location(plan_, enc, &member), [&] {
+      switch (f.decoder) {
+        case FieldDecoder::kImage: {
+          const ImageInfo info = probe_image(data, member.data_size, kNoWhere);
+          p.height = info.height;
+          p.width = info.width;
+          break;
+        }
+        case FieldDecoder::kNpy:
+          p.npy = parse_npy_header(data, member.data_size, kNoWhere);
+          break;
+        case FieldDecoder::kInt:
+          p.label = parse_int_label(data, member.data_size, kNoWhere);
+          break;
+        case FieldDecoder::kRaw:
+          break;
+      }
+    });
+  }
+}
+
+void StreamEngine::record_skip(const std::string& message) {
+  samples_skipped_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(skip_mutex_);
+  if (skip_messages_.size() >= kMaxSkipMessages) skip_messages_.pop_front();
+  skip_messages_.push_back(message);
+}
+
+std::vector<std::string> StreamEngine::take_skip_messages() {
+  std::lock_guard<std::mutex> lock(skip_mutex_);
+  std::vector<std::string> out(skip_messages_.begin(), skip_messages_.end());
+  skip_messages_.clear();
+  return out;
+}
+
+void StreamEngine::run_stream(int stream) {
+  BoundedQueue<StreamItem>& queue = *stream_queues_[static_cast<size_t>(stream)];
+  const size_t chunk = static_cast<size_t>(std::clamp<int64_t>(plan_.batch_size, 16, 1024));
+  ShuffleBuffer<PlannedSample> shuffle(
+      plan_.shuffle_capacity, plan_.shuffle_initial, plan_.shuffle_max_bytes,
+      derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch), static_cast<uint64_t>(stream),
+                   0x5355464655ULL}));
+  StreamItem item;
+  auto flush = [&]() -> bool {
+    if (item.samples.empty()) return true;
+    StreamItem out;
+    out.samples.swap(item.samples);
+    item.samples.reserve(chunk);
+    return queue.push(std::move(out));
+  };
+  auto emit = [&](PlannedSample&& s) -> bool {
+    item.samples.push_back(std::move(s));
+    return item.samples.size() < chunk || flush();
+  };
+  auto account_shuffle = [&] {
+    shuffle_bytes_.store(shuffle.bytes());
+    update_max(shuffle_peak_bytes_, shuffle.peak_bytes());
+    update_max(shuffle_peak_samples_, shuffle.peak_items());
+  };
+  try {
+    Rng resample_rng(derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
+                                  static_cast<uint64_t>(stream), 0x5245534dULL}));
+    for (int64_t pass = 0;; ++pass) {
+      const std::vector<uint32_t> order = shard_order(stream, pass);
+      if (order.empty()) break;
+      uint64_t samples_this_pass = 0;
+      const size_t shard_count = plan_.resampled ? SIZE_MAX : order.size();
+      for (size_t k = 0; k < shard_count && !closed_.load(); ++k) {
+        const uint32_t shard = plan_.resampled ? order[resample_rng.below(order.size())] : order[k];
+        uint64_t t0 = now_ns();
+        try {
+          SampleReader reader(open_source(plan_.urls[shard], plan_.source), shard);
+          shards_opened_.fetch_add(1);
+          PlannedSample sample;
+          while (!closed_.load() && reader.next(sample.encoded)) {
+            samples_read_.fetch_add(1, std::memory_order_relaxed);
+            encoded_bytes_.fetch_add(sample.encoded.data.size(), std::memory_order_relaxed);
+            try {
+              probe(sample);
+            } catch (const Error& e) {
+              if (plan_.on_error == ErrorPolicy::kRaise) throw;
+              record_skip(e.message());
+              continue;
+            }
+            samples_this_pass += 1;
+            read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+            bool ok = true;
+            if (shuffle.enabled()) {
+              PlannedSample out;
+              const size_t bytes = sample.encoded.encoded_bytes();
+              if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
+              while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
+              account_shuffle();
+            } else {
+              ok = emit(std::move(sample));
+            }
+            if (!ok) return;  // closed
+            sample = PlannedSample();
+            t0 = now_ns();
+          }
+        } catch (const Error& e) {
+          // A shard that fails to open or parse: under the skip policy the rest
+          // of that shard is lost (a tar stream cannot be resynchronised).
+          if (plan_.on_error == ErrorPolicy::kRaise) throw;
+          record_skip(e.message());
+        }
+      }
+      if (!(plan_.repeat || plan_.resampled) || samples_this_pass == 0 || closed_.load()) break;
+    }
+    PlannedSample out;
+    while (shuffle.pop(&out)) {
+      if (!emit(std::move(out))) return;
+    }
+    account_shuffle();
+    if (!flush()) return;
+    StreamItem end;
+    end.end = true;
+    queue.push(std::move(end));
+  } catch (...) {
+    // Samples already read still reach the consumer, then the error.
+    if (!flush()) return;
+    StreamItem failure;
+    failure.error = std::current_exception();
+    queue.push(std::move(failure));
+  }
+}
+
+std::string StreamEngine::incompatibility(const PlannedSample& first,
+                                          const PlannedSample& other) const {
+  for (size_t i = 0; i < plan_.fields.size(); ++i) {
+    const FieldPlan& f = plan_.fields[i];
+    if (!f.stack || f.decoder == FieldDecoder::kRaw) continue;
+    const ProbedField& a = first.fields[i];
+    const ProbedField& b = other.fields[i];
+    if (a.member < 0 || b.member < 0) continue;
+    const DType da = row_dtype(f, a);
+    const DType db = row_dtype(f, b);
+    const std::vector<int64_t> sa = row_shape(f, a);
+    const std::vector<int64_t> sb = row_shape(f, b);
+    if (da != db || sa != sb) {
+      const SampleMember& m = other.encoded.members[static_cast<size_t>(b.member)];
+      std::ostringstream os;
+      os << member_location(plan_, other.encoded, &m) << ": field '" << f.name << "' has "
+         << dtype_name(db) << " shape " << shape_string(sb) << " but this batch holds "
+         << dtype_name(da) << " shape " << shape_string(sa)
+         << " (set an output size to resize images, or batch variable shapes as lists)";
+      return os.str();
+    }
+  }
+  return std::string();
+}
+
+void StreamEngine::run_assembler() {
+  const size_t streams = stream_queues_.size();
+  std::vector<std::deque<PlannedSample>> pending(streams);
+  std::vector<bool> ended(streams, false);
+  std::vector<size_t> active(streams);
+  std::iota(active.begin(), active.end(), 0);
+  int64_t sequence = 0;
+  size_t turn = 0;
+  const size_t batch_size = static_cast<size_t>(plan_.batch_size);
+  auto fail = [&](std::exception_ptr error) {
+    if (results_.wait_for_slot(sequence)) {
+      results_.put_error(sequence, std::move(error));
+      results_.finish(sequence + 1);
+    }
+  };
+  try {
+    while (!active.empty() && !closed_.load() &&
+           (plan_.max_batches < 0 || sequence < plan_.max_batches)) {
+      const size_t slot = turn % active.size();
+      const size_t s = active[slot];
+      BatchTask task;
+      task.samples.reserve(batch_size);
+      while (task.samples.size() < batch_size) {
+        if (pending[s].empty()) {
+          if (ended[s]) break;
+          std::optional<StreamItem> item = stream_queues_[s]->pop();
+          if (!item) return;  // closed
+          if (item->error) {
+            fail(item->error);
+            tasks_.close();
+            return;
+          }
+          if (item->end) {
+            ended[s] = true;
+            break;
+          }
+          for (PlannedSample& ps : item->samples) pending[s].push_back(std::move(ps));
+          continue;
+        }
+        PlannedSample sample = std::move(pending[s].front());
+        pending[s].pop_front();
+        if (!task.samples.empty()) {
+          const std::string why = incompatibility(task.samples.front(), sample);
+          if (!why.empty()) {
+            if (plan_.on_error == ErrorPolicy::kRaise) {
+              fail(std::make_exception_ptr(Error(ErrorKind::kData, why, __FILE__, __LINE__)));
+              tasks_.close();
+              return;
+            }
+            record_skip(why);
+            continue;
+          }
+        }
+        task.samples.push_back(std::move(sample));
+      }
+      const bool full = task.samples.size() == batch_size;
+      if (full || (plan_.partial && !task.samples.empty())) {
+        if (!results_.wait_for_slot(sequence)) return;
+        task.sequence = sequence++;
+        samples_batched_.fetch_add(task.samples.size());
+        if (!tasks_.push(std::move(task))) return;
+      }
+      if (ended[s] && pending[s].empty()) {
+        active.erase(active.begin() + static_cast<std::ptrdiff_t>(slot));
+      } else {
+        turn = slot + 1;
+      }
+    }
+    results_.finish(sequence);
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  // Stop the stream threads (a capped epoch leaves them mid-shard) and let the
+  // decoders drain what was queued.
+  for (auto& q : stream_queues_) q->close();
+  tasks_.close();
+}
+
+void StreamEngine::run_decoder() {
+  while (std::optional<BatchTask> task = tasks_.pop()) {
+    const uint64_t t0 = now_ns();
+    try {
+      Batch batch = decode_batch(*task);
+      decode_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+      results_.put(task->sequence, std::move(batch));
+    } catch (...) {
+      results_.put_error(task->sequence, std::current_exception());
+    }
+  }
+}
+
+Batch StreamEngine::decode_batch(BatchTask& task) {
+  const size_t n = task.samples.size();
+  Batch batch;
+  batch.sequence = task.sequence;
+  batch.size = static_cast<int64_t>(n);
+  batch.keys.reserve(n);
+  batch.source_index.reserve(n);
+  for (const PlannedSample& s : task.samples) {
+    batch.keys.push_back(s.encoded.key);
+    batch.source_index.push_back(s.encoded.source_index);
+  }
+  std::vector<uint8_t> failed(n, 0);
+  const PlannedSample& first = task.samples.front();
+  batch.columns.resize(plan_.fields.size());
+  for (size_t fi = 0; fi < plan_.fields.size(); ++fi) {
+    const FieldPlan& f = plan_.fields[fi];
+    Column& column = batch.columns[fi];
+    bool any_absent = false;
+    for (const PlannedSample& s : task.samples) any_absent |= s.fields[fi].member < 0;
+    if (any_absent) {
+      column.present.resize(n);
+      for (size_t i = 0; i < n; ++i) column.present[i] = task.samples[i].fields[fi].member >= 0;
+    }
+    if (f.decoder == FieldDecoder::kRaw) {
+      column.kind = ColumnKind::kBytes;
+      column.raw.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        const PlannedSample& s = task.samples[i];
+        const int m = s.fields[fi].member;
+        if (m < 0) continue;
+        const SampleMember& member = s.encoded.members[static_cast<size_t>(m)];
+        column.raw[i].assign(reinterpret_cast<const char*>(s.encoded.data.data() + member.data_begin),
+                             member.data_size);
+      }
+      continue;
+    }
+    // The first present row fixes the stacked shape (the assembler checked the rest).
+    const PlannedSample* shape_source = &first;
+    for (const PlannedSample& s : task.samples) {
+      if (s.fields[fi].member >= 0) {
+        shape_source = &s;
+        break;
+      }
+    }
+    const ProbedField& p0 = shape_source->fields[fi];
+    const bool stacked = f.stack;
+    column.kind = stacked ? ColumnKind::kStacked : ColumnKind::kList;
+    size_t row_bytes = 0;
+    if (stacked) {
+      std::vector<int64_t> shape = row_shape(f, p0);
+      const DType dtype = row_dtype(f, p0);
+      shape.insert(shape.begin(), static_cast<int64_t>(n));
+      column.stacked = make_tensor(allocator_, dtype, std::move(shape));
+      row_bytes = n ? column.stacked.nbytes() / n : 0;
+      if (any_absent) std::memset(column.stacked.data(), 0, column.stacked.nbytes());
+    } else {
+      column.items.resize(n);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const PlannedSample& s = task.samples[i];
+      const ProbedField& p = s.fields[fi];
+      if (p.member < 0 || failed[i]) continue;
+      const SampleMember& member = s.encoded.members[static_cast<size_t>(p.member)];
+      const uint8_t* data = s.encoded.data.data() + member.data_begin;
+      uint8_t* out;
+      if (stacked) {
+        out = column.stacked.data() + i * row_bytes;
+      } else {
+        column.items[i] = make_tensor(allocator_, row_dtype(f, p), row_shape(f, p));
+        out = column.items[i].data();
+      }
+      try {
+        with_context(member_location(plan_, s.encoded, &member), [&] {
+          switch (f.decoder) {
+            case FieldDecoder::kImage:
+              decode_image_row(f, data, member.data_size, p.height, p.width,
+                               derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
+                                            static_cast<uint64_t>(task.sequence), i, fi}),
+                               out);
+              break;
+            case FieldDecoder::kNpy:
+              copy_npy(p.npy, data, out);
+              break;
+            case FieldDecoder::kInt:
+              std::memcpy(out, &p.label, sizeof(int64_t));
+              break;
+            case FieldDecoder::kRaw:
+              break;
+          }
+        });
+      } catch (const Error& e) {
+        if (plan_.on_error == ErrorPolicy::kRaise) throw;
+        record_skip(e.message());
+        failed[i] = 1;
+      }
+    }
+  }
+  if (plan_.keep_other_members) {
+    batch.other_members.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const PlannedSample& s = task.samples[i];
+      for (size_t m = 0; m < s.encoded.members.size(); ++m) {
+        bool claimed = false;
+        for (const ProbedField& p : s.fields) claimed |= p.member == static_cast<int>(m);
+        if (claimed) continue;
+        const SampleMember& member = s.encoded.members[m];
+        batch.other_members[i].emplace_back(
+            member.extension,
+            std::string(reinterpret_cast<const char*>(s.encoded.data.data() + member.data_begin),
+                        member.data_size));
+      }
+    }
+  }
+  const size_t kept = n - static_cast<size_t>(std::count(failed.begin(), failed.end(), 1));
+  if (kept != n) {
+    // Rows whose body failed to decode (header was fine) are dropped; the
+    // batch comes out shorter rather than holding a row of zeros.
+    size_t w = 0;
+    for (size_t r = 0; r < n; ++r) {
+      if (failed[r]) continue;
+      if (w != r) {
+        for (Column& c : batch.columns) {
+          if (c.kind == ColumnKind::kStacked) {
+            const size_t rb = c.stacked.nbytes() / n;
+            std::memmove(c.stacked.data() + w * rb, c.stacked.data() + r * rb, rb);
+          } else if (c.kind == ColumnKind::kList) {
+            c.items[w] = std::move(c.items[r]);
+          } else {
+            c.raw[w] = std::move(c.raw[r]);
+          }
+          if (!c.present.empty()) c.present[w] = c.present[r];
+        }
+        batch.keys[w] = std::move(batch.keys[r]);
+        batch.source_index[w] = batch.source_index[r];
+        if (!batch.other_members.empty()) batch.other_members[w] = std::move(batch.other_members[r]);
+      }
+      ++w;
+    }
+    for (Column& c : batch.columns) {
+      if (c.kind == ColumnKind::kStacked) c.stacked.shape[0] = static_cast<int64_t>(kept);
+      c.items.resize(c.kind == ColumnKind::kList ? kept : 0);
+      c.raw.resize(c.kind == ColumnKind::kBytes ? kept : 0);
+      if (!c.present.empty()) c.present.resize(kept);
+    }
+    batch.keys.resize(kept);
+    batch.source_index.resize(kept);
+    if (!batch.other_members.empty()) batch.other_members.resize(kept);
+    batch.size = static_cast<int64_t>(kept);
+  }
+  return batch;
+}
+
+StreamStats StreamEngine::stats() const {
+  StreamStats s;
+  s.shards_opened = shards_opened_.load();
+  s.samples_read = samples_read_.load();
+  s.samples_skipped = samples_skipped_.load();
+  s.samples_batched = samples_batched_.load();
+  s.batches = batches_.load();
+  s.encoded_bytes = encoded_bytes_.load();
+  s.read_ns = read_ns_.load();
+  s.decode_ns = decode_ns_.load();
+  s.shuffle_bytes = shuffle_bytes_.load();
+  s.shuffle_peak_bytes = shuffle_peak_bytes_.load();
+  s.shuffle_peak_samples = shuffle_peak_samples_.load();
+  s.queued_batches = results_.ready_count();
+  s.memory = allocator_.stats();
+  return s;
+}
+
+}  // namespace chute

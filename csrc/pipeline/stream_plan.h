@@ -1,0 +1,65 @@
+// The plan Python hands to the stream engine: which shards, how to split,
+// shuffle and batch them, and for every output field which member supplies
+// it and how to decode it. Nothing in here changes while an epoch runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "decode/image_decoder.h"
+#include "image/transform.h"
+#include "io/byte_source.h"
+
+namespace chute {
+
+enum class FieldDecoder : uint8_t {
+  kImage,  // jpeg/png → uint8 or float32, HWC/CHW per `image`
+  kNpy,    // .npy → its dtype and shape
+  kInt,    // int(bytes) → int64
+  kRaw,    // bytes handed to Python (the slow path decodes them there)
+};
+
+enum class ErrorPolicy : uint8_t { kRaise, kSkip };
+
+struct FieldPlan {
+  std::string name;                     // for messages
+  std::vector<std::string> extensions;  // alternatives; the first present wins
+  FieldDecoder decoder = FieldDecoder::kRaw;
+  ColorMode color = ColorMode::kRgb;
+  ImageOutputSpec image;
+  bool optional = false;  // absent member → row marked absent (dict samples), else an error
+  bool stack = true;      // one [B, ...] tensor; false → one tensor per sample
+};
+
+struct StreamPlan {
+  std::vector<std::string> urls;
+  SourceOptions source;
+  std::vector<FieldPlan> fields;
+  // Members whose extension no field claims are returned raw per sample
+  // (dict-style samples keep every member).
+  bool keep_other_members = false;
+
+  int num_streams = 1;        // logical streams: they, not threads, define order
+  int num_threads = 1;        // decode threads
+  int prefetch_batches = 4;   // batches in flight (assigned, not yet consumed)
+
+  bool resampled = false;     // draw shards with replacement, forever
+  bool shuffle_shards = false;
+  bool repeat = false;        // restart the shard list when it runs out (with_epoch)
+
+  size_t shuffle_capacity = 0;  // samples; 0 = no sample shuffle
+  size_t shuffle_initial = 0;
+  size_t shuffle_max_bytes = size_t{1} << 30;
+
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+
+  int64_t batch_size = 1;
+  bool partial = true;         // emit a short last batch
+  int64_t max_batches = -1;    // stop after this many batches (-1: when the data ends)
+
+  ErrorPolicy on_error = ErrorPolicy::kRaise;
+};
+
+}  // namespace chute
