@@ -36,6 +36,27 @@ py::dict stats_to_dict(const StreamStats& s) {
 }  // namespace
 
 void register_stream(py::module_& m) {
+  m.def(
+      "peek_tar_sample",
+      [](const std::string& url, const std::string& cache_dir, double pipe_timeout) -> py::object {
+        std::vector<std::string> extensions;
+        bool found = false;
+        {
+          py::gil_scoped_release release;
+          SourceOptions options;
+          options.cache_dir = cache_dir;
+          options.pipe_timeout_s = pipe_timeout;
+          SampleReader reader(open_source(url, options), 0);
+          EncodedSample sample;
+          found = reader.next(sample);
+          for (const SampleMember& m : sample.members) extensions.push_back(m.extension);
+        }
+        if (!found) return py::none();
+        return py::cast(extensions);
+      },
+      py::arg("url"), py::arg("cache_dir") = "", py::arg("pipe_timeout") = 0.0,
+      "Member extensions of the first sample of a shard, or None for an empty shard.");
+
   py::enum_<FieldDecoder>(m, "FieldDecoder")
       .value("IMAGE", FieldDecoder::kImage)
       .value("NPY", FieldDecoder::kNpy)
