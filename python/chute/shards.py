@@ -65,12 +65,15 @@ def worker_and_num_workers() -> tuple[int, int]:
     return info.id, info.num_workers
 
 
-def single_node_only(src: Iterator[dict[str, Any]], group: object = None) -> Iterator[dict[str, Any]]:
+def single_node_only(
+    src: Iterator[dict[str, Any]], group: object = None
+) -> Iterator[dict[str, Any]]:
     """Refuse to run on several nodes without an explicit node splitter."""
     _, world_size = rank_and_world_size(group)
     if world_size > 1:
         raise ValueError(
-            "you need to add an explicit nodesplitter to your input pipeline for multi-node training"
+            "you need to add an explicit nodesplitter to your input pipeline "
+            "for multi-node training"
         )
     yield from src
 

@@ -65,6 +65,13 @@ class _OutputField:
     native: NativeDecode | None = None
 
 
+@dataclass(frozen=True)
+class _EngineSettings:
+    threads: int
+    prefetch: int | None
+    timeout: float
+
+
 @dataclass
 class _CompiledPipeline:
     fields: list[_OutputField]
@@ -139,7 +146,9 @@ class WebDataset(IterableDataset[Any]):
             raise ValueError(f"unknown mode {mode!r}")
         resampled = resampled or mode == "resampled"
         if resampled and shardshuffle not in (False, None):
-            warnings.warn("WebDataset(shardshuffle=...) is ignored for resampled datasets", stacklevel=2)
+            warnings.warn(
+                "WebDataset(shardshuffle=...) is ignored for resampled datasets", stacklevel=2
+            )
         elif shardshuffle is None and not resampled:
             warnings.warn(
                 "WebDataset(shardshuffle=...) is None; set explicitly to False or a number",
@@ -197,7 +206,9 @@ class WebDataset(IterableDataset[Any]):
     ) -> WebDataset:
         if size < 1:
             return self
-        return self._compose(_Stage("shuffle", (size,), {"initial": initial, "rng": rng, "seed": seed}))
+        return self._compose(
+            _Stage("shuffle", (size,), {"initial": initial, "rng": rng, "seed": seed})
+        )
 
     def decode(
         self,
@@ -223,7 +234,9 @@ class WebDataset(IterableDataset[Any]):
             _Stage("decode", specs, {"handler": handler, "size": size, "crop": crop, "flip": flip})
         )
 
-    def rename(self, keep: bool = True, handler: Handler = reraise_exception, **kw: str) -> WebDataset:
+    def rename(
+        self, keep: bool = True, handler: Handler = reraise_exception, **kw: str
+    ) -> WebDataset:
         return self._compose(_Stage("rename", (), {"keep": keep, "handler": handler, "names": kw}))
 
     def to_tuple(self, *args: str, handler: Handler = reraise_exception) -> WebDataset:
@@ -234,10 +247,14 @@ class WebDataset(IterableDataset[Any]):
     def map(self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> WebDataset:
         return self._compose(_Stage("map", (f,), {"handler": handler}))
 
-    def map_dict(self, handler: Handler = reraise_exception, **kw: Callable[[Any], Any]) -> WebDataset:
+    def map_dict(
+        self, handler: Handler = reraise_exception, **kw: Callable[[Any], Any]
+    ) -> WebDataset:
         return self._compose(_Stage("map_dict", (), {"handler": handler, "fns": kw}))
 
-    def map_tuple(self, *fns: Callable[[Any], Any], handler: Handler = reraise_exception) -> WebDataset:
+    def map_tuple(
+        self, *fns: Callable[[Any], Any], handler: Handler = reraise_exception
+    ) -> WebDataset:
         return self._compose(_Stage("map_tuple", fns, {"handler": handler}))
 
     def select(self, predicate: Callable[[Any], bool]) -> WebDataset:
@@ -251,7 +268,9 @@ class WebDataset(IterableDataset[Any]):
     ) -> WebDataset:
         if batchsize < 1:
             raise ValueError(f"batchsize must be >= 1, got {batchsize}")
-        return self._compose(_Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial}))
+        return self._compose(
+            _Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial})
+        )
 
     def unbatched(self) -> WebDataset:
         return self._compose(_Stage("unbatched"))
@@ -344,7 +363,12 @@ class WebDataset(IterableDataset[Any]):
                 # as webdataset's Decoder sees it (often: not at all).
                 for f in fields or []:
                     f.decode_name = f.name
-            elif stage.kind == "rename" and batch_size is None and not tuple_output and stage.kwargs["keep"]:
+            elif (
+                stage.kind == "rename"
+                and batch_size is None
+                and not tuple_output
+                and stage.kwargs["keep"]
+            ):
                 names: dict[str, str] = stage.kwargs["names"]
                 fields = self._rename_fields(fields or [], names, decoded, renamed_away)
             elif stage.kind == "to_tuple" and batch_size is None and not tuple_output:
@@ -404,11 +428,17 @@ class WebDataset(IterableDataset[Any]):
                 alternatives.append(alt)
                 decode_names.add("@member" if decoded else None)
         if len(decode_names) != 1:
-            raise ValueError(f"alternatives in {spec!r} were decoded differently; list them separately")
+            raise ValueError(
+                f"alternatives in {spec!r} were decoded differently; list them separately"
+            )
         return _OutputField(spec, alternatives, decode_names.pop())
 
     def _rename_fields(
-        self, fields: list[_OutputField], names: dict[str, str], decoded: bool, renamed_away: set[str]
+        self,
+        fields: list[_OutputField],
+        names: dict[str, str],
+        decoded: bool,
+        renamed_away: set[str],
     ) -> list[_OutputField]:
         renamed = []
         for new_name, spec in names.items():
@@ -471,6 +501,17 @@ class WebDataset(IterableDataset[Any]):
         return worker_urls, worker
 
     def __iter__(self) -> Iterator[Any]:
+        return self.iterate()
+
+    def iterate(
+        self,
+        *,
+        threads: int | None = None,
+        prefetch: int | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[Any]:
+        """One epoch, with the engine settings overridden for this iteration
+        (``chute.DataLoader`` passes its ``num_workers`` here as threads)."""
         urls, worker = self._shard_urls()
         if not urls:
             if self.empty_check:
@@ -483,12 +524,14 @@ class WebDataset(IterableDataset[Any]):
         if not self._epoch_set:
             self._epoch += 1
         self._epoch_set = False
-        return self._iterate(urls, worker, epoch)
-
-    def _iterate(self, urls: list[str], worker: int, epoch: int) -> Iterator[Any]:
+        settings = _EngineSettings(
+            threads=max(1, threads if threads is not None else self.threads),
+            prefetch=prefetch if prefetch is not None else self.prefetch,
+            timeout=timeout if timeout is not None else self.timeout,
+        )
         compiled = self._compile(urls)
         rank, _ = rank_and_world_size()
-        items: Iterator[Any] = self._native_items(compiled, urls, worker, rank, epoch)
+        items: Iterator[Any] = self._native_items(compiled, urls, worker, rank, epoch, settings)
         for stage in compiled.python_stages:
             items = _apply_python_stage(stage, items, self._python_counter)
         if self.epoch_items > 0 and not self._native_epoch_cap(compiled):
@@ -501,18 +544,30 @@ class WebDataset(IterableDataset[Any]):
     def _python_counter(self, n: int) -> None:
         self._last_stats["python_items"] = self._last_stats.get("python_items", 0) + n
 
-    def _make_plan(self, compiled: _CompiledPipeline, urls: list[str], worker: int, rank: int, epoch: int) -> Any:
+    def _make_plan(
+        self,
+        compiled: _CompiledPipeline,
+        urls: list[str],
+        worker: int,
+        rank: int,
+        epoch: int,
+        settings: _EngineSettings,
+    ) -> Any:
         plan = _core.StreamPlan()
         plan.urls = urls
         plan.cache_dir = self.cache_dir or ""
         plan.pipe_timeout = float(self.pipe_timeout)
         batched = compiled.batch_size is not None
         native_fields = [f for f in compiled.fields if f.extensions]
-        plan.fields = [self._field_plan(f, stack=batched, optional=not f.required) for f in native_fields]
+        plan.fields = [
+            self._field_plan(f, stack=batched, optional=not f.required) for f in native_fields
+        ]
         plan.keep_other_members = compiled.keep_others
         plan.num_streams = self.streams
-        plan.num_threads = max(1, self.threads)
-        plan.prefetch_batches = self.prefetch if self.prefetch is not None else 2 * max(1, self.threads)
+        plan.num_threads = settings.threads
+        plan.prefetch_batches = (
+            settings.prefetch if settings.prefetch is not None else 2 * settings.threads
+        )
         plan.resampled = self.resampled
         plan.shuffle_shards = self.shardshuffle
         plan.repeat = self.repeat or self.epoch_items > 0
@@ -529,7 +584,9 @@ class WebDataset(IterableDataset[Any]):
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
         plan.partial = compiled.partial if batched else True
-        plan.max_batches = self.epoch_items if (self.epoch_items > 0 and self._native_epoch_cap(compiled)) else -1
+        plan.max_batches = (
+            self.epoch_items if (self.epoch_items > 0 and self._native_epoch_cap(compiled)) else -1
+        )
         plan.on_error = _handler_policy(self._effective_handler())
         return plan
 
@@ -540,16 +597,22 @@ class WebDataset(IterableDataset[Any]):
         return self.handler
 
     def _native_items(
-        self, compiled: _CompiledPipeline, urls: list[str], worker: int, rank: int, epoch: int
+        self,
+        compiled: _CompiledPipeline,
+        urls: list[str],
+        worker: int,
+        rank: int,
+        epoch: int,
+        settings: _EngineSettings,
     ) -> Iterator[Any]:
-        plan = self._make_plan(compiled, urls, worker, rank, epoch)
+        plan = self._make_plan(compiled, urls, worker, rank, epoch, settings)
         handler = self._effective_handler()
         engine = _core.StreamEngine(plan)
         self._last_stats = {"python_items": 0}
         converter = _BatchConverter(compiled, urls)
         try:
             while True:
-                batch = engine.next(self.timeout)
+                batch = engine.next(settings.timeout)
                 stop = _report_skips(engine, handler)
                 if batch is None:
                     break
@@ -647,7 +710,7 @@ class _BatchConverter:
         for i in range(n):
             values: list[Any] = []
             present: list[bool] = []
-            for f, column in zip(c.fields, columns):
+            for f, column in zip(c.fields, columns, strict=True):
                 value = column[i]
                 if value is None:
                     values.append(None)
@@ -665,7 +728,7 @@ class _BatchConverter:
                 continue
             assert keys is not None and sources is not None and others is not None
             sample: dict[str, Any] = {"__key__": keys[i], "__url__": self.urls[sources[i]]}
-            for f, value, has in zip(c.fields, values, present):
+            for f, value, has in zip(c.fields, values, present, strict=True):
                 if has:
                     sample[f.name] = value
             for ext, payload in others[i].items():
@@ -675,7 +738,9 @@ class _BatchConverter:
             yield sample
 
 
-def _apply_python_stage(stage: _Stage, items: Iterator[Any], count: Callable[[int], None]) -> Iterator[Any]:
+def _apply_python_stage(
+    stage: _Stage, items: Iterator[Any], count: Callable[[int], None]
+) -> Iterator[Any]:
     kind = stage.kind
     handler: Handler = stage.kwargs.get("handler", reraise_exception)
 
@@ -716,7 +781,9 @@ def _apply_python_stage(stage: _Stage, items: Iterator[Any], count: Callable[[in
         predicate = stage.args[0]
         return (item for item in items if predicate(item))
     if kind == "batched":
-        return _python_batched(items, int(stage.args[0]), stage.kwargs["collation_fn"], stage.kwargs["partial"])
+        return _python_batched(
+            items, int(stage.args[0]), stage.kwargs["collation_fn"], stage.kwargs["partial"]
+        )
     if kind == "unbatched":
         return _python_unbatched(items)
     if kind == "compose":
@@ -791,7 +858,7 @@ def _python_batched(
 def _python_unbatched(items: Iterable[Any]) -> Iterator[Any]:
     for batch in items:
         if isinstance(batch, (tuple, list)) and batch and not isinstance(batch[0], (str, bytes)):
-            yield from zip(*batch)
+            yield from zip(*batch, strict=True)
         else:
             yield from batch
 
@@ -826,15 +893,28 @@ class WebLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         return result
 
     def batched(
-        self, batchsize: int, collation_fn: Callable[[list[Any]], Any] | None = default_collate, partial: bool = True
+        self,
+        batchsize: int,
+        collation_fn: Callable[[list[Any]], Any] | None = default_collate,
+        partial: bool = True,
     ) -> WebLoader:
-        return self._with(_Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial}))
+        return self._with(
+            _Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial})
+        )
 
     def unbatched(self) -> WebLoader:
         return self._with(_Stage("unbatched"))
 
-    def shuffle(self, size: int, initial: int = 100, rng: random.Random | None = None, seed: int | None = None) -> WebLoader:
-        return self._with(_Stage("shuffle", (size,), {"initial": initial, "rng": rng, "seed": seed}))
+    def shuffle(
+        self,
+        size: int,
+        initial: int = 100,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+    ) -> WebLoader:
+        return self._with(
+            _Stage("shuffle", (size,), {"initial": initial, "rng": rng, "seed": seed})
+        )
 
     def map(self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> WebLoader:
         return self._with(_Stage("map", (f,), {"handler": handler}))
