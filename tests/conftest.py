@@ -1,0 +1,114 @@
+"""Shared test data: small, seeded shards written by the real tools."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("WDS_SEED", "0")  # webdataset's own seed, for reproducible references
+
+
+def jpeg_bytes(rng: np.random.Generator, height: int, width: int, quality: int = 90) -> bytes:
+    from PIL import Image
+
+    # Smooth gradients plus noise: compresses like a photo, not like static.
+    y = np.linspace(0, 1, height)[:, None, None]
+    x = np.linspace(0, 1, width)[None, :, None]
+    base = (y * rng.uniform(50, 200, 3) + x * rng.uniform(0, 50, 3)).astype(np.float32)
+    pixels = np.clip(base + rng.normal(0, 12, (height, width, 3)), 0, 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=quality)
+    return out.getvalue()
+
+
+def png_bytes(rng: np.random.Generator, height: int, width: int) -> bytes:
+    from PIL import Image
+
+    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array)
+    return out.getvalue()
+
+
+def write_shards(
+    directory: Path, samples: list[dict[str, object]], per_shard: int, prefix: str = "shard"
+) -> list[str]:
+    """Writes samples with webdataset's ShardWriter-compatible TarWriter, one
+    tar per `per_shard` samples; returns the shard paths in order."""
+    import webdataset
+
+    directory.mkdir(parents=True, exist_ok=True)
+    paths: list[str] = []
+    for start in range(0, len(samples), per_shard):
+        path = directory / f"{prefix}-{start // per_shard:06d}.tar"
+        with webdataset.TarWriter(str(path)) as sink:
+            for sample in samples[start : start + per_shard]:
+                sink.write(sample)
+        paths.append(str(path))
+    return paths
+
+
+def tiny_samples(n: int, seed: int = 0, dim: int = 64) -> list[dict[str, object]]:
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "__key__": f"sample{i:07d}",
+            "npy": rng.standard_normal(dim).astype(np.float32),
+            "cls": int(rng.integers(0, 1000)),
+        }
+        for i in range(n)
+    ]
+
+
+def image_samples(
+    n: int, seed: int = 0, size: tuple[int, int] = (32, 40), png_every: int = 0
+) -> list[dict[str, object]]:
+    rng = np.random.default_rng(seed)
+    out: list[dict[str, object]] = []
+    for i in range(n):
+        sample: dict[str, object] = {"__key__": f"img{i:06d}", "cls": int(rng.integers(0, 10))}
+        if png_every and i % png_every == 0:
+            sample["png"] = png_bytes(rng, *size)
+        else:
+            sample["jpg"] = jpeg_bytes(rng, *size)
+        out.append(sample)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return write_shards(tmp_path_factory.mktemp("tiny"), tiny_samples(1000), per_shard=250)
+
+
+@pytest.fixture(scope="session")
+def image_shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return write_shards(
+        tmp_path_factory.mktemp("images"), image_samples(120, png_every=7), per_shard=40
+    )
+
+
+@pytest.fixture(scope="session")
+def fmri_shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The layout of our users' fMRI shards: image + voxels + trial per sample."""
+    rng = np.random.default_rng(3)
+    samples: list[dict[str, object]] = []
+    for i in range(90):
+        samples.append(
+            {
+                "__key__": f"trial{i:05d}",
+                "jpg": jpeg_bytes(rng, 24, 24),
+                "nsdgeneral.npy": npy_bytes(rng.standard_normal(300).astype(np.float32)),
+                "trial.npy": npy_bytes(np.array([i], dtype=np.int64)),
+            }
+        )
+    return write_shards(tmp_path_factory.mktemp("fmri"), samples, per_shard=30)
