@@ -1,0 +1,280 @@
+"""Tar shards: chute against torch DataLoader + webdataset, side by side.
+
+Jobs (issue 2): (a) tiny samples, 64 float32 `npy` + `cls`, batch 256;
+(b) 256x256 JPEG + `cls`, batch 64, decoded to uint8 CHW tensors. Each
+configuration runs in its own subprocess; the parent samples the RSS of the
+whole process tree (worker processes included). Also measured: this machine's
+decode limit, the single-thread libjpeg-turbo rate on the same JPEGs from
+memory, times the cores.
+
+    python benchmarks/bench_wds.py            # full sizes (200,000 / 4,000)
+    python benchmarks/bench_wds.py --quick    # a tenth of that
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import current_rss, run_config, save, table  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+# ---------------------------------------------------------------- data
+
+
+def _write(directory: Path, samples: Any, per_shard: int) -> list[str]:
+    import webdataset
+
+    directory.mkdir(parents=True, exist_ok=True)
+    paths: list[str] = []
+    sink = None
+    for i, sample in enumerate(samples):
+        if i % per_shard == 0:
+            if sink is not None:
+                sink.close()
+            path = directory / f"shard-{i // per_shard:06d}.tar"
+            paths.append(str(path))
+            sink = webdataset.TarWriter(str(path))
+        assert sink is not None
+        sink.write(sample)
+    if sink is not None:
+        sink.close()
+    return paths
+
+
+def tiny_shards(n: int) -> list[str]:
+    directory = DATA / f"tiny-{n}"
+    marker = directory / "done.json"
+    if marker.exists():
+        return list(json.loads(marker.read_text()))
+    rng = np.random.default_rng(0)
+
+    def samples() -> Any:
+        for i in range(n):
+            yield {
+                "__key__": f"s{i:08d}",
+                "npy": rng.standard_normal(64).astype(np.float32),
+                "cls": i % 1000,
+            }
+
+    paths = _write(directory, samples(), per_shard=10_000)
+    marker.write_text(json.dumps(paths))
+    return paths
+
+
+def jpeg_shards(n: int) -> list[str]:
+    from PIL import Image
+
+    directory = DATA / f"jpeg-{n}"
+    marker = directory / "done.json"
+    if marker.exists():
+        return list(json.loads(marker.read_text()))
+    rng = np.random.default_rng(1)
+
+    def samples() -> Any:
+        y = np.linspace(0, 1, 256)[:, None, None]
+        x = np.linspace(0, 1, 256)[None, :, None]
+        for i in range(n):
+            base = y * rng.uniform(40, 200, 3) + x * rng.uniform(0, 60, 3)
+            pixels = np.clip(base + rng.normal(0, 20, (256, 256, 3)), 0, 255).astype(np.uint8)
+            out = io.BytesIO()
+            Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+            yield {"__key__": f"img{i:07d}", "jpg": out.getvalue(), "cls": i % 10}
+
+    paths = _write(directory, samples(), per_shard=500)
+    marker.write_text(json.dumps(paths))
+    return paths
+
+
+# ---------------------------------------------------------------- one configuration (subprocess)
+
+
+def worker(config: dict[str, Any]) -> None:
+    import torch
+
+    rss_after_torch = current_rss()
+    loader_name, workers, job, urls = (
+        config["loader"],
+        config["workers"],
+        config["job"],
+        config["urls"],
+    )
+    batch = 256 if job == "tiny" else 64
+    if loader_name == "webdataset":
+        import webdataset as wds_module
+
+        loader_cls: Any = torch.utils.data.DataLoader
+    else:
+        import chute
+        import chute.wds as wds_module
+
+        loader_cls = chute.DataLoader
+    ds = wds_module.WebDataset(urls, shardshuffle=False)
+    if job == "tiny":
+        ds = ds.decode().to_tuple("npy", "cls").batched(batch)
+    else:
+        ds = ds.decode("torchrgb8").to_tuple("jpg", "cls").batched(batch)
+    loader = loader_cls(ds, batch_size=None, num_workers=workers)
+    start = time.perf_counter()
+    first = None
+    samples = 0
+    for item in loader:
+        if first is None:
+            first = time.perf_counter() - start
+        samples += len(item[1])
+    seconds = time.perf_counter() - start
+    print(
+        json.dumps(
+            {
+                "samples": samples,
+                "seconds": seconds,
+                "first_batch_seconds": first,
+                "rss_after_import_torch": rss_after_torch,
+            }
+        )
+    )
+
+
+# ---------------------------------------------------------------- decode limit
+
+
+def decode_limit(urls: list[str]) -> dict[str, Any]:
+    """Single-thread decode rate of the benchmark JPEGs from memory: chute's
+    native decoder and Pillow, and the native rate times the cores."""
+    import tarfile
+
+    from chute import _core
+    from PIL import Image
+
+    payloads: list[bytes] = []
+    for url in urls:
+        with tarfile.open(url) as tar:
+            for member in tar:
+                if member.name.endswith(".jpg"):
+                    f = tar.extractfile(member)
+                    assert f is not None
+                    payloads.append(f.read())
+    start = time.perf_counter()
+    for p in payloads:
+        _core.decode_image(p)
+    native = len(payloads) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for p in payloads:
+        np.asarray(Image.open(io.BytesIO(p)).convert("RGB"))
+    pil = len(payloads) / (time.perf_counter() - start)
+    cores = os.cpu_count() or 1
+    return {
+        "native_1thread": native,
+        "pillow_1thread": pil,
+        "cores": cores,
+        "limit": native * cores,
+    }
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a tenth of the data")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", default="tiny,jpeg")
+    args = parser.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    n_tiny, n_jpeg = (20_000, 400) if args.quick else (200_000, 4_000)
+    jobs = {"tiny": tiny_shards(n_tiny), "jpeg": jpeg_shards(n_jpeg)}
+    script = str(Path(__file__).resolve())
+    rows: list[dict[str, Any]] = []
+    for job in args.jobs.split(","):
+        urls = jobs[job]
+        configs = [("webdataset", w) for w in (0, 1, 2)] + [("chute", os.cpu_count() or 2)]
+        for loader, workers in configs:
+            report = run_config(
+                script, {"loader": loader, "workers": workers, "job": job, "urls": urls}
+            )
+            row = {
+                "job": job,
+                "loader": "torch DataLoader + webdataset"
+                if loader == "webdataset"
+                else "chute.DataLoader",
+                "workers": workers,
+                "samples": report["samples"],
+                "samples_per_s": report["samples"] / report["seconds"],
+                "first_batch_s": report["first_batch_seconds"],
+                "peak_rss_mib": report["peak_tree_rss"] / 2**20,
+                "rss_after_import_torch_mib": report["rss_after_import_torch"] / 2**20,
+            }
+            rows.append(row)
+            print(
+                f"  {job:5s} {row['loader']:30s} workers={workers}: {row['samples_per_s']:,.0f} samples/s",
+                flush=True,
+            )
+    limit = decode_limit(jobs["jpeg"]) if "jpeg" in args.jobs else None
+    summary: dict[str, Any] = {}
+    for job in args.jobs.split(","):
+        job_rows = [r for r in rows if r["job"] == job]
+        best_py = max(
+            (r for r in job_rows if r["loader"].startswith("torch")),
+            key=lambda r: r["samples_per_s"],
+        )
+        ours = next(r for r in job_rows if r["loader"] == "chute.DataLoader")
+        summary[job] = {
+            "best_python_samples_per_s": best_py["samples_per_s"],
+            "best_python_workers": best_py["workers"],
+            "chute_samples_per_s": ours["samples_per_s"],
+            "speedup": ours["samples_per_s"] / best_py["samples_per_s"],
+        }
+        if job == "jpeg" and limit is not None:
+            summary[job]["fraction_of_decode_limit"] = ours["samples_per_s"] / limit["limit"]
+    print()
+    print(
+        table(
+            rows,
+            [
+                ("job", "job"),
+                ("loader", "loader"),
+                ("workers", "workers"),
+                ("samples_per_s", "samples/s"),
+                ("first_batch_s", "first batch s"),
+                ("peak_rss_mib", "peak RSS MiB"),
+            ],
+        )
+    )
+    print()
+    for job, s in summary.items():
+        line = f"{job}: chute {s['chute_samples_per_s']:,.0f}/s = {s['speedup']:.1f}x the best pure-Python"
+        line += (
+            f" ({s['best_python_samples_per_s']:,.0f}/s, num_workers={s['best_python_workers']})"
+        )
+        if "fraction_of_decode_limit" in s:
+            line += f", {100 * s['fraction_of_decode_limit']:.0f}% of the decode limit"
+        print(line)
+    if limit is not None:
+        print(
+            f"decode limit: libjpeg-turbo {limit['native_1thread']:,.0f}/s on one thread "
+            f"(Pillow {limit['pillow_1thread']:,.0f}/s) x {limit['cores']} cores = {limit['limit']:,.0f}/s"
+        )
+    path = save(
+        "wds_quick" if args.quick else "wds",
+        {"rows": rows, "summary": summary, "decode_limit": limit},
+    )
+    print(f"saved {path}")
+
+
+if __name__ == "__main__":
+    main()
