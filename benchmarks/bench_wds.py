@@ -221,7 +221,8 @@ def main() -> None:
             }
             rows.append(row)
             print(
-                f"  {job:5s} {row['loader']:30s} workers={workers}: {row['samples_per_s']:,.0f} samples/s",
+                f"  {job:5s} {row['loader']:30s} workers={workers}: "
+                f"{row['samples_per_s']:,.0f} samples/s",
                 flush=True,
             )
     limit = decode_limit(jobs["jpeg"]) if "jpeg" in args.jobs else None
@@ -257,7 +258,8 @@ def main() -> None:
     )
     print()
     for job, s in summary.items():
-        line = f"{job}: chute {s['chute_samples_per_s']:,.0f}/s = {s['speedup']:.1f}x the best pure-Python"
+        line = f"{job}: chute {s['chute_samples_per_s']:,.0f}/s = {s['speedup']:.1f}x"
+        line += " the best pure-Python"
         line += (
             f" ({s['best_python_samples_per_s']:,.0f}/s, num_workers={s['best_python_workers']})"
         )
@@ -267,7 +269,8 @@ def main() -> None:
     if limit is not None:
         print(
             f"decode limit: libjpeg-turbo {limit['native_1thread']:,.0f}/s on one thread "
-            f"(Pillow {limit['pillow_1thread']:,.0f}/s) x {limit['cores']} cores = {limit['limit']:,.0f}/s"
+            f"(Pillow {limit['pillow_1thread']:,.0f}/s) x {limit['cores']} cores "
+            f"= {limit['limit']:,.0f}/s"
         )
     path = save(
         "wds_quick" if args.quick else "wds",
