@@ -78,13 +78,17 @@ class CachingSource final : public ByteSource {
   CachingSource& operator=(const CachingSource&) = delete;
 
   size_t read(uint8_t* dst, size_t n) override {
-    const size_t got = inner_->read(dst, n);  // throws before anything is published
+    const size_t got = inner_->read(dst, n);  // a failing command throws here
     if (got > 0) {
       write_all(dst, got);
     } else {
-      publish();
+      at_eof_ = true;
     }
     return got;
+  }
+
+  void mark_complete() override {
+    if (at_eof_) publish();
   }
 
   const std::string& url() const override { return inner_->url(); }
@@ -126,6 +130,7 @@ class CachingSource final : public ByteSource {
   std::string final_path_;
   std::string tmp_path_;
   UniqueFd tmp_;
+  bool at_eof_ = false;
 };
 
 }  // namespace

@@ -18,8 +18,10 @@
 // "<16 hex>-train-0001.tar". While being written the file is
 // `<name>.tmp.<pid>.<n>` (n counts within the process, so two readers of one
 // url never share a temporary); it is renamed to `<name>` only after the pipe
-// reached EOF and its command exited with status 0. A cache write failure
-// (e.g. a full disk) drops the cache entry but does not fail the read.
+// reached EOF, its command exited with status 0 and the reader called
+// mark_complete() (the tar reader does at a valid end of archive). A cache
+// write failure (e.g. a full disk) drops the cache entry but does not fail
+// the read.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +40,10 @@ class ByteSource {
   virtual size_t read(uint8_t* dst, size_t n) = 0;
   // The url as the user gave it, for error messages.
   virtual const std::string& url() const = 0;
+  // Called by a reader that consumed the whole stream (read() returned 0) and
+  // found its content valid. A caching source publishes its cache entry only
+  // then, so a pipe that exits 0 after sending a truncated tar is not cached.
+  virtual void mark_complete() {}
 };
 
 struct SourceOptions {

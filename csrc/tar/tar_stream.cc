@@ -303,14 +303,20 @@ struct TarStream::Impl {
     for (;;) {
       const uint64_t off = offset();
       if (!fill(kBlock)) {
-        CHUTE_CHECK(!(avail() == 0 && off == 0), kData,
+        CHUTE_CHECK(avail() != 0 || off != 0, kData,
                     "'" << url() << "' is empty (0 bytes at offset 0): not a tar archive");
-        CHUTE_CHECK(avail() != 0, kData,
+        CHUTE_CHECK(avail() != 0 || !in_chain, kData,
                     "truncated tar archive '" << url() << "': the stream ends at offset " << off
                                               << " after the extension header at offset " << first
                                               << ", before its member's header");
-        CHUTE_CHECK(false, kData, "truncated tar archive '" << url() << "': the stream ends inside the header at offset "
-                                                            << off << " (" << avail() << " of 512 bytes)");
+        CHUTE_CHECK(avail() == 0, kData,
+                    "truncated tar archive '" << url() << "': the stream ends inside the header at offset "
+                                              << off << " (" << avail() << " of 512 bytes)");
+        // EOF on a block boundary without the end-of-archive blocks: tar and
+        // tarfile accept it as the end, and so do we.
+        done = true;
+        src->mark_complete();
+        return false;
       }
       const uint8_t* h = buf.data() + pos;
       if (is_zero_block(h)) {
@@ -320,6 +326,7 @@ struct TarStream::Impl {
         pos += kBlock;
         drain();
         done = true;
+        if (eof) src->mark_complete();
         return false;
       }
       CHUTE_CHECK(checksum_ok(h), kData,
