@@ -1,7 +1,166 @@
+// Single-sample entry points to the decoders: what the tests and the
+// per-sample slow path use. The engine itself calls the decoders natively.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bindings/numpy_convert.h"
 #include "bindings/registry.h"
+#include "core/error.h"
+#include "decode/image_decoder.h"
+#include "decode/label.h"
+#include "decode/npy.h"
+#include "image/transform.h"
+
+namespace py = pybind11;
 
 namespace chute::bindings {
+namespace {
 
-void register_decode(pybind11::module_& /*m*/) {}
+// The bytes object stays referenced by the caller's argument for the whole
+// call and is immutable, so its buffer is safe to read without the GIL.
+struct Bytes {
+  const uint8_t* data;
+  size_t size;
+};
+
+Bytes view(const py::bytes& b) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(b.ptr(), &data, &size) != 0) throw py::error_already_set();
+  return {reinterpret_cast<const uint8_t*>(data), static_cast<size_t>(size)};
+}
+
+ColorMode parse_mode(const std::string& mode) {
+  if (mode == "rgb" || mode == "RGB") return ColorMode::kRgb;
+  if (mode == "l" || mode == "L") return ColorMode::kGray;
+  CHUTE_CHECK(false, kUsage, "image mode must be 'rgb' or 'l', not '" << mode << "'");
+  return ColorMode::kRgb;
+}
+
+py::array decode_image_py(const py::bytes& data, const std::string& mode_name,
+                          const std::string& where) {
+  const ColorMode mode = parse_mode(mode_name);
+  const Bytes in = view(data);
+  ImageInfo info;
+  {
+    py::gil_scoped_release release;
+    info = probe_image(in.data, in.size, where);
+  }
+  py::array_t<uint8_t> out =
+      mode == ColorMode::kRgb
+          ? py::array_t<uint8_t>(std::vector<py::ssize_t>{info.height, info.width, 3})
+          : py::array_t<uint8_t>(std::vector<py::ssize_t>{info.height, info.width});
+  uint8_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    decode_image(in.data, in.size, mode, dst, where);
+  }
+  return std::move(out);
+}
+
+py::tuple probe_image_py(const py::bytes& data, const std::string& where) {
+  const Bytes in = view(data);
+  ImageInfo info;
+  {
+    py::gil_scoped_release release;
+    info = probe_image(in.data, in.size, where);
+  }
+  return py::make_tuple(image_format_name(info.format), info.width, info.height);
+}
+
+py::array decode_npy_py(const py::bytes& data, const std::string& where) {
+  const Bytes in = view(data);
+  NpyHeader header;
+  {
+    py::gil_scoped_release release;
+    header = parse_npy_header(in.data, in.size, where);
+  }
+  std::vector<py::ssize_t> shape(header.shape.begin(), header.shape.end());
+  py::array out(numpy_dtype(header.dtype), shape);
+  auto* dst = static_cast<uint8_t*>(out.mutable_data());
+  {
+    py::gil_scoped_release release;
+    copy_npy(header, in.data, dst);
+  }
+  return out;
+}
+
+int64_t parse_int_label_py(const py::bytes& data, const std::string& where) {
+  const Bytes in = view(data);
+  return parse_int_label(in.data, in.size, where);
+}
+
+// Resize (covering the output for "center", exactly for "none"), crop, flip
+// and lay out one image: the engine's per-image path, for tests.
+py::array transform_image_py(
+    const py::array_t<uint8_t, py::array::c_style | py::array::forcecast>& hwc, int out_h,
+    int out_w, const std::string& crop, bool flip, bool chw, bool to_float) {
+  CHUTE_CHECK(hwc.ndim() == 2 || (hwc.ndim() == 3 && (hwc.shape(2) == 1 || hwc.shape(2) == 3)),
+              kUsage, "transform_image expects an HW or HWC (C = 1 or 3) uint8 array");
+  CHUTE_CHECK(crop == "center" || crop == "none", kUsage,
+              "crop must be 'center' or 'none', not '" << crop << "'");
+  CHUTE_CHECK(out_h >= 0 && out_w >= 0, kUsage, "output size must be >= 0");
+  const int h = static_cast<int>(hwc.shape(0));
+  const int w = static_cast<int>(hwc.shape(1));
+  ImageOutputSpec spec;
+  spec.channels = hwc.ndim() == 3 ? static_cast<int>(hwc.shape(2)) : 1;
+  spec.chw = chw;
+  spec.to_float = to_float;
+  spec.out_height = out_h;
+  spec.out_width = out_w;
+  spec.crop = crop == "center" ? CropMode::kCenter : CropMode::kNone;
+  const ImageSize target = resize_target(h, w, spec);
+  const int oh = out_h > 0 ? out_h : h;
+  const int ow = out_w > 0 ? out_w : w;
+  std::vector<py::ssize_t> shape;
+  if (hwc.ndim() == 2) {
+    shape = {oh, ow};
+  } else if (chw) {
+    shape = {spec.channels, oh, ow};
+  } else {
+    shape = {oh, ow, spec.channels};
+  }
+  py::array out = to_float ? py::array(py::dtype::of<float>(), shape)
+                           : py::array(py::dtype::of<uint8_t>(), shape);
+  const uint8_t* src = hwc.data();
+  void* dst = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    std::vector<uint8_t> resized;
+    const uint8_t* image = src;
+    if (target.height != h || target.width != w) {
+      resized.resize(static_cast<size_t>(target.height) * target.width * spec.channels);
+      resize_bilinear(src, h, w, spec.channels, resized.data(), target.height, target.width);
+      image = resized.data();
+    }
+    int crop_y = 0, crop_x = 0;
+    center_crop_origin(target.height, target.width, spec, &crop_y, &crop_x);
+    write_image_output(image, target.height, target.width, spec, crop_y, crop_x, flip, dst);
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_decode(py::module_& m) {
+  m.def("decode_image", &decode_image_py, py::arg("data"), py::arg("mode") = "rgb",
+        py::arg("where") = "<bytes>",
+        "Decode a JPEG or PNG (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), "
+        "pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').");
+  m.def("probe_image", &probe_image_py, py::arg("data"), py::arg("where") = "<bytes>",
+        "(format, width, height) from the image header alone.");
+  m.def("decode_npy", &decode_npy_py, py::arg("data"), py::arg("where") = "<bytes>",
+        "Decode .npy bytes (numeric dtypes) to a native-order C-contiguous array.");
+  m.def("parse_int_label", &parse_int_label_py, py::arg("data"), py::arg("where") = "<bytes>",
+        "Python's int(bytes), limited to int64.");
+  m.def("transform_image", &transform_image_py, py::arg("hwc"), py::arg("out_h"),
+        py::arg("out_w"), py::arg("crop") = "center", py::arg("flip") = false,
+        py::arg("chw") = false, py::arg("to_float") = false,
+        "Resize/crop/flip/layout one uint8 image as the engine does.");
+}
 
 }  // namespace chute::bindings

@@ -28,4 +28,32 @@ ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where
 void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                   const std::string& where);
 
+// "jpeg" / "png".
+const char* image_format_name(ImageFormat format);
+
+// The per-format halves of the two calls above; decode_image and probe_image
+// pick one by magic bytes (file extensions lie in real webdataset shards).
+namespace detail {
+
+ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& where);
+void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
+                 const std::string& where);
+ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where);
+void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
+                const std::string& where);
+
+// Throws kData naming `where` for 0-sized images and images above kMaxImagePixels.
+void check_image_size(const char* format, int64_t width, int64_t height,
+                      const std::string& where);
+
+// Pillow's conversions, bit for bit (libImaging/Convert.c): convert("L") is
+// ITU-R 601-2 luma in 16.16 fixed point with rounding; convert("RGB") of a
+// CMYK image is nk - nk*C/255 per channel with nk = 255 - K.
+void rgb_to_l(const uint8_t* rgb, uint8_t* l, size_t pixels);
+void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, size_t pixels);
+void cmyk_to_l(const uint8_t* cmyk, uint8_t* l, size_t pixels);
+void gray_to_rgb(const uint8_t* gray, uint8_t* rgb, size_t pixels);
+
+}  // namespace detail
+
 }  // namespace chute

@@ -25,6 +25,21 @@ struct ImageOutputSpec {
 void resize_bilinear(const uint8_t* src, int src_h, int src_w, int channels, uint8_t* dst,
                      int dst_h, int dst_w);
 
+// The size to resize an h x w image to before write_image_output: the spec's
+// output size itself for CropMode::kNone (aspect ratio not kept), else the
+// smallest size with the image's aspect ratio that covers the output (the
+// shorter side matches; the crop then removes the excess). A 0 output size
+// keeps the image's size.
+struct ImageSize {
+  int height;
+  int width;
+};
+ImageSize resize_target(int h, int w, const ImageOutputSpec& spec);
+
+// The crop window's top-left corner for CropMode::kCenter (and for kNone, where
+// the window is the whole image). Throws kUsage when the output is larger.
+void center_crop_origin(int h, int w, const ImageOutputSpec& spec, int* crop_y, int* crop_x);
+
 // Writes a decoded HWC uint8 image into `out` (uint8 or float32 per spec) in
 // the spec's layout. crop_y/crop_x select the window when the spec asks for an
 // output size smaller than the image; flip mirrors horizontally.

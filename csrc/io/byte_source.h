@@ -1,7 +1,27 @@
-// Sequential byte sources for shards: a local file (pread with readahead
+// Sequential byte sources for shards: a local file (large reads with readahead
 // hints) or the stdout of a `pipe:COMMAND`. With a cache directory, a pipe
 // source is copied into the cache as it is read (renamed into place only when
 // complete) and later opens read the cached file.
+//
+// URLs: `pipe:COMMAND` runs COMMAND with /bin/sh -c (stdin is /dev/null, its
+// own process group, SIGPIPE at its default so it dies when we stop reading);
+// `file:PATH`, `file://PATH` and plain paths are local files. Any other
+// `scheme://` URL is a kUsage error: wrap it in a pipe (`pipe:curl -s URL`).
+//
+// Cache naming (cache_file_name): `<hash>-<base>` where hash is the 16 hex
+// digits of the 64-bit FNV-1a hash of the full url string (including
+// "pipe:"), and base is, for readability only, the last path component of the
+// last whitespace-separated command token that contains '/' or '.' (falling
+// back to the last token), cut at '?' or '#', with every byte outside
+// [A-Za-z0-9._-] replaced by '_' and shortened to 80 bytes ("shard" if empty).
+// Example: "pipe:curl -s https://h/d/train-0001.tar?sig=x" ->
+// "<16 hex>-train-0001.tar". While being written the file is
+// `<name>.tmp.<pid>.<n>` (n counts within the process, so two readers of one
+// url never share a temporary); it is renamed to `<name>` only after the pipe
+// reached EOF, its command exited with status 0 and the reader called
+// mark_complete() (the tar reader does at a valid end of archive). A cache
+// write failure (e.g. a full disk) drops the cache entry but does not fail
+// the read.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +40,10 @@ class ByteSource {
   virtual size_t read(uint8_t* dst, size_t n) = 0;
   // The url as the user gave it, for error messages.
   virtual const std::string& url() const = 0;
+  // Called by a reader that consumed the whole stream (read() returned 0) and
+  // found its content valid. A caching source publishes its cache entry only
+  // then, so a pipe that exits 0 after sending a truncated tar is not cached.
+  virtual void mark_complete() {}
 };
 
 struct SourceOptions {
@@ -29,5 +53,8 @@ struct SourceOptions {
 };
 
 std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options);
+
+// The file name (no directory) under which a `pipe:` url is cached; see above.
+std::string cache_file_name(const std::string& url);
 
 }  // namespace chute

@@ -1,0 +1,287 @@
+// JPEG through the libjpeg API of libjpeg-turbo.
+//
+// libjpeg reports errors by calling error_exit, whose default calls exit().
+// We longjmp out of it instead. C++ exceptions must not unwind through
+// libjpeg's C frames, and longjmp must not skip C++ destructors, so every
+// libjpeg call happens inside a small "guarded" function whose frame holds
+// only trivially destructible locals; it returns false on error and the C++
+// caller turns the saved message into a CHUTE_CHECK that names `where`.
+#include <csetjmp>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <jpeglib.h>
+// jerror.h after jpeglib.h: it needs JMESSAGE's context to declare the codes.
+#include <jerror.h>
+
+#include "core/error.h"
+#include "decode/image_decoder.h"
+
+namespace chute::detail {
+namespace {
+
+// A progressive JPEG may hold any number of scans, each re-running the whole
+// image's coefficient pass; a few KiB of crafted scans can cost minutes.
+// Real encoders write about 10. TurboJPEG's own guard uses 500.
+constexpr int kMaxScans = 500;
+
+struct ErrorManager {
+  jpeg_error_mgr pub;  // first: libjpeg sees only this part
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void error_exit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings that mean the pixels are wrong. libjpeg carries on after them and
+// returns gray or smeared blocks; Pillow raises "image file is truncated" for
+// truncation and we want a loud error (that on_error can skip) for all of them.
+// Left as warnings: JWRN_EXTRANEOUS_DATA (stray bytes before a marker, common
+// in real datasets such as ImageNet, pixels intact, Pillow accepts them),
+// JWRN_ADOBE_XFORM / JWRN_JFIF_MAJOR (unknown versions, pixels intact),
+// JWRN_BOGUS_ICC (only the ICC profile, which we do not use, is affected).
+bool is_corrupt_data_warning(int code) {
+  switch (code) {
+    case JWRN_JPEG_EOF:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+    case JWRN_NOT_SEQUENTIAL:
+    case JWRN_BOGUS_PROGRESSION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void emit_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level >= 0) return;  // trace output
+  if (is_corrupt_data_warning(cinfo->err->msg_code)) error_exit(cinfo);
+  cinfo->err->num_warnings++;
+}
+
+void limit_scans(j_common_ptr cinfo) {
+  auto* dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (dinfo->input_scan_number > kMaxScans) {
+    auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+    std::snprintf(err->message, sizeof(err->message), "more than %d progressive scans",
+                  kMaxScans);
+    std::longjmp(err->jump, 1);
+  }
+}
+
+// How libjpeg's output rows become ours.
+enum class RowConversion : uint8_t {
+  kNone,      // libjpeg writes the output format directly into `out`
+  kRgbToL,    // RGB rows, then Pillow's convert("L")
+  kCmykToRgb, // inverted (Adobe) CMYK rows, then Pillow's convert("RGB")
+  kCmykToL,
+};
+
+struct DecodeJob {
+  J_COLOR_SPACE out_space;
+  RowConversion conversion;
+  int out_channels;
+  uint8_t* out;
+  uint8_t* scratch;  // rows_per_call rows of libjpeg output when converting
+  int scratch_row_bytes;
+};
+
+void convert_rows(const DecodeJob& job, uint8_t* scratch, int rows, int width, uint8_t* dst) {
+  const size_t out_row = static_cast<size_t>(width) * job.out_channels;
+  for (int r = 0; r < rows; ++r) {
+    uint8_t* src = scratch + static_cast<size_t>(r) * job.scratch_row_bytes;
+    uint8_t* d = dst + r * out_row;
+    switch (job.conversion) {
+      case RowConversion::kNone:
+        break;
+      case RowConversion::kRgbToL:
+        rgb_to_l(src, d, width);
+        break;
+      case RowConversion::kCmykToRgb:
+      case RowConversion::kCmykToL:
+        // Adobe writes CMYK inverted; Pillow reads it with rawmode "CMYK;I".
+        for (int i = 0; i < width * 4; ++i) src[i] = static_cast<uint8_t>(255 - src[i]);
+        if (job.conversion == RowConversion::kCmykToRgb) {
+          cmyk_to_rgb(src, d, width);
+        } else {
+          cmyk_to_l(src, d, width);
+        }
+        break;
+    }
+  }
+}
+
+class JpegDecoder {
+ public:
+  JpegDecoder() {
+    cinfo_.err = jpeg_std_error(&err_.pub);
+    err_.pub.error_exit = error_exit;
+    err_.pub.emit_message = emit_message;
+    progress_.progress_monitor = limit_scans;
+    created_ = guarded_create(this);
+    CHUTE_CHECK(created_, kIo, "cannot create a JPEG decoder: " << err_.message);
+    cinfo_.progress = &progress_;
+  }
+  ~JpegDecoder() {
+    if (created_) jpeg_destroy_decompress(&cinfo_);
+  }
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  ImageInfo probe(const uint8_t* data, size_t size, const std::string& where) {
+    Session session(this);
+    read_header(data, size, where);
+    return {ImageFormat::kJpeg, static_cast<int>(cinfo_.image_width),
+            static_cast<int>(cinfo_.image_height)};
+  }
+
+  void decode(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
+              const std::string& where) {
+    Session session(this);
+    read_header(data, size, where);
+    DecodeJob job{};
+    job.out = out;
+    job.out_channels = mode == ColorMode::kRgb ? 3 : 1;
+    switch (cinfo_.jpeg_color_space) {
+      case JCS_GRAYSCALE:
+        // Pillow opens these as "L": convert("RGB") replicates, which
+        // libjpeg-turbo's gray -> RGB output does.
+        job.out_space = mode == ColorMode::kRgb ? JCS_RGB : JCS_GRAYSCALE;
+        job.conversion = RowConversion::kNone;
+        break;
+      case JCS_YCbCr:
+      case JCS_RGB:
+        // Not JCS_GRAYSCALE for kGray: that is the stored Y channel, while
+        // Pillow computes L from the decoded (rounded) RGB.
+        job.out_space = JCS_RGB;
+        job.conversion = mode == ColorMode::kRgb ? RowConversion::kNone : RowConversion::kRgbToL;
+        break;
+      case JCS_CMYK:
+      case JCS_YCCK:
+        job.out_space = JCS_CMYK;  // libjpeg turns YCCK into CMYK
+        job.conversion =
+            mode == ColorMode::kRgb ? RowConversion::kCmykToRgb : RowConversion::kCmykToL;
+        break;
+      default:
+        CHUTE_CHECK(false, kData,
+                    where << ": unsupported JPEG color space (" << cinfo_.num_components
+                          << " components)");
+    }
+    if (job.conversion != RowConversion::kNone) {
+      job.scratch_row_bytes =
+          static_cast<int>(cinfo_.image_width) * (job.out_space == JCS_CMYK ? 4 : 3);
+      // libjpeg hands out up to rec_outbuf_height rows per call; 4 covers every
+      // sampling factor and leaves room for a later change of settings.
+      scratch_.resize(static_cast<size_t>(job.scratch_row_bytes) * kMaxRowsPerCall);
+      job.scratch = scratch_.data();
+    }
+    const bool ok = guarded_decode(this, &job);
+    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+  }
+
+ private:
+  static constexpr int kMaxRowsPerCall = 16;
+
+  // Returns the decompressor to its idle state however the call ends, so
+  // that the thread's next image starts clean.
+  class Session {
+   public:
+    explicit Session(JpegDecoder* d) : d_(d) {}
+    ~Session() { jpeg_abort_decompress(&d_->cinfo_); }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+   private:
+    JpegDecoder* d_;
+  };
+
+  void read_header(const uint8_t* data, size_t size, const std::string& where) {
+    const bool ok = guarded_read_header(this, data, size);
+    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG header: " << err_.message);
+    check_image_size("JPEG", cinfo_.image_width, cinfo_.image_height, where);
+  }
+
+  // The guarded functions: no locals with destructors (see the top of the file).
+  static bool guarded_create(JpegDecoder* d) {
+    if (setjmp(d->err_.jump)) return false;
+    jpeg_create_decompress(&d->cinfo_);
+    return true;
+  }
+
+  static bool guarded_read_header(JpegDecoder* d, const uint8_t* data, size_t size) {
+    if (setjmp(d->err_.jump)) return false;
+    jpeg_mem_src(&d->cinfo_, data, static_cast<unsigned long>(size));
+    jpeg_read_header(&d->cinfo_, TRUE);
+    return true;
+  }
+
+  static bool guarded_decode(JpegDecoder* d, const DecodeJob* job) {
+    if (setjmp(d->err_.jump)) return false;
+    j_decompress_ptr c = &d->cinfo_;
+    c->out_color_space = job->out_space;
+    // Pillow's settings; both are libjpeg's defaults, set anyway so that
+    // nothing upstream can change what "pixel-identical" means.
+    c->dct_method = JDCT_ISLOW;
+    c->do_fancy_upsampling = TRUE;
+    c->do_block_smoothing = TRUE;
+    jpeg_start_decompress(c);
+    const int width = static_cast<int>(c->output_width);
+    const size_t out_row = static_cast<size_t>(width) * job->out_channels;
+    const int batch = c->rec_outbuf_height < kMaxRowsPerCall ? c->rec_outbuf_height
+                                                             : kMaxRowsPerCall;
+    JSAMPROW rows[kMaxRowsPerCall];
+    while (c->output_scanline < c->output_height) {
+      const JDIMENSION y = c->output_scanline;
+      int want = static_cast<int>(c->output_height - y);
+      if (want > batch) want = batch;
+      for (int r = 0; r < want; ++r) {
+        rows[r] = job->conversion == RowConversion::kNone
+                      ? job->out + (y + r) * out_row
+                      : job->scratch + static_cast<size_t>(r) * job->scratch_row_bytes;
+      }
+      const int got = static_cast<int>(jpeg_read_scanlines(c, rows, want));
+      if (job->conversion != RowConversion::kNone) {
+        convert_rows(*job, job->scratch, got, width, job->out + y * out_row);
+      }
+    }
+    // Reads up to EOI: a file cut after the last scan still warns JPEG_EOF.
+    jpeg_finish_decompress(c);
+    return true;
+  }
+
+  jpeg_decompress_struct cinfo_{};
+  ErrorManager err_{};
+  jpeg_progress_mgr progress_{};
+  bool created_ = false;
+  std::vector<uint8_t> scratch_;
+};
+
+// One decompressor per thread, reused: creating one allocates its memory
+// pools and tables, which costs more than decoding a small thumbnail.
+JpegDecoder& thread_decoder() {
+  thread_local JpegDecoder decoder;
+  return decoder;
+}
+
+}  // namespace
+
+ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& where) {
+  return thread_decoder().probe(data, size, where);
+}
+
+void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
+                 const std::string& where) {
+  thread_decoder().decode(data, size, mode, out, where);
+}
+
+}  // namespace chute::detail

@@ -1,0 +1,23 @@
+// The concrete sources behind open_source(); internal to csrc/io.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "io/byte_source.h"
+
+namespace chute {
+
+// `display_url` names the source in errors; `path` is what is opened.
+std::unique_ptr<ByteSource> open_file_source(const std::string& display_url,
+                                             const std::string& path, size_t readahead_bytes);
+
+std::unique_ptr<ByteSource> open_pipe_source(const std::string& url, const std::string& command,
+                                             double timeout_s);
+
+// Copies everything read from `inner` into `final_path` (through a temporary
+// that is renamed only after a complete read).
+std::unique_ptr<ByteSource> open_caching_source(std::unique_ptr<ByteSource> inner,
+                                                const std::string& final_path);
+
+}  // namespace chute

@@ -1,0 +1,429 @@
+#include "tar/tar_stream.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace chute {
+namespace {
+
+constexpr size_t kBlock = 512;
+// L/K/x/g payloads are held in memory whole; real ones are a few hundred bytes.
+constexpr uint64_t kMaxExtensionBytes = uint64_t{16} << 20;
+// Payload memory is committed at most this far ahead of the bytes that arrived.
+constexpr uint64_t kGrowStep = uint64_t{64} << 20;
+// After the end-of-archive block we read on (for a pipe's exit status and to
+// complete a cache entry) but not forever: a pipe could stream garbage endlessly.
+constexpr uint64_t kMaxTrailer = uint64_t{16} << 20;
+
+// Header field offsets (POSIX ustar; GNU shares the first 345 bytes).
+constexpr size_t kName = 0, kNameLen = 100;
+constexpr size_t kSize = 124, kSizeLen = 12;
+constexpr size_t kChksum = 148, kChksumLen = 8;
+constexpr size_t kType = 156;
+constexpr size_t kMagic = 257;
+constexpr size_t kPrefix = 345, kPrefixLen = 155;
+
+uint64_t padding(uint64_t n) { return (kBlock - n % kBlock) % kBlock; }
+
+size_t field_len(const uint8_t* f, size_t len) {
+  return static_cast<size_t>(std::find(f, f + len, uint8_t{0}) - f);
+}
+
+bool is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// A numeric field as tar writes it: NUL/space-padded octal, or GNU base-256
+// (first byte 0x80 positive, 0xff negative, which no size can be).
+bool parse_number(const uint8_t* f, size_t len, uint64_t& out) {
+  if (f[0] == 0x80) {
+    uint64_t v = 0;
+    for (size_t i = 1; i < len; ++i) {
+      if (v >> 55) return false;
+      v = (v << 8) | f[i];
+    }
+    out = v;
+    return true;
+  }
+  if (f[0] == 0xff) return false;
+  size_t end = field_len(f, len);
+  size_t begin = 0;
+  while (begin < end && is_space(f[begin])) ++begin;
+  while (end > begin && is_space(f[end - 1])) --end;
+  uint64_t v = 0;
+  for (size_t i = begin; i < end; ++i) {
+    if (f[i] < '0' || f[i] > '7' || (v >> 60)) return false;
+    v = v * 8 + (f[i] - '0');
+  }
+  out = v;
+  return true;
+}
+
+bool is_zero_block(const uint8_t* h) {
+  static const uint8_t zeros[kBlock] = {};
+  return std::memcmp(h, zeros, kBlock) == 0;
+}
+
+// Like tar, accept the unsigned sum and the signed sum some old tars wrote;
+// the checksum field itself counts as eight spaces.
+bool checksum_ok(const uint8_t* h) {
+  uint64_t stored;
+  if (!parse_number(h + kChksum, kChksumLen, stored)) return false;
+  uint32_t sum = 0;
+  for (size_t i = 0; i < kBlock; ++i) sum += h[i];
+  for (size_t i = kChksum; i < kChksum + kChksumLen; ++i) sum -= h[i];
+  sum += 8 * ' ';
+  if (sum == stored) return true;
+  int32_t ssum = 0;
+  for (size_t i = 0; i < kBlock; ++i) ssum += static_cast<int8_t>(h[i]);
+  for (size_t i = kChksum; i < kChksum + kChksumLen; ++i) ssum -= static_cast<int8_t>(h[i]);
+  ssum += 8 * ' ';
+  return ssum >= 0 && static_cast<uint64_t>(ssum) == stored;
+}
+
+bool parse_decimal(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+// PAX fields that matter here; the rest (mtime, uid, comments) is ignored.
+struct PaxOverrides {
+  bool has_path = false;
+  std::string path;
+  bool has_size = false;
+  uint64_t size = 0;
+  void clear() {
+    has_path = false;
+    has_size = false;
+  }
+};
+
+}  // namespace
+
+struct TarStream::Impl {
+  std::unique_ptr<ByteSource> src;
+  std::vector<uint8_t> buf;
+  size_t pos = 0;  // next unread byte in buf
+  size_t end = 0;  // end of valid bytes in buf
+  uint64_t base = 0;  // stream offset of buf[0]
+  bool eof = false;
+  bool done = false;
+
+  TarMember cur;
+  bool have_cur = false;
+  bool payload_read = false;
+
+  PaxOverrides global;  // `g` records apply to every later member (POSIX)
+  PaxOverrides local;   // `x` records apply to the next member
+  bool has_long_name = false;
+  std::string long_name;
+  std::string record;  // payload of the extension header being read
+
+  const std::string& url() const { return src->url(); }
+  uint64_t offset() const { return base + pos; }
+  size_t avail() const { return end - pos; }
+
+  void compact() {
+    if (pos == 0) return;
+    std::memmove(buf.data(), buf.data() + pos, end - pos);
+    base += pos;
+    end -= pos;
+    pos = 0;
+  }
+
+  // Drops the consumed bytes (all of them when nothing is left unread).
+  void reset_if_empty() {
+    if (pos == end) {
+      base += end;
+      pos = end = 0;
+    }
+  }
+
+  // One large read into the free tail of the buffer; false at EOF.
+  bool read_more() {
+    if (eof) return false;
+    reset_if_empty();
+    if (buf.size() - end < buf.size() / 2) compact();
+    const size_t got = src->read(buf.data() + end, buf.size() - end);
+    if (got == 0) {
+      eof = true;
+      return false;
+    }
+    end += got;
+    return true;
+  }
+
+  bool fill(size_t need) {
+    if (avail() >= need) return true;
+    if (pos + need > buf.size()) compact();
+    while (avail() < need) {
+      if (!read_more()) return false;
+    }
+    return true;
+  }
+
+  [[noreturn]] void truncated(const std::string& name, uint64_t header_offset, uint64_t declared,
+                              const char* what) {
+    CHUTE_CHECK(false, kData, "truncated tar archive '" << url() << "': the stream ends at offset "
+                                                        << offset() << " inside the " << what
+                                                        << " of member '" << name
+                                                        << "' (header at offset " << header_offset
+                                                        << ", " << declared << " bytes declared)");
+    std::abort();  // not reached
+  }
+
+  void skip(uint64_t n, const std::string& name, uint64_t header_offset, uint64_t declared,
+            const char* what) {
+    while (n > 0) {
+      if (avail() == 0 && !read_more()) truncated(name, header_offset, declared, what);
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(n, avail()));
+      pos += k;
+      n -= k;
+    }
+  }
+
+  void copy_out(std::vector<uint8_t>& dst, uint64_t n, const std::string& name,
+                uint64_t header_offset, uint64_t declared, const char* what) {
+    // Small remainders go through the buffer; large ones are read straight
+    // into dst, growing it no faster than the bytes arrive.
+    while (n > 0) {
+      if (avail() == 0 && n >= buf.size() / 2) {
+        reset_if_empty();
+        while (n > 0) {
+          const size_t step = static_cast<size_t>(std::min(n, kGrowStep));
+          const size_t old = dst.size();
+          dst.resize(old + step);
+          size_t got = 0;
+          while (got < step) {
+            const size_t r = eof ? 0 : src->read(dst.data() + old + got, step - got);
+            if (r == 0) {
+              eof = true;
+              dst.resize(old + got);
+              truncated(name, header_offset, declared, what);
+            }
+            got += r;
+            base += r;
+          }
+          n -= step;
+        }
+        return;
+      }
+      if (avail() == 0 && !read_more()) truncated(name, header_offset, declared, what);
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(n, avail()));
+      dst.insert(dst.end(), buf.data() + pos, buf.data() + pos + k);
+      pos += k;
+      n -= k;
+    }
+  }
+
+  void drain() {
+    uint64_t left = kMaxTrailer;
+    pos = end;
+    reset_if_empty();
+    while (!eof && left > 0) {
+      const size_t r =
+          src->read(buf.data(), static_cast<size_t>(std::min<uint64_t>(left, buf.size())));
+      if (r == 0) eof = true;
+      base += r;
+      left -= std::min<uint64_t>(left, r);
+    }
+  }
+
+  // Reads an extension header's payload (plus padding) into `record`.
+  void read_record(uint64_t size, uint64_t header_offset, char type) {
+    const std::string label = std::string("<tar '") + type + "' record>";
+    CHUTE_CHECK(size <= kMaxExtensionBytes, kData,
+                "tar archive '" << url() << "': the '" << type << "' extension header at offset "
+                                << header_offset << " declares " << size
+                                << " bytes; refusing more than " << kMaxExtensionBytes);
+    std::vector<uint8_t> bytes;
+    copy_out(bytes, size, label, header_offset, size, "data");
+    skip(padding(size), label, header_offset, size, "padding");
+    record.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+
+  // "%d %s=%s\n" records; a malformed one is an error rather than, as in
+  // tarfile, a silent end of the archive.
+  void parse_pax(PaxOverrides& into, uint64_t header_offset) {
+    size_t p = 0;
+    const std::string& r = record;
+    while (p < r.size() && r[p] != '\0') {
+      size_t q = p;
+      uint64_t len = 0;
+      while (q < r.size() && q - p < 20 && r[q] >= '0' && r[q] <= '9') {
+        len = len * 10 + static_cast<uint64_t>(r[q] - '0');
+        ++q;
+      }
+      const bool framed = q > p && q < r.size() && r[q] == ' ' && len >= 5 &&
+                          len <= r.size() - p && r[p + len - 1] == '\n';
+      CHUTE_CHECK(framed, kData, "tar archive '" << url() << "': malformed PAX record in the header at offset "
+                                                 << header_offset << " (record at byte " << p << ")");
+      const size_t kv = q + 1, kv_end = p + static_cast<size_t>(len) - 1;
+      const size_t eq = r.find('=', kv);
+      CHUTE_CHECK(eq != std::string::npos && eq < kv_end && eq > kv, kData,
+                  "tar archive '" << url() << "': malformed PAX record in the header at offset "
+                                  << header_offset << " (record at byte " << p << ")");
+      const std::string key = r.substr(kv, eq - kv);
+      if (key == "path") {
+        into.has_path = true;
+        into.path.assign(r, eq + 1, kv_end - eq - 1);
+        // tarfile strips trailing slashes from a PAX path.
+        while (!into.path.empty() && into.path.back() == '/') into.path.pop_back();
+      } else if (key == "size") {
+        const std::string value = r.substr(eq + 1, kv_end - eq - 1);
+        CHUTE_CHECK(parse_decimal(value, into.size), kData,
+                    "tar archive '" << url() << "': bad PAX size '" << value
+                                    << "' in the header at offset " << header_offset);
+        into.has_size = true;
+      } else if (key.rfind("GNU.sparse.", 0) == 0) {
+        CHUTE_CHECK(false, kData, "tar archive '" << url() << "': GNU sparse member (PAX header at offset "
+                                                  << header_offset << ") is not supported");
+      }
+      p += static_cast<size_t>(len);
+    }
+  }
+
+  bool next_member() {
+    if (done) return false;
+    if (have_cur) {
+      if (!payload_read) skip(cur.size + padding(cur.size), cur.name, cur.header_offset, cur.size, "data");
+      have_cur = false;
+    }
+    bool in_chain = false;  // extension headers seen that still await their member
+    uint64_t first = 0;
+    local.clear();
+    has_long_name = false;
+    for (;;) {
+      const uint64_t off = offset();
+      if (!fill(kBlock)) {
+        CHUTE_CHECK(avail() != 0 || off != 0, kData,
+                    "'" << url() << "' is empty (0 bytes at offset 0): not a tar archive");
+        CHUTE_CHECK(avail() != 0 || !in_chain, kData,
+                    "truncated tar archive '" << url() << "': the stream ends at offset " << off
+                                              << " after the extension header at offset " << first
+                                              << ", before its member's header");
+        CHUTE_CHECK(avail() == 0, kData,
+                    "truncated tar archive '" << url() << "': the stream ends inside the header at offset "
+                                              << off << " (" << avail() << " of 512 bytes)");
+        // EOF on a block boundary without the end-of-archive blocks: tar and
+        // tarfile accept it as the end, and so do we.
+        done = true;
+        src->mark_complete();
+        return false;
+      }
+      const uint8_t* h = buf.data() + pos;
+      if (is_zero_block(h)) {
+        CHUTE_CHECK(!in_chain, kData,
+                    "tar archive '" << url() << "': end-of-archive block at offset " << off
+                                    << " right after the extension header at offset " << first);
+        pos += kBlock;
+        drain();
+        done = true;
+        if (eof) src->mark_complete();
+        return false;
+      }
+      CHUTE_CHECK(checksum_ok(h), kData,
+                  "bad header checksum in tar archive '" << url() << "' at offset " << off
+                                                         << (off == 0 ? " (not a tar archive?)" : ""));
+      if (!in_chain) first = off;
+      const char type = static_cast<char>(h[kType]);
+      uint64_t size;
+      CHUTE_CHECK(parse_number(h + kSize, kSizeLen, size), kData,
+                  "tar archive '" << url() << "': bad size field in the header at offset " << off);
+      if (type == 'L' || type == 'K' || type == 'x' || type == 'X' || type == 'g') {
+        in_chain = type != 'g' || in_chain;
+        pos += kBlock;
+        read_record(size, off, type);
+        if (type == 'L') {
+          has_long_name = true;
+          long_name.assign(record.c_str());  // up to the first NUL, as tar reads it
+        } else if (type == 'x' || type == 'X') {
+          parse_pax(local, off);
+        } else if (type == 'g') {
+          parse_pax(global, off);
+        }
+        continue;
+      }
+
+      const size_t raw_len = field_len(h + kName, kNameLen);
+      const bool raw_dir_slash = raw_len > 0 && h[kName + raw_len - 1] == '/';
+      std::string& name = cur.name;
+      if (local.has_path) {
+        name = local.path;
+      } else if (global.has_path) {
+        name = global.path;
+      } else if (has_long_name) {
+        name = long_name;
+      } else {
+        // The prefix field only exists in POSIX ustar headers; old GNU headers
+        // keep access times and sparse data in those bytes.
+        const bool gnu_magic = std::memcmp(h + kMagic, "ustar  \0", 8) == 0;
+        const size_t prefix_len = gnu_magic ? 0 : field_len(h + kPrefix, kPrefixLen);
+        name.clear();
+        if (prefix_len > 0) {
+          name.append(reinterpret_cast<const char*>(h + kPrefix), prefix_len);
+          name.push_back('/');
+        }
+        name.append(reinterpret_cast<const char*>(h + kName), raw_len);
+      }
+      if (local.has_size) {
+        size = local.size;
+      } else if (global.has_size) {
+        size = global.size;
+      }
+      pos += kBlock;
+      const bool regular = type == '0' || type == '7' || (type == '\0' && !raw_dir_slash);
+      CHUTE_CHECK(type != 'S', kData, "tar archive '" << url() << "': member '" << name << "' at offset "
+                                                     << first << " is a GNU sparse file, which is not supported");
+      if (regular) {
+        cur.header_offset = first;
+        cur.data_offset = offset();
+        cur.size = size;
+        have_cur = true;
+        payload_read = false;
+        return true;
+      }
+      // Links, directories, devices and FIFOs have no payload whatever their
+      // size field says; unknown types are skipped by their size, as tarfile does.
+      const bool known_no_data = (type >= '1' && type <= '6') || type == '\0';
+      if (!known_no_data) skip(size + padding(size), name, first, size, "data");
+      in_chain = false;
+      local.clear();
+      has_long_name = false;
+    }
+  }
+};
+
+TarStream::TarStream(std::unique_ptr<ByteSource> source, size_t buffer_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->src = std::move(source);
+  impl_->buf.resize(std::max<size_t>(buffer_bytes, 4 * kBlock));
+}
+
+TarStream::~TarStream() = default;
+
+bool TarStream::next(TarMember& member) {
+  if (!impl_->next_member()) return false;
+  member = impl_->cur;
+  return true;
+}
+
+void TarStream::read_payload(std::vector<uint8_t>& dst) {
+  Impl& s = *impl_;
+  CHUTE_CHECK(s.have_cur && !s.payload_read, kUsage,
+              "tar archive '" << s.url() << "': read_payload without a current unread member");
+  s.payload_read = true;
+  s.copy_out(dst, s.cur.size, s.cur.name, s.cur.header_offset, s.cur.size, "data");
+  s.skip(padding(s.cur.size), s.cur.name, s.cur.header_offset, s.cur.size, "padding");
+}
+
+const std::string& TarStream::url() const { return impl_->url(); }
+
+}  // namespace chute
