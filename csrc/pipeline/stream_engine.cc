@@ -106,7 +106,8 @@ void decode_image_row(const FieldPlan& f, const uint8_t* data, size_t size, int 
   thread_local std::vector<uint8_t> decoded;
   thread_local std::vector<uint8_t> resized;
   const int c = image_channels(f);
-  const ImageOutputSpec& spec = f.image;
+  ImageOutputSpec spec = f.image;
+  spec.channels = c;
   const bool plain_copy = spec.out_height == 0 && !spec.chw && !spec.to_float && !spec.random_flip;
   if (plain_copy) {
     decode_image(data, size, f.color, static_cast<uint8_t*>(out), kNoWhere);

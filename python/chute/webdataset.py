@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -627,6 +628,12 @@ class WebDataset(IterableDataset[Any]):
             self._last_stats.update(engine.stats())
 
 
+def _local_path(url: str) -> str | None:
+    """webdataset's ``__local_path__``: the path of a plain-file url."""
+    parsed = urlparse(url)
+    return parsed.path if parsed.scheme in ("", "file") else None
+
+
 def _report_skips(engine: Any, handler: Handler) -> bool:
     """Hands skipped samples to the handler; True when it asks to stop."""
     messages = engine.take_skip_messages()
@@ -646,6 +653,7 @@ class _BatchConverter:
     def __init__(self, compiled: _CompiledPipeline, urls: list[str]) -> None:
         self.compiled = compiled
         self.urls = urls
+        self.local_paths = [_local_path(u) for u in urls]
         self.native_index = {}
         index = 0
         for f in compiled.fields:
@@ -727,7 +735,11 @@ class _BatchConverter:
                 yield tuple(values)
                 continue
             assert keys is not None and sources is not None and others is not None
-            sample: dict[str, Any] = {"__key__": keys[i], "__url__": self.urls[sources[i]]}
+            url = self.urls[sources[i]]
+            sample: dict[str, Any] = {"__key__": keys[i], "__url__": url}
+            local = self.local_paths[sources[i]]
+            if local is not None:
+                sample["__local_path__"] = local
             for f, value, has in zip(c.fields, values, present, strict=True):
                 if has:
                     sample[f.name] = value
