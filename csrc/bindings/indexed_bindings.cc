@@ -1,7 +1,226 @@
+// Indexed sources (HDF5 datasets, in-memory arrays) and the engine that
+// gathers rows from them. Layout descriptions arrive as plain dicts built by
+// python/chute/h5.py; batches leave as zero-copy numpy arrays.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/numpy_convert.h"
 #include "bindings/registry.h"
+#include "core/error.h"
+#include "hdf5/h5_row_source.h"
+#include "pipeline/indexed_engine.h"
+#include "pipeline/memory_row_source.h"
+
+namespace py = pybind11;
 
 namespace chute::bindings {
 
-void register_indexed(pybind11::module_& /*m*/) {}
+namespace {
+
+// The Python object owning a MemoryRowSource's memory. Dropped with the GIL
+// (the source may die on any thread that held the last engine reference).
+std::shared_ptr<void> keep_python_alive(py::object obj) {
+  auto* held = new py::object(std::move(obj));
+  return std::shared_ptr<void>(held, [](void* p) {
+    if (!Py_IsInitialized()) return;  // interpreter gone: leaking beats crashing
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+}
+
+DType parse_dtype(const std::string& descr, bool* swap, const std::string& what) {
+  DType t{};
+  CHUTE_CHECK(dtype_from_numpy_descr(descr, &t, swap), kUsage,
+              what << ": unsupported dtype '" << descr << "'");
+  return t;
+}
+
+template <typename T>
+std::vector<T> vec(const py::dict& d, const char* key) {
+  return d[key].cast<std::vector<T>>();
+}
+
+H5Layout parse_layout(const py::dict& d) {
+  H5Layout l;
+  l.path = d["path"].cast<std::string>();
+  l.dataset = d["dataset"].cast<std::string>();
+  const std::string what = "'" + l.path + "' dataset '" + l.dataset + "'";
+  l.dtype = parse_dtype(d["dtype"].cast<std::string>(), &l.byteswap, what);
+  l.row_shape = vec<int64_t>(d, "row_shape");
+  l.num_rows = d["num_rows"].cast<int64_t>();
+  const auto kind = d["kind"].cast<std::string>();
+  if (kind == "contiguous") {
+    l.kind = H5Layout::Kind::kContiguous;
+    l.offset = d["offset"].cast<uint64_t>();
+  } else if (kind == "unallocated") {
+    l.kind = H5Layout::Kind::kUnallocated;
+  } else if (kind == "chunked") {
+    l.kind = H5Layout::Kind::kChunked;
+    l.chunk_shape = vec<int64_t>(d, "chunk_shape");
+    for (const auto& name : vec<std::string>(d, "filters")) {
+      if (name == "deflate") {
+        l.filters.push_back(H5Filter::kDeflate);
+      } else if (name == "shuffle") {
+        l.filters.push_back(H5Filter::kShuffle);
+      } else if (name == "fletcher32") {
+        l.filters.push_back(H5Filter::kFletcher32);
+      } else {
+        CHUTE_CHECK(false, kUsage, what << ": filter '" << name << "' is not read natively");
+      }
+    }
+    auto offsets = d["chunk_offsets"].cast<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>();
+    auto addresses = d["chunk_addresses"].cast<py::array_t<uint64_t, py::array::c_style | py::array::forcecast>>();
+    auto sizes = d["chunk_sizes"].cast<py::array_t<uint64_t, py::array::c_style | py::array::forcecast>>();
+    auto masks = d["chunk_masks"].cast<py::array_t<uint32_t, py::array::c_style | py::array::forcecast>>();
+    const auto n = static_cast<size_t>(addresses.size());
+    const size_t rank = l.chunk_shape.size();
+    CHUTE_CHECK(static_cast<size_t>(sizes.size()) == n && static_cast<size_t>(masks.size()) == n &&
+                    static_cast<size_t>(offsets.size()) == n * rank,
+                kUsage, what << ": inconsistent chunk table");
+    l.chunks.resize(n);
+    const int64_t* off = offsets.data();
+    for (size_t i = 0; i < n; ++i) {
+      H5ChunkInfo& c = l.chunks[i];
+      c.offset.assign(off + i * rank, off + (i + 1) * rank);
+      c.address = addresses.data()[i];
+      c.size = sizes.data()[i];
+      c.filter_mask = masks.data()[i];
+    }
+  } else {
+    CHUTE_CHECK(false, kUsage, what << ": unknown layout kind '" << kind << "'");
+  }
+  const auto fill = d["fill"].cast<std::string>();
+  l.fill_value.assign(fill.begin(), fill.end());
+  l.file_size = d["file_size"].cast<uint64_t>();
+  l.mtime_ns = d["mtime_ns"].cast<int64_t>();
+  l.inode = d["inode"].cast<uint64_t>();
+  return l;
+}
+
+std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::array array) {
+  CHUTE_CHECK(array.ndim() >= 1, kUsage, "array '" << name << "' must have at least one dimension");
+  bool swap = false;
+  const std::string descr = py::str(array.dtype().attr("str")).cast<std::string>();
+  const DType dtype = parse_dtype(descr, &swap, "array '" + name + "'");
+  CHUTE_CHECK(!swap, kUsage, "array '" << name << "' is not in native byte order");
+  // Rows must be C-contiguous; the stride between rows may be anything.
+  std::vector<int64_t> row_shape;
+  py::ssize_t expect = array.itemsize();
+  for (py::ssize_t d = array.ndim(); d-- > 1;) {
+    CHUTE_CHECK(array.shape(d) <= 1 || array.strides(d) == expect, kUsage,
+                "array '" << name << "' rows are not C-contiguous");
+    expect *= array.shape(d);
+  }
+  for (py::ssize_t d = 1; d < array.ndim(); ++d) row_shape.push_back(array.shape(d));
+  const auto* data = static_cast<const uint8_t*>(array.data());
+  return std::make_shared<MemoryRowSource>(name, data, array.shape(0), array.strides(0), dtype,
+                                           std::move(row_shape), keep_python_alive(array));
+}
+
+py::dict allocator_dict(const AllocatorStats& a) {
+  py::dict d;
+  d["arenas_created"] = a.arenas_created;
+  d["bytes_reserved"] = a.bytes_reserved;
+  d["bytes_in_use"] = a.bytes_in_use;
+  d["peak_bytes_reserved"] = a.peak_bytes_reserved;
+  d["peak_bytes_in_use"] = a.peak_bytes_in_use;
+  return d;
+}
+
+}  // namespace
+
+void register_indexed(py::module_& m) {
+  py::class_<RowSource, std::shared_ptr<RowSource>>(m, "RowSource",
+                                                    "Rows of fixed shape, gathered by index.")
+      .def_property_readonly("name", &RowSource::name)
+      .def_property_readonly("num_rows", &RowSource::num_rows)
+      .def_property_readonly("row_shape", &RowSource::row_shape)
+      .def_property_readonly("dtype", [](const RowSource& s) { return numpy_dtype(s.dtype()); })
+      .def_property_readonly("bytes_read", &RowSource::bytes_read);
+
+  py::class_<H5Context, std::shared_ptr<H5Context>>(
+      m, "H5Context", "Open-file pool and decompressed-chunk cache shared by HDF5 sources.")
+      .def(py::init<size_t, size_t>(), py::arg("chunk_cache_bytes"), py::arg("max_open_files"))
+      .def("stats", [](H5Context& c) {
+        const h5::ChunkCacheStats s = c.cache().stats();
+        py::dict d;
+        d["chunk_cache_hits"] = s.hits;
+        d["chunk_cache_misses"] = s.misses;
+        d["chunk_cache_evictions"] = s.evictions;
+        d["chunk_cache_bytes"] = s.bytes;
+        d["chunk_cache_capacity"] = s.capacity;
+        d["file_opens"] = c.files().opens();
+        d["open_files"] = c.files().open_count();
+        return d;
+      });
+
+  py::class_<H5RowSource, RowSource, std::shared_ptr<H5RowSource>>(
+      m, "H5Source", "One HDF5 dataset over one or more files, read natively.")
+      .def(py::init([](std::shared_ptr<H5Context> context, const std::string& name,
+                       const py::list& layouts) {
+             std::vector<H5Layout> parsed;
+             for (const py::handle& h : layouts) parsed.push_back(parse_layout(h.cast<py::dict>()));
+             return std::make_shared<H5RowSource>(std::move(context), name, std::move(parsed));
+           }),
+           py::arg("context"), py::arg("name"), py::arg("layouts"));
+
+  py::class_<MemoryRowSource, RowSource, std::shared_ptr<MemoryRowSource>>(
+      m, "ArraySource", "Rows of an array the source keeps alive (numpy, memmap, tensor.numpy()).")
+      .def(py::init(&make_array_source), py::arg("name"), py::arg("array"));
+
+  py::class_<IndexedEngine>(m, "IndexedEngine",
+                            "Native threads gathering index batches from row sources.")
+      .def(py::init<std::vector<std::shared_ptr<RowSource>>, int, int, int64_t>(),
+           py::arg("sources"), py::arg("num_threads"), py::arg("max_in_flight"),
+           py::arg("piece_rows") = 0)
+      .def_property_readonly("num_rows", &IndexedEngine::num_rows)
+      .def(
+          "submit",
+          [](IndexedEngine& e, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx) {
+            CHUTE_CHECK(idx.ndim() == 1, kUsage, "indices must be one-dimensional");
+            const int64_t* data = idx.data();
+            const auto n = static_cast<size_t>(idx.size());
+            py::gil_scoped_release release;
+            return e.submit(data, n);
+          },
+          py::arg("indices"), "Queue a batch of row indices; returns its sequence number.")
+      .def(
+          "next",
+          [](IndexedEngine& e, double timeout_s) -> py::object {
+            Batch batch;
+            bool got = false;
+            {
+              py::gil_scoped_release release;
+              got = e.next(&batch, timeout_s);
+            }
+            if (!got) return py::none();
+            py::list cols(batch.columns.size());
+            for (size_t i = 0; i < batch.columns.size(); ++i) {
+              cols[i] = tensor_to_numpy(batch.columns[i].stacked);
+            }
+            return std::move(cols);
+          },
+          py::arg("timeout_s") = 0.0,
+          "The next batch in submission order as a list of arrays (one per source), or None "
+          "on timeout.")
+      .def("close", &IndexedEngine::close, py::call_guard<py::gil_scoped_release>())
+      .def("outstanding", &IndexedEngine::outstanding)
+      .def("stats", [](const IndexedEngine& e) {
+        const IndexedEngineStats s = e.stats();
+        py::dict d;
+        d["batches"] = s.batches;
+        d["rows"] = s.rows;
+        d["bytes"] = s.bytes;
+        d["source_bytes_read"] = s.source_bytes_read;
+        d["submitted"] = s.submitted;
+        d["allocator"] = allocator_dict(s.allocator);
+        return d;
+      });
+}
 
 }  // namespace chute::bindings

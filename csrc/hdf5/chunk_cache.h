@@ -1,0 +1,76 @@
+// Decompressed chunks shared by all engine threads, bounded in bytes, least
+// recently used evicted first. Concurrent requests for a chunk that is being
+// decompressed wait for that one decompression instead of repeating it (two
+// threads splitting one sequential batch otherwise inflate every chunk twice).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace chute::h5 {
+
+struct ChunkKey {
+  uint64_t source = 0;  // which dataset (a unique id per H5RowSource)
+  uint64_t chunk = 0;   // (file index << 32) | chunk index
+  bool operator==(const ChunkKey& o) const { return source == o.source && chunk == o.chunk; }
+};
+
+struct ChunkKeyHash {
+  size_t operator()(const ChunkKey& k) const {
+    return std::hash<uint64_t>()(k.source * 0x9e3779b97f4a7c15ULL ^ k.chunk);
+  }
+};
+
+struct ChunkCacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t evictions = 0;
+  uint64_t bytes = 0;       // decompressed bytes held now
+  uint64_t capacity = 0;
+};
+
+class ChunkCache {
+ public:
+  using Data = std::shared_ptr<const std::vector<uint8_t>>;
+  using Loader = std::function<std::vector<uint8_t>()>;
+
+  explicit ChunkCache(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+
+  // The chunk for `key`, produced by `load` on a miss. A chunk larger than the
+  // whole cache is returned but not kept. A failed load is not cached: every
+  // waiter gets the exception, and a later request tries again.
+  Data get(const ChunkKey& key, const Loader& load);
+
+  ChunkCacheStats stats() const;
+
+ private:
+  struct Pending {
+    bool done = false;
+    Data data;
+    std::exception_ptr error;
+  };
+  struct Entry {
+    Data data;
+    std::list<ChunkKey>::iterator lru;
+  };
+  size_t capacity_;
+  mutable std::mutex mutex_;
+  std::condition_variable loaded_;
+  std::unordered_map<ChunkKey, Entry, ChunkKeyHash> entries_;
+  std::unordered_map<ChunkKey, std::shared_ptr<Pending>, ChunkKeyHash> pending_;
+  std::list<ChunkKey> lru_;  // front: most recent
+  size_t bytes_ = 0;
+  uint64_t hits_ = 0;
+  uint64_t misses_ = 0;
+  uint64_t evictions_ = 0;
+};
+
+}  // namespace chute::h5

@@ -1,0 +1,257 @@
+"""Map-style datasets whose rows the native engine gathers by index.
+
+`IndexedDataset` is the base of `H5Dataset` and `ArrayDataset`. It gives them
+torch's map-style protocol (`__len__`, `__getitem__`, and `__getitems__` so
+that torch's own DataLoader hands over whole index batches), and
+`iter_batches`, the entry point `chute.DataLoader` uses: index batches go down
+to native threads, finished batches come back in submission order as
+`{field: tensor[n, ...]}` whose memory the engine wrote once.
+
+Processes: native state (engine threads, open files, caches) belongs to the
+process that created it. A dataset copied into a forked or spawned worker
+(torch DataLoader with num_workers > 0) rebuilds its own lazily, and never
+touches — or destroys — the parent's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from chute import _core
+
+Batch = dict[str, torch.Tensor]
+
+# Native objects inherited through fork() from another process. Their threads
+# do not exist here and their locks may be held forever, so they must never
+# be used or destroyed (destroying an engine joins threads): they are parked
+# here for the life of the process.
+_ABANDONED: list[object] = []
+
+# How long one native wait lasts before Python regains control, so that
+# Ctrl-C and timeouts are noticed while the engine works.
+_WAIT_SLICE_S = 0.1
+
+
+class _ProcessState:
+    """Everything native a dataset holds in one process."""
+
+    def __init__(self, sources: list[Any], extra: dict[str, Any]) -> None:
+        self.pid = os.getpid()
+        self.sources = sources
+        self.extra = extra  # subclass-owned native/per-process objects
+        self.engine: Any = None  # the shared engine behind __getitem(s)__
+        self.lock = threading.Lock()
+        self.live: set[Any] = set()  # engines of running iter_batches
+
+
+class IndexedDataset(Dataset[Batch]):
+    """Base for map-style datasets read by the native engine.
+
+    Subclasses provide `_field_names()` (output order), `_open_native()`
+    (the native sources for the engine-read fields, built in this process)
+    and, for fields the engine cannot read, `_read_slow(name, indices)`.
+    """
+
+    _proc: _ProcessState | None
+    _num_threads: int
+    _totals: dict[str, int]
+
+    def _init_indexed(self, num_threads: int | None) -> None:
+        self._proc = None
+        self._num_threads = _default_threads() if num_threads is None else max(1, int(num_threads))
+        self._totals = {"batches": 0, "rows": 0, "bytes": 0, "slow_path_rows": 0}
+
+    # -- subclass hooks ------------------------------------------------------------
+
+    def _field_names(self) -> list[str]:
+        raise NotImplementedError
+
+    def _native_field_names(self) -> list[str]:
+        """Fields read by the engine, in the order of `_open_native()`'s sources."""
+        raise NotImplementedError
+
+    def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
+        raise NotImplementedError
+
+    def _read_slow(self, name: str, indices: np.ndarray) -> np.ndarray:
+        raise NotImplementedError(name)
+
+    def _native_stats(self, state: _ProcessState) -> dict[str, int]:
+        return {}
+
+    # -- process-local native state -------------------------------------------------
+
+    def _state(self) -> _ProcessState:
+        state = self._proc
+        if state is not None and state.pid == os.getpid():
+            return state
+        if state is not None:
+            _ABANDONED.append(state)
+        sources, extra = self._open_native()
+        self._proc = _ProcessState(sources, extra)
+        return self._proc
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_proc"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    # -- map-style protocol ------------------------------------------------------------
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> Batch:
+        n = len(self)
+        i = int(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} is out of range for a dataset of length {n}")
+        batch = self._read_batch(np.array([i], dtype=np.int64))
+        return {name: t[0] for name, t in batch.items()}
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Batch]:
+        """The whole index batch in one native call.
+
+        Returns what torch's default collate expects, a list of per-row dicts;
+        each row tensor is a view into the one batch the engine wrote, so the
+        only copy left is collate's stack.
+        """
+        batch = self._read_batch(self._as_indices(indices))
+        names = list(batch)
+        columns = [batch[name].unbind(0) for name in names]
+        return (
+            [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+            if names
+            else []
+        )
+
+    def _as_indices(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        # Python's negative indices; anything still out of range keeps its
+        # original value so the engine's error names what the caller passed.
+        return np.where((idx < 0) & (idx >= -n), idx + n, idx)
+
+    def _read_batch(self, idx: np.ndarray) -> Batch:
+        state = self._state()
+        with state.lock:
+            if state.engine is None:
+                threads = 1 if torch.utils.data.get_worker_info() is not None else self._num_threads
+                state.engine = _core.IndexedEngine(state.sources, threads, 1)
+            state.engine.submit(idx)
+            arrays = _wait(state.engine, 0.0)
+        return self._assemble(arrays, idx)
+
+    def _assemble(self, arrays: list[np.ndarray], idx: np.ndarray) -> Batch:
+        native = dict(zip(self._native_field_names(), arrays, strict=True))
+        out: Batch = {}
+        for name in self._field_names():
+            if name in native:
+                out[name] = torch.from_numpy(native[name])
+            else:
+                out[name] = torch.from_numpy(self._read_slow(name, idx))
+                self._totals["slow_path_rows"] += int(idx.size)
+        return out
+
+    # -- streaming -------------------------------------------------------------------------
+
+    def iter_batches(
+        self,
+        index_batches: Iterable[Sequence[int]],
+        num_threads: int,
+        prefetch: int,
+        timeout: float = 0,
+    ) -> Iterator[Batch]:
+        """Yields `{field: tensor[n, ...]}` for each index batch, in order.
+
+        Keeps up to `prefetch` batches submitted ahead of the consumer,
+        pulling index batches from `index_batches` lazily. `timeout` > 0
+        bounds the wait for one batch (TimeoutError). The engine is shut down
+        (threads joined) when the generator finishes, is closed, or is
+        collected — breaking out of a loop is enough.
+        """
+        prefetch = max(1, int(prefetch))
+        state = self._state()
+        engine = _core.IndexedEngine(state.sources, max(1, int(num_threads)), prefetch)
+        state.live.add(engine)
+        pending: deque[np.ndarray] = deque()
+        source = iter(index_batches)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < prefetch:
+                    try:
+                        indices = next(source)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    idx = self._as_indices(indices)
+                    engine.submit(idx)
+                    pending.append(idx)
+                if not pending:
+                    return
+                arrays = _wait(engine, float(timeout))
+                yield self._assemble(arrays, pending.popleft())
+        finally:
+            state.live.discard(engine)
+            self._add_totals(engine.stats())
+            engine.close()
+
+    # -- stats -------------------------------------------------------------------------------
+
+    def _add_totals(self, s: dict[str, Any]) -> None:
+        for key in ("batches", "rows", "bytes"):
+            self._totals[key] += int(s[key])
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this process: batches/rows/bytes delivered by
+        iter_batches and the batch reads, rows read through the slow path,
+        bytes taken from storage, and the source's own (chunk cache, files)."""
+        out: dict[str, Any] = dict(self._totals)
+        state = self._proc
+        if state is None or state.pid != os.getpid():
+            return out
+        engines = list(state.live) + ([state.engine] if state.engine is not None else [])
+        for engine in engines:
+            s = engine.stats()
+            for key in ("batches", "rows", "bytes"):
+                out[key] += int(s[key])
+        out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
+        out.update(self._native_stats(state))
+        return out
+
+
+def _wait(engine: Any, timeout: float) -> list[np.ndarray]:
+    """engine.next() in short native waits, so signals get handled between them."""
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while True:
+        slice_s = _WAIT_SLICE_S
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no batch within {timeout} s")
+            slice_s = min(slice_s, remaining)
+        arrays = engine.next(slice_s)
+        if arrays is not None:
+            return list(arrays)
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
