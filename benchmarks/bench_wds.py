@@ -68,7 +68,7 @@ def tiny_shards(n: int) -> list[str]:
                 "cls": i % 1000,
             }
 
-    paths = _write(directory, samples(), per_shard=10_000)
+    paths = _write(directory, samples(), per_shard=n // 20)
     marker.write_text(json.dumps(paths))
     return paths
 
@@ -92,7 +92,7 @@ def jpeg_shards(n: int) -> list[str]:
             Image.fromarray(pixels).save(out, format="JPEG", quality=90)
             yield {"__key__": f"img{i:07d}", "jpg": out.getvalue(), "cls": i % 10}
 
-    paths = _write(directory, samples(), per_shard=500)
+    paths = _write(directory, samples(), per_shard=n // 8)
     marker.write_text(json.dumps(paths))
     return paths
 

@@ -315,3 +315,48 @@ def test_empty_worker_raises_like_webdataset(tiny_shards: list[str]) -> None:
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
     with pytest.raises(ValueError, match="No samples found"):
         list(loader)
+
+
+def test_failing_pipe_command_reports_status_and_stderr(tiny_shards: list[str]) -> None:
+    urls = [f"pipe:cat {tiny_shards[0]}", "pipe:echo 'no such bucket' >&2; exit 7"]
+    ds = chute.WebDataset(urls, shardshuffle=False).to_tuple("__key__")
+    with pytest.raises(chute.ReadError, match=r"(?s)status 7.*no such bucket"):
+        list(ds)
+
+
+def test_stalled_pipe_times_out(tiny_shards: list[str]) -> None:
+    ds = chute.WebDataset(["pipe:sleep 20"], shardshuffle=False, pipe_timeout=0.5).to_tuple("__key__")
+    with pytest.raises(TimeoutError):
+        list(ds)
+
+
+def test_bad_npy_header_names_member(tmp_path: Any) -> None:
+    from conftest import tiny_samples, write_shards
+
+    samples: list[dict[str, object]] = []
+    for s in tiny_samples(6):
+        s["npy"] = npy(s["npy"])
+        samples.append(s)
+    samples[3]["npy"] = b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4',  " + b"\x00" * 40
+    urls = write_shards(tmp_path, samples, 6)
+    ds = chute.WebDataset(urls, shardshuffle=False).decode().to_tuple("npy", "cls").batched(2)
+    with pytest.raises(chute.DataError, match=r"member 'sample0000003.npy' at offset \d+"):
+        list(ds)
+    skipping = chute.WebDataset(urls, shardshuffle=False, handler=wds.ignore_and_continue)
+    batches = list(skipping.decode().to_tuple("npy", "cls").batched(2))
+    assert [len(c) for _, c in batches] == [2, 2, 1]
+
+
+def test_truncated_shard_names_offset(tiny_shards: list[str], tmp_path: Any) -> None:
+    data = open(tiny_shards[0], "rb").read()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[: len(data) // 2 + 100])
+    ds = chute.WebDataset([str(cut)], shardshuffle=False).decode().to_tuple("npy", "cls")
+    with pytest.raises(chute.DataError, match=r"cut.tar.*offset \d+"):
+        list(ds)
+
+
+def npy(array: Any) -> bytes:
+    from conftest import npy_bytes
+
+    return npy_bytes(array)

@@ -15,7 +15,7 @@ namespace chute {
 namespace {
 
 constexpr size_t kMaxSkipMessages = 1000;
-const std::string kNoWhere;  // decoders get context added by rethrow_with_context
+const std::string kNoWhere;  // decoders get context added by with_context
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -41,14 +41,17 @@ std::string member_location(const StreamPlan& plan, const EncodedSample& sample,
   return os.str();
 }
 
-// Runs fn; a chute::Error from it is rethrown with `location` in front, so
-// the decoders need not build a location string for every sample.
+// Runs fn; a chute::Error from it is rethrown with the location in front.
+// The location is built only on failure: formatting it for every sample
+// would cost more than decoding a small one.
 template <typename Fn>
-auto with_context(const std::string& location, Fn&& fn) -> decltype(fn()) {
+void with_context(const StreamPlan& plan, const EncodedSample& sample, const SampleMember& member,
+                  Fn&& fn) {
   try {
-    return fn();
+    fn();
   } catch (const Error& e) {
-    throw Error(e.kind(), location + ": " + e.message(), __FILE__, __LINE__);
+    throw Error(e.kind(), member_location(plan, sample, &member) + ": " + e.message(), __FILE__,
+                __LINE__);
   }
 }
 
@@ -247,7 +250,7 @@ void StreamEngine::probe(PlannedSample& sample) const {
     }
     const SampleMember& member = enc.members[static_cast<size_t>(p.member)];
     const uint8_t* data = enc.data.data() + member.data_begin;
-    with_context(member_location(plan_, enc, &member), [&] {
+    with_context(plan_, enc, member, [&] {
       switch (f.decoder) {
         case FieldDecoder::kImage: {
           const ImageInfo info = probe_image(data, member.data_size, kNoWhere);
@@ -562,7 +565,7 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
         out = column.items[i].data();
       }
       try {
-        with_context(member_location(plan_, s.encoded, &member), [&] {
+        with_context(plan_, s.encoded, member, [&] {
           switch (f.decoder) {
             case FieldDecoder::kImage:
               decode_image_row(f, data, member.data_size, p.height, p.width,
