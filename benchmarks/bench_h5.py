@@ -14,7 +14,7 @@ printed as a table and saved to benchmarks/results/h5.json.
     fed by torch's RandomSampler/SequentialSampler + BatchSampler.
     Slow baselines are timed on a prefix of the epoch (at least 3 s).
 (b) 4,000 rows x 15,724 float32 (63 KB, fMRI-like), batch 32, against the
-    page-cache read bandwidth of the same file (large preads, warm cache).
+    page-cache read bandwidth of the same file (dd bs=1M, warm cache, best of 3).
 (c) ArrayDataset vs TensorDataset + DataLoader, 100,000 x 768 float32
     embedding table, random batches of 32: ms per batch.
 """
@@ -115,7 +115,6 @@ def _index_batches(n: int, batch: int, shuffle: bool, seed: int = 0):
 
 
 def run_config(cfg: dict) -> dict:
-    import numpy as np
     import torch
 
     torch.set_num_threads(1)
@@ -168,37 +167,17 @@ def run_config(cfg: dict) -> dict:
     elif kind == "pagecache":
         path = cfg["path"]
         size = os.path.getsize(path)
-        from concurrent.futures import ThreadPoolExecutor
-
-        threads = cfg.get("threads", 1)
-        block = 1 << 20  # large reads into a buffer that stays in cache, as batches do
-        bufs = [np.empty(block, dtype=np.uint8) for _ in range(threads)]
-        fd = os.open(path, os.O_RDONLY)
-        try:
-
-            def sweep(t: int) -> int:
-                # thread t reads blocks t, t + threads, ...
-                view = memoryview(bufs[t])
-                total = 0
-                offset = t * block
-                while offset < size:
-                    got = os.preadv(fd, [view], offset)
-                    if got <= 0:
-                        break
-                    total += got
-                    offset += threads * block
-                return total
-
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(sweep, range(threads)))  # warm
-                rows = 0
-                nbytes = 0
-                start = time.perf_counter()
-                for _ in range(cfg.get("epochs", 3)):
-                    nbytes += sum(pool.map(sweep, range(threads)))
-                elapsed = time.perf_counter() - start
-        finally:
-            os.close(fd)
+        # Native sequential 1 MiB reads (dd) of the warm file: what the OS can
+        # hand over from the page cache to one thread. (A Python preadv loop
+        # measured 2-3x lower here, so it would flatter chute.)
+        cmd = ["dd", f"if={path}", "of=/dev/null", "bs=1M"]
+        subprocess.run(cmd, capture_output=True, check=True)  # warm
+        best = float("inf")
+        for _ in range(cfg.get("epochs", 3)):
+            t0 = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, check=True)
+            best = min(best, time.perf_counter() - t0)
+        rows, nbytes, elapsed = 0, size, best
     elif kind in ("tensordataset", "arraydataset"):
         from torch.utils.data import DataLoader, TensorDataset
 
@@ -298,8 +277,7 @@ def configs(files: dict[str, str], quick: bool) -> list[dict]:
                 epochs=3,
             )
         )
-    for threads in (1, 2):
-        out.append(dict(group="b", kind="pagecache", threads=threads, path=files["b"], epochs=3))
+    out.append(dict(group="b", kind="pagecache", threads=1, path=files["b"], epochs=3))
     rows_c = 20_000 if quick else 100_000
     for kind, threads in (("tensordataset", 0), ("arraydataset", 1), ("arraydataset", 2)):
         out.append(
@@ -380,7 +358,7 @@ def main() -> None:
         summary[f"a_{comp}_shuffle_speedup"] = round(ours / base, 1) if base else None
     page = [r for r in results if r["config"]["kind"] == "pagecache"]
     if page:
-        bw = max(r["mb_per_s"] for r in page)  # the better of 1 and 2 reading threads
+        bw = page[0]["mb_per_s"]
         for shuffle in (True, False):
             ours = [
                 r["mb_per_s"]
