@@ -44,6 +44,7 @@ struct BatchAllocator::Pool {
   size_t max_cached_bytes;
   size_t cached_bytes = 0;
   bool closed = false;
+  bool track_new_arenas = false;
   std::map<size_t, std::vector<uint8_t*>> free_lists;
   std::vector<std::pair<void*, size_t>> new_arenas;
   AllocatorStats stats;
@@ -90,7 +91,7 @@ std::shared_ptr<Block> BatchAllocator::allocate(size_t bytes) {
     if (pool_->stats.bytes_reserved > pool_->stats.peak_bytes_reserved) {
       pool_->stats.peak_bytes_reserved = pool_->stats.bytes_reserved;
     }
-    pool_->new_arenas.emplace_back(data, size);
+    if (pool_->track_new_arenas) pool_->new_arenas.emplace_back(data, size);
   }
   {
     std::lock_guard<std::mutex> lock(pool_->mutex);
@@ -110,6 +111,11 @@ std::shared_ptr<Block> BatchAllocator::allocate(size_t bytes) {
 AllocatorStats BatchAllocator::stats() const {
   std::lock_guard<std::mutex> lock(pool_->mutex);
   return pool_->stats;
+}
+
+void BatchAllocator::set_track_new_arenas(bool track) {
+  std::lock_guard<std::mutex> lock(pool_->mutex);
+  pool_->track_new_arenas = track;
 }
 
 std::vector<std::pair<void*, size_t>> BatchAllocator::take_new_arenas() {

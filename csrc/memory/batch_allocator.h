@@ -52,8 +52,10 @@ class BatchAllocator {
 
   AllocatorStats stats() const;
 
-  // Arenas created since the last call, so the Python side can page-lock
-  // (cudaHostRegister) them once, right after they are made.
+  // With tracking on (only when batches are to be pinned), take_new_arenas()
+  // returns the arenas created since its last call, so the Python side can
+  // page-lock (cudaHostRegister) each once, right after it is made.
+  void set_track_new_arenas(bool track);
   std::vector<std::pair<void*, size_t>> take_new_arenas();
 
  private:
