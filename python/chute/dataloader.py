@@ -22,6 +22,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import default_collate, default_convert
 
+from chute.shards import rank_and_world_size
 from chute.webdataset import WebDataset
 
 logger = logging.getLogger("chute")
@@ -39,7 +40,13 @@ def _native_kind(dataset: object) -> str | None:
 
 
 class DataLoader:
-    """Same arguments as ``torch.utils.data.DataLoader``."""
+    """Same arguments as ``torch.utils.data.DataLoader``, plus:
+
+    - ``distributed``: partition a map-style dataset across ranks exactly as
+      ``torch.utils.data.DistributedSampler(shuffle=shuffle, seed=seed,
+      drop_last=drop_last)`` does; call ``set_epoch`` each epoch.
+    - ``seed``: the DistributedSampler seed.
+    """
 
     def __init__(
         self,
@@ -61,8 +68,26 @@ class DataLoader:
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
+        distributed: bool = False,
+        seed: int = 0,
     ) -> None:
         global _told_fallback
+        if distributed and _native_kind(dataset) != "stream":
+            # The partition of torch's DistributedSampler, by construction: rank
+            # and world size from torch.distributed, else RANK/WORLD_SIZE.
+            if sampler is not None or batch_sampler is not None:
+                raise ValueError("distributed=True builds its own sampler; pass sampler= instead")
+            rank, world_size = rank_and_world_size()
+            sampler = torch.utils.data.DistributedSampler(
+                dataset,
+                num_replicas=world_size,
+                rank=rank,
+                shuffle=bool(shuffle),
+                seed=seed,
+                drop_last=drop_last,
+            )
+            shuffle = None
+        self.distributed = distributed
         self._torch = torch.utils.data.DataLoader(
             dataset,
             batch_size=batch_size,
