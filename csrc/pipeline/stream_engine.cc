@@ -123,36 +123,22 @@ void decode_image_row(const FieldPlan& f, const uint8_t* data, size_t size, int 
   int w = width;
   Rng rng(crop_seed);
   if (spec.out_height > 0) {
-    // Scale so the image covers the output window, then crop. With no crop
-    // mode, scale straight to the output size (aspect ratio not kept).
-    int rh = spec.out_height;
-    int rw = spec.out_width;
-    if (spec.crop != CropMode::kNone) {
-      const double scale = std::max(static_cast<double>(spec.out_height) / height,
-                                    static_cast<double>(spec.out_width) / width);
-      rh = std::max(spec.out_height, static_cast<int>(height * scale + 0.5));
-      rw = std::max(spec.out_width, static_cast<int>(width * scale + 0.5));
-    }
-    if (rh != h || rw != w) {
-      resized.resize(static_cast<size_t>(rh) * rw * c);
-      resize_bilinear(src, h, w, c, resized.data(), rh, rw);
+    const ImageSize target = resize_target(height, width, spec);
+    if (target.height != h || target.width != w) {
+      resized.resize(static_cast<size_t>(target.height) * target.width * c);
+      resize_bilinear(src, h, w, c, resized.data(), target.height, target.width);
       src = resized.data();
-      h = rh;
-      w = rw;
+      h = target.height;
+      w = target.width;
     }
   }
   int crop_y = 0;
   int crop_x = 0;
-  if (spec.out_height > 0) {
-    const int spare_y = h - spec.out_height;
-    const int spare_x = w - spec.out_width;
-    if (spec.crop == CropMode::kRandom) {
-      crop_y = static_cast<int>(rng.below(static_cast<uint64_t>(spare_y) + 1));
-      crop_x = static_cast<int>(rng.below(static_cast<uint64_t>(spare_x) + 1));
-    } else {
-      crop_y = spare_y / 2;
-      crop_x = spare_x / 2;
-    }
+  if (spec.crop == CropMode::kRandom && spec.out_height > 0) {
+    crop_y = static_cast<int>(rng.below(static_cast<uint64_t>(h - spec.out_height) + 1));
+    crop_x = static_cast<int>(rng.below(static_cast<uint64_t>(w - spec.out_width) + 1));
+  } else {
+    center_crop_origin(h, w, spec, &crop_y, &crop_x);
   }
   const bool flip = spec.random_flip && (rng.next() & 1);
   write_image_output(src, h, w, spec, crop_y, crop_x, flip, out);
