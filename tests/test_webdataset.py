@@ -325,7 +325,9 @@ def test_failing_pipe_command_reports_status_and_stderr(tiny_shards: list[str]) 
 
 
 def test_stalled_pipe_times_out(tiny_shards: list[str]) -> None:
-    ds = chute.WebDataset(["pipe:sleep 20"], shardshuffle=False, pipe_timeout=0.5).to_tuple("__key__")
+    ds = chute.WebDataset(["pipe:sleep 20"], shardshuffle=False, pipe_timeout=0.5).to_tuple(
+        "__key__"
+    )
     with pytest.raises(TimeoutError):
         list(ds)
 

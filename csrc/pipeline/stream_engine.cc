@@ -160,6 +160,7 @@ StreamEngine::StreamEngine(StreamPlan plan)
       CHUTE_CHECK(f.image.out_width > 0, kUsage, "field '" << f.name << "': output size needs both height and width");
     }
   }
+  allocator_.set_pin_hooks(plan_.pin);
   // More streams than shards would leave streams empty; never more than shards.
   const int streams = std::min<int>(plan_.num_streams, static_cast<int>(plan_.urls.size()));
   for (int s = 0; s < streams; ++s) {
@@ -185,7 +186,10 @@ void StreamEngine::close() {
 
 OrderedResults::Status StreamEngine::next(Batch* out, double timeout_s) {
   OrderedResults::Status status = results_.next(out, timeout_s);
-  if (status == OrderedResults::Status::kBatch) batches_.fetch_add(1);
+  if (status == OrderedResults::Status::kBatch) {
+    batches_.fetch_add(1);
+    samples_yielded_.fetch_add(static_cast<uint64_t>(out->size));
+  }
   return status;
 }
 
@@ -394,7 +398,8 @@ void StreamEngine::run_assembler() {
   std::vector<bool> ended(streams, false);
   std::vector<size_t> active(streams);
   std::iota(active.begin(), active.end(), 0);
-  int64_t sequence = 0;
+  int64_t sequence = 0;  // batches delivered
+  int64_t formed = 0;    // batches formed, including skipped ones
   size_t turn = 0;
   const size_t batch_size = static_cast<size_t>(plan_.batch_size);
   auto fail = [&](std::exception_ptr error) {
@@ -405,7 +410,7 @@ void StreamEngine::run_assembler() {
   };
   try {
     while (!active.empty() && !closed_.load() &&
-           (plan_.max_batches < 0 || sequence < plan_.max_batches)) {
+           (plan_.max_batches < 0 || formed < plan_.max_batches)) {
       const size_t slot = turn % active.size();
       const size_t s = active[slot];
       BatchTask task;
@@ -445,10 +450,13 @@ void StreamEngine::run_assembler() {
       }
       const bool full = task.samples.size() == batch_size;
       if (full || (plan_.partial && !task.samples.empty())) {
-        if (!results_.wait_for_slot(sequence)) return;
-        task.sequence = sequence++;
-        samples_batched_.fetch_add(task.samples.size());
-        if (!tasks_.push(std::move(task))) return;
+        task.absolute = formed++;
+        if (task.absolute >= plan_.skip_batches) {
+          if (!results_.wait_for_slot(sequence)) return;
+          task.sequence = sequence++;
+          samples_batched_.fetch_add(task.samples.size());
+          if (!tasks_.push(std::move(task))) return;
+        }
       }
       if (ended[s] && pending[s].empty()) {
         active.erase(active.begin() + static_cast<std::ptrdiff_t>(slot));
@@ -556,7 +564,7 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
             case FieldDecoder::kImage:
               decode_image_row(f, data, member.data_size, p.height, p.width,
                                derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
-                                            static_cast<uint64_t>(task.sequence), i, fi}),
+                                            static_cast<uint64_t>(task.absolute), i, fi}),
                                out);
               break;
             case FieldDecoder::kNpy:
@@ -638,6 +646,7 @@ StreamStats StreamEngine::stats() const {
   s.samples_skipped = samples_skipped_.load();
   s.samples_batched = samples_batched_.load();
   s.batches = batches_.load();
+  s.samples_yielded = samples_yielded_.load();
   s.encoded_bytes = encoded_bytes_.load();
   s.read_ns = read_ns_.load();
   s.decode_ns = decode_ns_.load();

@@ -40,6 +40,7 @@ struct StreamStats {
   uint64_t samples_skipped = 0;  // dropped under the skip policy
   uint64_t samples_batched = 0;  // placed in a batch
   uint64_t batches = 0;          // batches handed to the consumer
+  uint64_t samples_yielded = 0;  // rows of those batches
   uint64_t encoded_bytes = 0;    // payload bytes read
   uint64_t read_ns = 0;          // stream threads: reading + parsing + probing
   uint64_t decode_ns = 0;        // decode threads, summed
@@ -88,7 +89,8 @@ class StreamEngine {
     bool end = false;
   };
   struct BatchTask {
-    int64_t sequence = 0;
+    int64_t sequence = 0;  // delivery order
+    int64_t absolute = 0;  // position in the epoch, counting skipped (resumed) batches
     std::vector<PlannedSample> samples;
   };
 
@@ -113,7 +115,7 @@ class StreamEngine {
   std::deque<std::string> skip_messages_;
 
   std::atomic<uint64_t> shards_opened_{0}, samples_read_{0}, samples_skipped_{0},
-      samples_batched_{0}, batches_{0}, encoded_bytes_{0}, read_ns_{0}, decode_ns_{0},
+      samples_batched_{0}, batches_{0}, samples_yielded_{0}, encoded_bytes_{0}, read_ns_{0}, decode_ns_{0},
       shuffle_bytes_{0}, shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
 
   ThreadGroup threads_;  // last: joined before the members above are destroyed

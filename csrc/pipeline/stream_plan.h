@@ -10,6 +10,7 @@
 #include "decode/image_decoder.h"
 #include "image/transform.h"
 #include "io/byte_source.h"
+#include "memory/batch_allocator.h"
 
 namespace chute {
 
@@ -58,8 +59,12 @@ struct StreamPlan {
   int64_t batch_size = 1;
   bool partial = true;         // emit a short last batch
   int64_t max_batches = -1;    // stop after this many batches (-1: when the data ends)
+  // Resume: the first skip_batches batches of the epoch are formed (so the
+  // order is the same) but not decoded or delivered.
+  int64_t skip_batches = 0;
 
   ErrorPolicy on_error = ErrorPolicy::kRaise;
+  PinHooks pin;  // page-lock batch memory (see memory/batch_allocator.h)
 };
 
 }  // namespace chute

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from chute.handlers import (
     reraise_exception,
     warn_and_continue,
 )
+from chute.pinning import pin_hooks
 from chute.shards import (
     Splitter,
     apply_splitter,
@@ -71,6 +73,7 @@ class _EngineSettings:
     threads: int
     prefetch: int | None
     timeout: float
+    pin_memory: bool = False
 
 
 @dataclass
@@ -85,6 +88,11 @@ class _CompiledPipeline:
     partial: bool
     python_stages: list[_Stage]
     shuffle: tuple[int, int, int] | None  # capacity, initial, seed
+
+
+# Python stages that hold items across calls: a mid-epoch checkpoint cannot
+# replay them exactly.
+_STATEFUL_PYTHON_STAGES = frozenset({"batched", "unbatched", "shuffle", "compose"})
 
 
 def _handler_policy(handler: Handler) -> Any:
@@ -188,7 +196,11 @@ class WebDataset(IterableDataset[Any]):
         self.nominal_length: int | None = None  # with_length
         self._epoch = 0
         self._epoch_set = False
-        self._last_stats: dict[str, Any] = {}
+        self._finished_stats: dict[str, Any] = {}
+        self._live: _LiveIteration | None = None
+        self._position: _Position | None = None  # of the current iteration
+        self._resume: _Position | None = None
+        self._python_stages: list[_Stage] = []
 
     # ------------------------------------------------------------------ fluent API
 
@@ -307,8 +319,48 @@ class WebDataset(IterableDataset[Any]):
         self._epoch_set = True
 
     def stats(self) -> dict[str, Any]:
-        """Figures of the latest iteration (see README, "Stats")."""
-        return dict(self._last_stats)
+        """Figures of the running (else the latest) iteration: the engine's
+        counters (samples read, skipped, yielded; busy seconds of the read and
+        decode stages; bytes; shuffle-buffer and batch-memory bytes, current
+        and peak; batches waiting), plus ``python_items`` (items through
+        Python stages, the slow path) and ``wait_seconds`` (time the consumer
+        spent waiting for the engine)."""
+        live = self._live
+        if live is None:
+            return dict(self._finished_stats)
+        return {
+            **live.engine.stats(),
+            "python_items": live.python_items,
+            "wait_seconds": live.wait_seconds,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the current iteration stands; ``load_state_dict`` makes the
+        next iteration resume right after it, with the same order. Before any
+        iteration, or after one ended, it names the start of the next epoch."""
+        p = self._position
+        if p is None:
+            return {"epoch": self._epoch, "batches": 0, "rows": 0, "shuffle_seed": None}
+        stateful = [s.kind for s in self._python_stages if s.kind in _STATEFUL_PYTHON_STAGES]
+        if stateful:
+            raise ValueError(
+                f"cannot checkpoint mid-epoch: stages {stateful} run in Python and keep state; "
+                "put .batched()/.shuffle() where the engine runs them (before any .map)"
+            )
+        return {
+            "epoch": p.epoch,
+            "batches": p.batches,
+            "rows": p.rows,
+            "shuffle_seed": p.shuffle_seed,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resume = _Position(
+            epoch=int(state["epoch"]),
+            shuffle_seed=state.get("shuffle_seed"),
+            batches=int(state["batches"]),
+            rows=int(state["rows"]),
+        )
 
     # ------------------------------------------------------------------ compilation
 
@@ -322,7 +374,9 @@ class WebDataset(IterableDataset[Any]):
                 return list(samples)
         return []
 
-    def _compile(self, urls: list[str]) -> _CompiledPipeline:
+    def _compile(
+        self, urls: list[str], shuffle_seed_override: int | None = None
+    ) -> _CompiledPipeline:
         stages = list(self.stages)
         position = 0
         shuffle: tuple[int, int, int] | None = None
@@ -342,7 +396,9 @@ class WebDataset(IterableDataset[Any]):
                 initial = min(int(stage.kwargs["initial"]), size)
                 rng = stage.kwargs["rng"]
                 seed = stage.kwargs["seed"]
-                if rng is not None:
+                if shuffle_seed_override is not None:
+                    shuffle_seed = shuffle_seed_override
+                elif rng is not None:
                     shuffle_seed = rng.getrandbits(63)
                 elif seed is not None:
                     shuffle_seed = int(seed)
@@ -510,6 +566,7 @@ class WebDataset(IterableDataset[Any]):
         threads: int | None = None,
         prefetch: int | None = None,
         timeout: float | None = None,
+        pin_memory: bool = False,
     ) -> Iterator[Any]:
         """One epoch, with the engine settings overridden for this iteration
         (``chute.DataLoader`` passes its ``num_workers`` here as threads)."""
@@ -521,6 +578,10 @@ class WebDataset(IterableDataset[Any]):
                     "Turn off using empty_check=False in the WebDataset constructor."
                 )
             return iter(())
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            self._epoch = resume.epoch
+            self._epoch_set = False
         epoch = self._epoch
         if not self._epoch_set:
             self._epoch += 1
@@ -529,10 +590,21 @@ class WebDataset(IterableDataset[Any]):
             threads=max(1, threads if threads is not None else self.threads),
             prefetch=prefetch if prefetch is not None else self.prefetch,
             timeout=timeout if timeout is not None else self.timeout,
+            pin_memory=pin_memory,
         )
-        compiled = self._compile(urls)
+        compiled = self._compile(urls, resume.shuffle_seed if resume is not None else None)
+        self._python_stages = compiled.python_stages
+        # The position exists from here, before the engine starts, so a
+        # checkpoint taken before the first item names this epoch.
+        self._position = _Position(
+            epoch=epoch,
+            shuffle_seed=compiled.shuffle[2] if compiled.shuffle else None,
+            batches=resume.batches if resume is not None else 0,
+        )
         rank, _ = rank_and_world_size()
-        items: Iterator[Any] = self._native_items(compiled, urls, worker, rank, epoch, settings)
+        items: Iterator[Any] = self._native_items(
+            compiled, urls, worker, rank, epoch, settings, resume
+        )
         for stage in compiled.python_stages:
             items = _apply_python_stage(stage, items, self._python_counter)
         if self.epoch_items > 0 and not self._native_epoch_cap(compiled):
@@ -543,7 +615,8 @@ class WebDataset(IterableDataset[Any]):
         return not compiled.python_stages and compiled.batch_size is not None
 
     def _python_counter(self, n: int) -> None:
-        self._last_stats["python_items"] = self._last_stats.get("python_items", 0) + n
+        if self._live is not None:
+            self._live.python_items += n
 
     def _make_plan(
         self,
@@ -605,27 +678,110 @@ class WebDataset(IterableDataset[Any]):
         rank: int,
         epoch: int,
         settings: _EngineSettings,
+        resume: _Position | None,
     ) -> Iterator[Any]:
         plan = self._make_plan(compiled, urls, worker, rank, epoch, settings)
+        position = self._position
+        assert position is not None
+        skip_rows = 0
+        if resume is not None:
+            plan.skip_batches = resume.batches
+            skip_rows = resume.rows
+        copy_to_pinned = settings.pin_memory and not _apply_pin_hooks(plan)
         handler = self._effective_handler()
         engine = _core.StreamEngine(plan)
-        self._last_stats = {"python_items": 0}
+        self._live = _LiveIteration(engine)
         converter = _BatchConverter(compiled, urls)
         try:
+            live = self._live
             while True:
-                batch = engine.next(settings.timeout)
+                started = time.perf_counter()
+                batch = _next_batch(engine, settings.timeout)
+                live.wait_seconds += time.perf_counter() - started
                 stop = _report_skips(engine, handler)
                 if batch is None:
                     break
                 if compiled.batch_size is not None:
-                    yield converter.batch(batch)
+                    position.batches += 1
+                    out = converter.batch(batch)
+                    yield _pin_copy(out) if copy_to_pinned else out
                 else:
-                    yield from converter.rows(batch)
+                    for i, row in enumerate(converter.rows(batch)):
+                        if i < skip_rows:
+                            continue
+                        position.rows = i + 1
+                        yield row
+                    skip_rows = 0
+                    position.batches += 1
+                    position.rows = 0
                 if stop:
                     break
         finally:
             engine.close()
-            self._last_stats.update(engine.stats())
+            live = self._live
+            self._finished_stats = {
+                **engine.stats(),
+                "python_items": live.python_items,
+                "wait_seconds": live.wait_seconds,
+            }
+            self._live = None
+            self._position = None
+
+
+@dataclass
+class _Position:
+    """Where an iteration stands: enough to replay it up to here."""
+
+    epoch: int
+    shuffle_seed: int | None
+    batches: int = 0  # engine batches fully handed out
+    rows: int = 0  # rows handed out of the next one (unbatched pipelines)
+
+
+@dataclass
+class _LiveIteration:
+    engine: Any
+    python_items: int = 0
+    wait_seconds: float = 0.0
+
+
+# The engine's wait is cut into slices so that Python notices Ctrl-C.
+_WAIT_SLICE_S = 0.1
+
+
+def _next_batch(engine: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while True:
+        slice_s = _WAIT_SLICE_S
+        if deadline is not None:
+            slice_s = min(slice_s, max(deadline - time.monotonic(), 1e-3))
+        batch = engine.next(slice_s)
+        if batch is not False:
+            return batch
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"no batch within {timeout:g} seconds")
+
+
+def _apply_pin_hooks(plan: Any) -> bool:
+    """Pins batch memory in the engine; False when CUDA is there but the
+    runtime's functions were not found (the caller then copies)."""
+    hooks = pin_hooks()
+    if hooks is not None:
+        plan.set_pin_hooks(*hooks)
+        return True
+    return not torch.cuda.is_available()
+
+
+def _pin_copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.pin_memory()
+    if isinstance(value, tuple):
+        return tuple(_pin_copy(v) for v in value)
+    if isinstance(value, list):
+        return [_pin_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _pin_copy(v) for k, v in value.items()}
+    return value
 
 
 def _local_path(url: str) -> str | None:
