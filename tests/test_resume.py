@@ -6,11 +6,10 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
+import chute
 import numpy as np
 import pytest
 import torch
-
-import chute
 
 
 def shuffled_pipeline(urls: list[str]) -> chute.WebDataset:

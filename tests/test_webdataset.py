@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from pathlib import Path
 from typing import Any
 
 import chute
@@ -350,7 +351,7 @@ def test_bad_npy_header_names_member(tmp_path: Any) -> None:
 
 
 def test_truncated_shard_names_offset(tiny_shards: list[str], tmp_path: Any) -> None:
-    data = open(tiny_shards[0], "rb").read()
+    data = Path(tiny_shards[0]).read_bytes()
     cut = tmp_path / "cut.tar"
     cut.write_bytes(data[: len(data) // 2 + 100])
     ds = chute.WebDataset([str(cut)], shardshuffle=False).decode().to_tuple("npy", "cls")
