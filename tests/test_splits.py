@@ -52,6 +52,17 @@ def test_splits_rows_and_defaults(tmp_path, idx_format):
     batch = next(iter(val))
     np.testing.assert_array_equal(batch["x"].numpy(), x[order["val"][:8]])
     assert batch["x"].dtype == torch.float32 and batch["y"].dtype == torch.int64
+    # The dataset is a view of the split: row i is the index file's i-th row.
+    view = val.dataset
+    assert len(view) == 20
+    assert int(view[3]["y"]) == 10 * int(order["val"][3])
+    assert int(view[-1]["y"]) == 10 * int(order["val"][-1])
+    assert [int(r["y"]) for r in view.__getitems__([0, 5])] == [
+        10 * int(order["val"][0]),
+        10 * int(order["val"][5]),
+    ]
+    with pytest.raises(IndexError, match="out of range for a dataset of length 20"):
+        view[20]
 
     test = chute.create_loader(root, "test", batch_size=5, drop_last=True)
     assert len(test) == 2 and rows(test) == order["test"][:10].tolist()
