@@ -221,3 +221,24 @@ def test_mixed_dataset_errors():
     mixed = chute.MixedDataset([table(3, 0), narrow])
     with pytest.raises(ValueError, match="field 'v'"):
         mixed.__getitems__([0, 4])
+
+
+def test_mixed_dataset_of_array_and_h5(tmp_path):
+    import h5py
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((40, 3)).astype(np.float32)
+    with h5py.File(tmp_path / "b.h5", "w") as f:
+        f.create_dataset("x", data=x, chunks=(8, 3), compression="gzip", shuffle=True)
+        f.create_dataset("y", data=np.arange(100, 140, dtype=np.int64))
+    a = chute.ArrayDataset(x=-x[:10], y=np.arange(10, dtype=np.int64))
+    b = chute.H5Dataset(str(tmp_path / "b.h5"), fields=["x", "y"])
+    mixed = chute.MixedDataset([a, b])
+    sampler = mixed.curriculum({0: 1, 1: 1}, num_samples=200, seed=3)
+    ours = list(chute.DataLoader(mixed, batch_size=16, sampler=sampler, num_workers=2))
+    ref = torch.utils.data.ConcatDataset([a, b])
+    theirs = list(torch.utils.data.DataLoader(ref, batch_size=16, sampler=list(sampler)))
+    assert len(ours) == len(theirs) == 13
+    for o, t in zip(ours, theirs, strict=True):
+        assert torch.equal(o["x"], t["x"]) and torch.equal(o["y"], t["y"])
+    assert mixed.stats()["rows"] == 200

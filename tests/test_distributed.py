@@ -193,6 +193,16 @@ def test_torchrun_two_ranks_map_style(tmp_path):
         assert not set(seen[0]) & set(seen[1])
         assert sorted(seen[0] + seen[1]) == list(range(n))
     assert ranks[0]["epochs"]["0"] != ranks[0]["epochs"]["1"]  # set_epoch reshuffled
+    # Curriculum under DDP: one global draw, dealt to the ranks in turn.
+    for epoch in ("0", "1"):
+        cur = [r["curriculum"][epoch] for r in ranks]
+        assert cur[0]["global"] == cur[1]["global"]
+        seen = [[i for b in c["batches"] for i in b] for c in cur]
+        assert len(seen[0]) == len(seen[1]) == 20
+        assert seen[0] == cur[0]["global"][0::2] and seen[1] == cur[0]["global"][1::2]
+        assert not set(seen[0]) & set(seen[1])
+    high = [sum(i >= n // 2 for i in ranks[0]["curriculum"][e]["global"]) for e in ("0", "1")]
+    assert high == [0, 30]  # epoch 1's schedule: 3/4 of 40 from "high"
 
 
 @pytest.mark.slow

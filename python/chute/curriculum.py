@@ -71,7 +71,8 @@ class Curriculum(Sampler[int]):
 
     `len(sampler)` is this rank's count. Use it as `sampler=` of
     torch's or chute's DataLoader; `loader.set_epoch(e)` reaches it (with
-    torch's loader, call `sampler.set_epoch(e)`).
+    torch's loader, call `sampler.set_epoch(e)`). It splits by rank itself:
+    do not also pass `distributed=True` or wrap it in a DistributedSampler.
     """
 
     def __init__(

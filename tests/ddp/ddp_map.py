@@ -24,9 +24,31 @@ def main() -> None:
     for epoch in (0, 1):
         loader.set_epoch(epoch)
         epochs[epoch] = [b["idx"].tolist() for b in loader]
+    # A Curriculum takes rank and world size from torch.distributed itself.
+    curriculum = chute.Curriculum(
+        {"low": np.arange(n // 2), "high": np.arange(n // 2, n)},
+        [{"low": 1, "high": 0}, {"low": 1, "high": 3}],
+        num_samples=40,
+        replacement=False,
+        seed=2,
+    )
+    cur_loader = chute.DataLoader(ds, batch_size=8, sampler=curriculum)
+    cur_epochs = {}
+    for epoch in (0, 1):
+        cur_loader.set_epoch(epoch)
+        cur_epochs[epoch] = {
+            "batches": [b["idx"].tolist() for b in cur_loader],
+            "global": curriculum.global_order(epoch).tolist(),
+        }
     (out_dir / f"rank{rank}.json").write_text(
         json.dumps(
-            {"rank": rank, "world": dist.get_world_size(), "len": len(loader), "epochs": epochs}
+            {
+                "rank": rank,
+                "world": dist.get_world_size(),
+                "len": len(loader),
+                "epochs": epochs,
+                "curriculum": cur_epochs,
+            }
         )
     )
     dist.barrier()
