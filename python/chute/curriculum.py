@@ -22,6 +22,7 @@ one draw and equal lengths, and DDP never waits on a short rank.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -402,7 +403,7 @@ class MixedDataset(IndexedDataset):
 
         prefetch = max(1, int(prefetch))
         engines: dict[int, Any] = {}
-        pending: list[tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]] = []
+        pending: deque[tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]] = deque()
         source = iter(index_batches)
         exhausted = False
         try:
@@ -425,7 +426,7 @@ class MixedDataset(IndexedDataset):
                     pending.append((int(idx.size), split))
                 if not pending:
                     return
-                n, split = pending.pop(0)
+                n, split = pending.popleft()
                 parts = []
                 for d, pos, local in split:
                     arrays = _wait(engines[d], float(timeout))

@@ -59,7 +59,9 @@ def create_loader(
     - `distributed=True` partitions the split's rows across ranks exactly as
       `DistributedSampler(shuffle=train, seed=seed, drop_last=drop_last)`
       over the split (rank and world size from torch.distributed, else
-      RANK/WORLD_SIZE).
+      RANK/WORLD_SIZE). As with DistributedSampler, val/test splits whose
+      length is not a multiple of the world size are padded with repeated
+      rows (unless `drop_last=True`); reduce metrics accordingly.
     - `pin_memory` is applied only when CUDA is available: without it torch
       warns that pinning does nothing, and there is nothing to pin for.
     - `set_epoch(epoch)` is applied; call `loader.set_epoch(e)` for later
