@@ -166,7 +166,8 @@ class Curriculum(Sampler[int]):
             flat = np.concatenate(self._members)
             # A uniform member of each drawn group, in one vectorised step.
             pick = (rng.random(n) * sizes[group]).astype(np.int64)
-            return flat[starts[group] + np.minimum(pick, sizes[group] - 1)]
+            drawn: np.ndarray = flat[starts[group] + np.minimum(pick, sizes[group] - 1)]
+            return drawn
         counts = _apportion(n, shares)
         parts: list[np.ndarray] = []
         for name, members, count in zip(self._names, self._members, counts, strict=True):
@@ -234,6 +235,7 @@ def _as_index_array(name: GroupKey, value: Any) -> np.ndarray:
 
 
 def _weights_at(schedule: Schedule, epoch: int) -> Mapping[GroupKey, float]:
+    out: Any
     if callable(schedule):
         out = schedule(epoch)
     elif isinstance(schedule, Mapping):
@@ -259,7 +261,7 @@ def _weights_at(schedule: Schedule, epoch: int) -> Mapping[GroupKey, float]:
 def _apportion(n: int, shares: np.ndarray) -> np.ndarray:
     """Integer counts summing to n, proportional to shares (largest remainders)."""
     exact = shares * n
-    counts = np.floor(exact).astype(np.int64)
+    counts: np.ndarray = np.floor(exact).astype(np.int64)
     short = n - int(counts.sum())
     if short > 0:
         # Ties go to the earlier group (stable sort) so counts are deterministic.

@@ -30,7 +30,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -155,7 +155,7 @@ def _load_field(path: Path) -> np.ndarray | torch.Tensor | str:
 def _index_file(root: Path, split: str, config: dict[str, Any]) -> Path:
     splits = config.get("splits") or {}
     if split in splits:
-        path = root / splits[split]
+        path = root / str(splits[split])
         if not path.is_file():
             raise FileNotFoundError(2, f"index file of split {split!r} not found", str(path))
         return path
@@ -217,7 +217,8 @@ class _RowView(IndexedDataset):
         if bad.any():
             i = int(idx[int(np.argmax(bad))])
             raise IndexError(f"index {i} is out of range for a dataset of length {n}")
-        return self.rows[idx]
+        mapped: np.ndarray = self.rows[idx]
+        return mapped
 
     def _read_batch(self, idx: np.ndarray) -> Batch:
         return self.base._read_batch(self._map(idx))
@@ -230,7 +231,10 @@ class _RowView(IndexedDataset):
         timeout: float = 0,
     ) -> Iterator[Batch]:
         mapped = (self._map(b) for b in index_batches)
-        return self.base.iter_batches(mapped, num_threads, prefetch, timeout)
+        # ndarrays of row numbers: what iter_batches accepts, typed as index sequences.
+        return self.base.iter_batches(
+            cast(Iterator[Sequence[int]], mapped), num_threads, prefetch, timeout
+        )
 
     def stats(self) -> dict[str, Any]:
         return self.base.stats()
