@@ -398,9 +398,11 @@ class MixedDataset(IndexedDataset):
         num_threads: int,
         prefetch: int,
         timeout: float = 0,
+        pin_memory: bool = False,
     ) -> Iterator[Batch]:
         """As `IndexedDataset.iter_batches`; one engine per dataset, each fed
-        the parts of the batches that touch it, in order."""
+        the parts of the batches that touch it, in order. The parts are
+        gathered into a new batch, which is pinned by a copy when asked."""
         from chute import _core
 
         prefetch = max(1, int(prefetch))
@@ -435,7 +437,10 @@ class MixedDataset(IndexedDataset):
                     parts.append((pos, self.datasets[d]._assemble(arrays, local)))
                 self._totals["batches"] += 1
                 self._totals["rows"] += n
-                yield self._gather(n, parts)
+                batch = self._gather(n, parts)
+                if pin_memory and torch.cuda.is_available():
+                    batch = {k: v.pin_memory() for k, v in batch.items()}
+                yield batch
         finally:
             for engine in engines.values():
                 self._totals["bytes"] += int(engine.stats()["bytes"])

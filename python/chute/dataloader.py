@@ -47,7 +47,8 @@ class DataLoader:
 
     - ``distributed``: partition a map-style dataset across ranks exactly as
       ``torch.utils.data.DistributedSampler(shuffle=shuffle, seed=seed,
-      drop_last=drop_last)`` does; call ``set_epoch`` each epoch.
+      drop_last=drop_last)`` does (shuffling unless ``shuffle=False``, as
+      DistributedSampler does); call ``set_epoch`` each epoch.
     - ``seed``: the DistributedSampler seed.
     - ``progress``: show a progress bar with samples/s (tqdm when installed).
 
@@ -84,13 +85,17 @@ class DataLoader:
             # The partition of torch's DistributedSampler, by construction: rank
             # and world size from torch.distributed, else RANK/WORLD_SIZE.
             if sampler is not None or batch_sampler is not None:
-                raise ValueError("distributed=True builds its own sampler; pass sampler= instead")
+                raise ValueError(
+                    "distributed=True builds its own DistributedSampler: pass either "
+                    "distributed=True or your own sampler/batch_sampler, not both"
+                )
             rank, world_size = rank_and_world_size()
             sampler = torch.utils.data.DistributedSampler(
                 dataset,
                 num_replicas=world_size,
                 rank=rank,
-                shuffle=bool(shuffle),
+                # DistributedSampler's own default: shuffle unless told not to.
+                shuffle=True if shuffle is None else bool(shuffle),
                 seed=seed,
                 drop_last=drop_last,
             )
@@ -153,9 +158,11 @@ class DataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Reaches the sampler and the dataset, whichever of them has ``set_epoch``."""
+        reached: list[object] = []
         for target in (self.sampler, getattr(self.batch_sampler, "sampler", None), self.dataset):
             fn = getattr(target, "set_epoch", None)
-            if callable(fn):
+            if callable(fn) and not any(target is r for r in reached):
+                reached.append(target)
                 fn(epoch)
 
     def __iter__(self) -> Iterator[Any]:

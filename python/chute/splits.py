@@ -229,11 +229,12 @@ class _RowView(IndexedDataset):
         num_threads: int,
         prefetch: int,
         timeout: float = 0,
+        pin_memory: bool = False,
     ) -> Iterator[Batch]:
         mapped = (self._map(b) for b in index_batches)
         # ndarrays of row numbers: what iter_batches accepts, typed as index sequences.
         return self.base.iter_batches(
-            cast(Iterator[Sequence[int]], mapped), num_threads, prefetch, timeout
+            cast(Iterator[Sequence[int]], mapped), num_threads, prefetch, timeout, pin_memory
         )
 
     def stats(self) -> dict[str, Any]:
