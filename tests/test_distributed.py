@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import chute
+import chute.wds
 import h5py
 import numpy as np
 import pytest
@@ -206,7 +207,6 @@ def test_torchrun_two_ranks_map_style(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="stream DDP equal batch counts: lead")
 def test_torchrun_two_ranks_tar_stream_uneven_shards(tmp_path):
     from conftest import tiny_samples, write_shards
 
@@ -219,3 +219,46 @@ def test_torchrun_two_ranks_tar_stream_uneven_shards(tmp_path):
     assert not set(keys[0]) & set(keys[1])
     assert all(len(set(k)) == len(k) for k in keys)
     assert len(ranks[0]["batches"]) == len(ranks[1]["batches"])
+
+
+@pytest.mark.parametrize("mode", ["cap", "repeat"])
+def test_stream_ranks_yield_equal_batch_counts(tmp_path, monkeypatch, mode):
+    from conftest import tiny_samples, write_shards
+
+    # 7 shards of 10 samples: rank 0 gets 4 shards (40 samples), rank 1 gets 3 (30).
+    urls = write_shards(tmp_path, tiny_samples(70, dim=4), per_shard=10)
+    counts = {}
+    keys = {}
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        ds = (
+            chute.WebDataset(
+                urls, shardshuffle=False, nodesplitter=chute.wds.split_by_node, even_batches=mode
+            )
+            .to_tuple("__key__")
+            .batched(4)
+        )
+        batches = [list(k) for (k,) in ds]
+        counts[rank] = len(batches)
+        keys[rank] = [k for b in batches for k in b]
+    expected = {"cap": 8, "repeat": 10}[mode]  # ceil(30 / 4) and ceil(40 / 4)
+    assert counts == {0: expected, 1: expected}
+    assert not set(keys[0]) & set(keys[1])
+    if mode == "repeat":
+        assert len(keys[1]) > len(set(keys[1]))  # the short rank read its shards again
+
+
+def test_stream_even_batches_needs_a_way_to_agree(tmp_path, monkeypatch):
+    from conftest import tiny_samples, write_shards
+
+    urls = write_shards(tmp_path, tiny_samples(20, dim=4), per_shard=10)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    ds = (
+        chute.WebDataset(urls, shardshuffle=False, nodesplitter=lambda src: src)
+        .to_tuple("__key__")
+        .batched(4)
+    )
+    with pytest.raises(ValueError, match="cannot agree"):
+        list(ds)

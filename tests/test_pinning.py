@@ -74,14 +74,14 @@ def test_stream_arenas_registered_once_and_released(
     )
     loader = chute.DataLoader(ds, batch_size=None, num_workers=2, pin_memory=True)
     kept = []
-    for i, (vectors, labels) in enumerate(loader):
+    for i, (vectors, _labels) in enumerate(loader):
         if i % 5 == 0:
             kept.append(vectors)
     stats = ds.stats()
     assert stats["arenas_created"] == len(hooks.registered) > 0
     assert stats["batch_bytes_pinned"] > 0
     assert not set(hooks.unregistered) - set(hooks.registered)
-    del kept, loader, ds, vectors, labels
+    del kept, loader, ds, vectors, _labels
     gc.collect()
     assert sorted(hooks.unregistered) == sorted(
         hooks.registered

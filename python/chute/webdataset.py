@@ -13,6 +13,7 @@ path, counted in ``stats()["python_items"]``.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import random
 import time
@@ -25,6 +26,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from chute import _core
@@ -43,6 +45,7 @@ from chute.shards import (
     expand_urls,
     rank_and_world_size,
     single_node_only,
+    split_by_node,
     split_by_worker,
     worker_and_num_workers,
 )
@@ -113,6 +116,15 @@ class WebDataset(IterableDataset[Any]):
     - ``pipe_timeout``: seconds a ``pipe:`` command may stay silent.
     - ``shuffle_max_bytes``: byte budget of each shuffle buffer (encoded bytes).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
+    - ``even_batches``: under DDP (world size > 1) every rank must yield the
+      same number of batches, or the collective ops of the short rank's
+      peers hang. ``"cap"`` (default) stops every rank after the batch count
+      of the rank with the fewest samples; ``"repeat"`` makes every rank yield
+      the count of the rank with the most, the shorter ones reading their
+      shards again; ``"off"`` leaves counts as they fall. Ranks count their
+      samples once (a header scan, cached per shard) and agree through
+      ``torch.distributed`` when it is initialised, else by splitting the
+      shard list as ``split_by_node`` does.
     """
 
     def __init__(
@@ -141,8 +153,12 @@ class WebDataset(IterableDataset[Any]):
         pipe_timeout: float = 0.0,
         shuffle_max_bytes: int = 1 << 30,
         timeout: float = 0.0,
+        even_batches: str = "cap",
     ) -> None:
         super().__init__()
+        if even_batches not in ("cap", "repeat", "off"):
+            raise ValueError(f"even_batches must be 'cap', 'repeat' or 'off', not {even_batches!r}")
+        self.even_batches = even_batches
         unsupported = {
             "url_to_name": url_to_name,
             "select_files": select_files,
@@ -662,7 +678,46 @@ class WebDataset(IterableDataset[Any]):
             self.epoch_items if (self.epoch_items > 0 and self._native_epoch_cap(compiled)) else -1
         )
         plan.on_error = _handler_policy(self._effective_handler())
+        even = self._even_batch_count(compiled, urls)
+        if even is not None:
+            plan.max_batches = even
+            plan.repeat = True  # a rank short of batches reads its shards again
         return plan
+
+    def _even_batch_count(self, compiled: _CompiledPipeline, urls: list[str]) -> int | None:
+        """The batch count every rank yields this epoch, or None when ranks
+        need not agree (single process, or the count is already fixed)."""
+        rank, world_size = rank_and_world_size()
+        batch_size = compiled.batch_size
+        if (
+            world_size <= 1
+            or self.even_batches == "off"
+            or batch_size is None
+            or compiled.python_stages
+            or self.epoch_items > 0
+            or self.resampled
+        ):
+            return None
+        count = functools.partial(
+            _shard_samples, cache_dir=self.cache_dir or "", timeout=self.pipe_timeout
+        )
+        reduce_max = self.even_batches == "repeat"
+        if dist.is_available() and dist.is_initialized():
+            total = torch.tensor([sum(count(u) for u in urls)], dtype=torch.int64)
+            dist.all_reduce(total, op=dist.ReduceOp.MAX if reduce_max else dist.ReduceOp.MIN)
+            samples = int(total.item())
+        elif self.nodesplitter is split_by_node:
+            per_rank = [sum(count(u) for u in self.urls[r::world_size]) for r in range(world_size)]
+            samples = max(per_rank) if reduce_max else min(per_rank)
+        else:
+            raise ValueError(
+                f"rank {rank} of {world_size}: cannot agree on a batch count without "
+                "torch.distributed; initialise the process group, use split_by_node, "
+                "or pass even_batches='off'"
+            )
+        if compiled.partial:
+            return -(-samples // batch_size)
+        return samples // batch_size
 
     def _effective_handler(self) -> Handler:
         for stage in self.stages:
@@ -782,6 +837,19 @@ def _pin_copy(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _pin_copy(v) for k, v in value.items()}
     return value
+
+
+_SHARD_SAMPLES: dict[tuple[str, int, int], int] = {}
+
+
+def _shard_samples(url: str, cache_dir: str, timeout: float) -> int:
+    """Samples in a shard, scanned once per (url, size, mtime)."""
+    local = _local_path(url)
+    stat = os.stat(local) if local is not None and os.path.exists(local) else None
+    key = (url, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+    if key not in _SHARD_SAMPLES:
+        _SHARD_SAMPLES[key] = int(_core.scan_tar_samples(url, cache_dir, timeout)["samples"])
+    return _SHARD_SAMPLES[key]
 
 
 def _local_path(url: str) -> str | None:
