@@ -107,6 +107,7 @@ void register_stream(py::module_& m) {
       .def_readwrite("keep_other_members", &StreamPlan::keep_other_members)
       .def_readwrite("num_streams", &StreamPlan::num_streams)
       .def_readwrite("num_threads", &StreamPlan::num_threads)
+      .def_readwrite("parse_ahead", &StreamPlan::parse_ahead)
       .def_readwrite("prefetch_batches", &StreamPlan::prefetch_batches)
       .def_readwrite("resampled", &StreamPlan::resampled)
       .def_readwrite("shuffle_shards", &StreamPlan::shuffle_shards)

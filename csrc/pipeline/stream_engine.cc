@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "core/error.h"
 #include "decode/label.h"
@@ -275,6 +276,74 @@ std::vector<std::string> StreamEngine::take_skip_messages() {
   return out;
 }
 
+// One shard being parsed ahead of its turn, on a thread of its own. Shards of
+// a stream are parsed concurrently (several can be in flight) but consumed
+// strictly in order, so parse parallelism never changes the sample order.
+struct StreamEngine::ShardJob {
+  struct Chunk {
+    std::vector<PlannedSample> samples;
+    std::exception_ptr error;
+    bool end = false;
+  };
+  ShardJob(uint32_t shard_index, int64_t pass_index) : shard(shard_index), pass(pass_index) {}
+  ~ShardJob() {
+    chunks.close();
+    if (thread.joinable()) thread.join();
+  }
+  uint32_t shard;
+  int64_t pass;
+  BoundedQueue<Chunk> chunks{4};
+  std::thread thread;
+};
+
+void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
+  std::vector<PlannedSample> buffer;
+  buffer.reserve(chunk_size);
+  auto push = [&](ShardJob::Chunk&& c) { return job.chunks.push(std::move(c)); };
+  auto flush = [&]() -> bool {
+    if (buffer.empty()) return true;
+    ShardJob::Chunk c;
+    c.samples.swap(buffer);
+    buffer.reserve(chunk_size);
+    return push(std::move(c));
+  };
+  try {
+    uint64_t t0 = now_ns();
+    SampleReader reader(open_source(plan_.urls[job.shard], plan_.source), job.shard);
+    shards_opened_.fetch_add(1);
+    PlannedSample sample;
+    while (!closed_.load(std::memory_order_relaxed) && reader.next(sample.encoded)) {
+      samples_read_.fetch_add(1, std::memory_order_relaxed);
+      encoded_bytes_.fetch_add(sample.encoded.data.size(), std::memory_order_relaxed);
+      try {
+        probe(sample);
+      } catch (const Error& e) {
+        if (plan_.on_error == ErrorPolicy::kRaise) throw;
+        record_skip(e.message());
+        continue;
+      }
+      buffer.push_back(std::move(sample));
+      sample = PlannedSample();
+      if (buffer.size() >= chunk_size) {
+        read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+        if (!flush()) return;
+        t0 = now_ns();
+      }
+    }
+    read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    if (!flush()) return;
+    ShardJob::Chunk end;
+    end.end = true;
+    push(std::move(end));
+  } catch (...) {
+    // Samples already parsed still reach the consumer, then the error.
+    if (!flush()) return;
+    ShardJob::Chunk failure;
+    failure.error = std::current_exception();
+    push(std::move(failure));
+  }
+}
+
 void StreamEngine::run_stream(int stream) {
   BoundedQueue<StreamItem>& queue = *stream_queues_[static_cast<size_t>(stream)];
   const size_t chunk = static_cast<size_t>(std::clamp<int64_t>(plan_.batch_size, 16, 1024));
@@ -299,56 +368,91 @@ void StreamEngine::run_stream(int stream) {
     update_max(shuffle_peak_bytes_, shuffle.peak_bytes());
     update_max(shuffle_peak_samples_, shuffle.peak_items());
   };
-  try {
-    Rng resample_rng(derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
-                                  static_cast<uint64_t>(stream), 0x5245534dULL}));
-    for (int64_t pass = 0;; ++pass) {
-      const std::vector<uint32_t> order = shard_order(stream, pass);
-      if (order.empty()) break;
-      uint64_t samples_this_pass = 0;
-      const size_t shard_count = plan_.resampled ? SIZE_MAX : order.size();
-      for (size_t k = 0; k < shard_count && !closed_.load(); ++k) {
-        const uint32_t shard = plan_.resampled ? order[resample_rng.below(order.size())] : order[k];
-        uint64_t t0 = now_ns();
-        try {
-          SampleReader reader(open_source(plan_.urls[shard], plan_.source), shard);
-          shards_opened_.fetch_add(1);
-          PlannedSample sample;
-          while (!closed_.load() && reader.next(sample.encoded)) {
-            samples_read_.fetch_add(1, std::memory_order_relaxed);
-            encoded_bytes_.fetch_add(sample.encoded.data.size(), std::memory_order_relaxed);
-            try {
-              probe(sample);
-            } catch (const Error& e) {
-              if (plan_.on_error == ErrorPolicy::kRaise) throw;
-              record_skip(e.message());
-              continue;
-            }
-            samples_this_pass += 1;
-            read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-            bool ok = true;
-            if (shuffle.enabled()) {
-              PlannedSample out;
-              const size_t bytes = sample.encoded.encoded_bytes();
-              if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
-              while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
-              account_shuffle();
-            } else {
-              ok = emit(std::move(sample));
-            }
-            if (!ok) return;  // closed
-            sample = PlannedSample();
-            t0 = now_ns();
-          }
-        } catch (const Error& e) {
-          // A shard that fails to open or parse: under the skip policy the rest
-          // of that shard is lost (a tar stream cannot be resynchronised).
-          if (plan_.on_error == ErrorPolicy::kRaise) throw;
-          record_skip(e.message());
-        }
-      }
-      if (!(plan_.repeat || plan_.resampled) || samples_this_pass == 0 || closed_.load()) break;
+
+  // The shard sequence: one pass over this stream's shards, again and again
+  // when repeating, or random draws forever when resampling.
+  Rng resample_rng(derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
+                                static_cast<uint64_t>(stream), 0x5245534dULL}));
+  int64_t pass = 0;
+  size_t position = 0;
+  std::vector<uint32_t> order = shard_order(stream, 0);
+  const bool endless = plan_.repeat || plan_.resampled;
+  auto next_shard = [&](uint32_t* shard, int64_t* shard_pass) -> bool {
+    if (order.empty()) return false;
+    if (plan_.resampled) {
+      *shard = order[resample_rng.below(order.size())];
+      *shard_pass = 0;
+      return true;
     }
+    if (position == order.size()) {
+      if (!endless) return false;
+      order = shard_order(stream, ++pass);
+      position = 0;
+    }
+    *shard = order[position++];
+    *shard_pass = pass;
+    return true;
+  };
+
+  std::deque<std::unique_ptr<ShardJob>> jobs;
+  auto top_up = [&] {
+    uint32_t shard;
+    int64_t shard_pass;
+    while (jobs.size() < static_cast<size_t>(std::max(1, plan_.parse_ahead)) &&
+           next_shard(&shard, &shard_pass)) {
+      auto job = std::make_unique<ShardJob>(shard, shard_pass);
+      ShardJob* raw = job.get();
+      raw->thread = std::thread([this, raw, chunk] { parse_shard(*raw, chunk); });
+      jobs.push_back(std::move(job));
+    }
+  };
+  try {
+    int64_t current_pass = 0;
+    uint64_t samples_this_pass = 0;
+    top_up();
+    while (!jobs.empty() && !closed_.load()) {
+      ShardJob& job = *jobs.front();
+      if (job.pass != current_pass) {
+        // A whole pass without a sample: repeating would spin forever.
+        if (samples_this_pass == 0) break;
+        current_pass = job.pass;
+        samples_this_pass = 0;
+      }
+      bool shard_done = false;
+      while (!shard_done) {
+        std::optional<ShardJob::Chunk> c = job.chunks.pop();
+        if (!c) return;  // closed
+        if (c->error) {
+          try {
+            std::rethrow_exception(c->error);
+          } catch (const Error& e) {
+            // Under the skip policy the rest of a failing shard is lost (a
+            // tar stream cannot be resynchronised); the next shard goes on.
+            if (plan_.on_error == ErrorPolicy::kRaise) throw;
+            record_skip(e.message());
+          }
+          shard_done = true;
+        }
+        shard_done = shard_done || c->end;
+        for (PlannedSample& sample : c->samples) {
+          samples_this_pass += 1;
+          bool ok = true;
+          if (shuffle.enabled()) {
+            PlannedSample out;
+            const size_t bytes = sample.encoded.encoded_bytes();
+            if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
+            while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
+          } else {
+            ok = emit(std::move(sample));
+          }
+          if (!ok) return;  // closed
+        }
+        if (shuffle.enabled()) account_shuffle();
+      }
+      jobs.pop_front();
+      top_up();
+    }
+    jobs.clear();
     PlannedSample out;
     while (shuffle.pop(&out)) {
       if (!emit(std::move(out))) return;
@@ -359,7 +463,7 @@ void StreamEngine::run_stream(int stream) {
     end.end = true;
     queue.push(std::move(end));
   } catch (...) {
-    // Samples already read still reach the consumer, then the error.
+    jobs.clear();
     if (!flush()) return;
     StreamItem failure;
     failure.error = std::current_exception();

@@ -1,9 +1,11 @@
 // The stream engine: tar shards → samples → shuffle → batches, on native
 // threads.
 //
-//   stream threads (one per logical stream): read shards in order, group
-//     members into samples, resolve and probe each field (headers only),
-//     shuffle encoded samples, hand them on in chunks;
+//   parse threads (up to parse_ahead per stream): each reads one shard,
+//     groups members into samples, resolves and probes each field (headers
+//     only);
+//   stream threads (one per logical stream): take the parsed shards in
+//     order, shuffle encoded samples, hand them on in chunks;
 //   assembler thread: takes batch_size samples from the streams in
 //     round-robin order, numbers the batch, checks that stacked fields agree
 //     in shape, and queues it;
@@ -94,7 +96,9 @@ class StreamEngine {
     std::vector<PlannedSample> samples;
   };
 
+  struct ShardJob;
   void run_stream(int stream);
+  void parse_shard(ShardJob& job, size_t chunk_size);
   void run_assembler();
   void run_decoder();
   Batch decode_batch(BatchTask& task);

@@ -43,6 +43,7 @@ struct StreamPlan {
 
   int num_streams = 1;        // logical streams: they, not threads, define order
   int num_threads = 1;        // decode threads
+  int parse_ahead = 2;        // shards parsed concurrently per stream (order unaffected)
   int prefetch_batches = 4;   // batches in flight (assigned, not yet consumed)
 
   bool resampled = false;     // draw shards with replacement, forever
