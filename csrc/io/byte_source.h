@@ -24,6 +24,7 @@
 // the read.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -50,6 +51,10 @@ struct SourceOptions {
   std::string cache_dir;       // empty: no caching of pipe: sources
   double pipe_timeout_s = 0;   // > 0: a pipe that produces no byte for this long fails (kTimeout)
   size_t readahead_bytes = size_t{8} << 20;
+  // When set, a pipe source waiting for its command checks this flag every
+  // 100 ms and gives up (kIo) once it is true, so closing an engine never
+  // waits on a silent command. Must outlive the source.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options);

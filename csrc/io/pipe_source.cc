@@ -52,8 +52,9 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end, const std::string& url) 
 
 class PipeSource final : public ByteSource {
  public:
-  PipeSource(std::string url, std::string command, double timeout_s)
-      : url_(std::move(url)), command_(std::move(command)), timeout_s_(timeout_s) {
+  PipeSource(std::string url, std::string command, double timeout_s,
+             const std::atomic<bool>* cancel)
+      : url_(std::move(url)), command_(std::move(command)), timeout_s_(timeout_s), cancel_(cancel) {
     UniqueFd out_w, err_w;
     make_pipe(out_, out_w, url_);
     make_pipe(err_, err_w, url_);
@@ -111,7 +112,7 @@ class PipeSource final : public ByteSource {
     const Clock::time_point deadline = deadline_from_now();
     for (;;) {
       pollfd fds[2] = {{out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}};
-      const int r = ::poll(fds, 2, poll_timeout_ms(deadline));
+      const int r = ::poll(fds, 2, poll_timeout_ms(deadline, cancel_ ? kCancelCheckMs : -1));
       if (r < 0) {
         const int err = errno;
         if (err == EINTR) continue;
@@ -119,6 +120,9 @@ class PipeSource final : public ByteSource {
       }
       if (r == 0) {
         if (timeout_s_ > 0 && Clock::now() >= deadline) fail_timeout("produced no data");
+        if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+          fail_io("reading pipe command '" + command_ + "' was cancelled (the loader closed)");
+        }
         continue;
       }
       if (fds[1].revents != 0) drain_stderr();
@@ -153,6 +157,8 @@ class PipeSource final : public ByteSource {
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                               std::chrono::duration<double>(timeout_s_));
   }
+
+  static constexpr int kCancelCheckMs = 100;
 
   int poll_timeout_ms(Clock::time_point deadline, int cap_ms = -1) const {
     if (timeout_s_ <= 0) return cap_ms;
@@ -258,6 +264,7 @@ class PipeSource final : public ByteSource {
   std::string url_;
   std::string command_;
   double timeout_s_;
+  const std::atomic<bool>* cancel_;
   UniqueFd out_;
   UniqueFd err_;
   pid_t pid_ = -1;
@@ -272,8 +279,9 @@ class PipeSource final : public ByteSource {
 }  // namespace
 
 std::unique_ptr<ByteSource> open_pipe_source(const std::string& url, const std::string& command,
-                                             double timeout_s) {
-  return std::make_unique<PipeSource>(url, command, timeout_s);
+                                             double timeout_s,
+                                             const std::atomic<bool>* cancel) {
+  return std::make_unique<PipeSource>(url, command, timeout_s, cancel);
 }
 
 }  // namespace chute

@@ -309,7 +309,9 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
   };
   try {
     uint64_t t0 = now_ns();
-    SampleReader reader(open_source(plan_.urls[job.shard], plan_.source), job.shard);
+    SourceOptions options = plan_.source;
+    options.cancel = &closed_;
+    SampleReader reader(open_source(plan_.urls[job.shard], options), job.shard);
     shards_opened_.fetch_add(1);
     PlannedSample sample;
     while (!closed_.load(std::memory_order_relaxed) && reader.next(sample.encoded)) {
