@@ -107,7 +107,8 @@ class WebDataset(IterableDataset[Any]):
 
     chute-specific keyword arguments:
 
-    - ``threads``: decode threads (default: the number of CPUs, at most 8).
+    - ``threads``: decode threads (default: the number of CPUs, at most 8;
+      one inside a torch DataLoader worker process).
     - ``streams``: logical streams (default 1, which keeps webdataset's exact
       single-process order). Shards are dealt round-robin to streams and
       batches are taken from streams in turn; the order depends on the number
@@ -201,7 +202,7 @@ class WebDataset(IterableDataset[Any]):
             self.seed = int(env_seed)
         else:
             self.seed = random.randint(0, 1_000_000)
-        self.threads = threads if threads is not None else min(os.cpu_count() or 1, 8)
+        self.threads = threads  # None: chosen per iteration, see _default_threads
         self.streams = streams
         self.prefetch = prefetch
         self.pipe_timeout = pipe_timeout
@@ -603,7 +604,7 @@ class WebDataset(IterableDataset[Any]):
             self._epoch += 1
         self._epoch_set = False
         settings = _EngineSettings(
-            threads=max(1, threads if threads is not None else self.threads),
+            threads=max(1, threads or self.threads or _default_threads()),
             prefetch=prefetch if prefetch is not None else self.prefetch,
             timeout=timeout if timeout is not None else self.timeout,
             pin_memory=pin_memory,
@@ -655,6 +656,9 @@ class WebDataset(IterableDataset[Any]):
         plan.keep_other_members = compiled.keep_others
         plan.num_streams = self.streams
         plan.num_threads = settings.threads
+        # Upcoming shards parsed at once: parsing is the bottleneck of tiny
+        # samples, and one parser per decode thread keeps both fed.
+        plan.parse_ahead = min(settings.threads, 4)
         plan.prefetch_batches = (
             settings.prefetch if settings.prefetch is not None else 2 * settings.threads
         )
@@ -850,6 +854,14 @@ def _shard_samples(url: str, cache_dir: str, timeout: float) -> int:
     if key not in _SHARD_SAMPLES:
         _SHARD_SAMPLES[key] = int(_core.scan_tar_samples(url, cache_dir, timeout)["samples"])
     return _SHARD_SAMPLES[key]
+
+
+def _default_threads() -> int:
+    """All cores in the main process; one inside a torch DataLoader worker,
+    where the worker processes already use the cores."""
+    if torch.utils.data.get_worker_info() is not None:
+        return 1
+    return min(os.cpu_count() or 1, 8)
 
 
 def _local_path(url: str) -> str | None:
