@@ -10,8 +10,8 @@ printed as a table and saved to benchmarks/results/h5.json.
 (a) 200,000 rows x 64 float32, uncompressed (contiguous) and gzip+shuffle
     (chunks of 1024 rows), batch 256, shuffle on/off. Baseline: map-style
     h5py Dataset (one h5py read per row, file opened lazily per worker) in
-    torch DataLoader with num_workers 0 and 2. chute: H5Dataset.iter_batches
-    fed by torch's RandomSampler/SequentialSampler + BatchSampler.
+    torch DataLoader with num_workers 0 and 2. chute: H5Dataset in
+    chute.DataLoader with the same arguments (num_workers = native threads).
     Slow baselines are timed on a prefix of the epoch (at least 3 s).
 (b) 4,000 rows x 15,724 float32 (63 KB, fMRI-like), batch 32, against the
     page-cache read bandwidth of the same file (dd bs=1M, warm cache, best of 3).
@@ -145,16 +145,22 @@ def run_config(cfg: dict) -> dict:
         elapsed = time.perf_counter() - start
         del loader
     elif kind == "chute_h5":
-        from chute.h5 import H5Dataset
+        import chute
 
-        ds = H5Dataset(cfg["path"], {"x": cfg["dataset"]})
+        ds = chute.H5Dataset(cfg["path"], {"x": cfg["dataset"]})
+        loader = chute.DataLoader(
+            ds,
+            batch_size=cfg["batch"],
+            shuffle=cfg["shuffle"],
+            num_workers=cfg["threads"],
+            generator=torch.Generator().manual_seed(0),
+        )
         rows = nbytes = 0
         start = time.perf_counter()
         epoch_times = []
-        for epoch in range(cfg.get("epochs", 1)):
+        for _epoch in range(cfg.get("epochs", 1)):
             t0 = time.perf_counter()
-            batches = _index_batches(len(ds), cfg["batch"], cfg["shuffle"], seed=epoch)
-            for b in ds.iter_batches(batches, cfg["threads"], cfg.get("prefetch", 4)):
+            for b in loader:
                 x = b["x"]
                 rows += x.shape[0]
                 nbytes += x.nbytes
@@ -192,11 +198,13 @@ def run_config(cfg: dict) -> dict:
                 rows += b.shape[0]
                 nbytes += b.nbytes
         else:
-            from chute.arrays import ArrayDataset
+            import chute
 
-            ds = ArrayDataset(emb=table)
+            loader = chute.DataLoader(
+                chute.ArrayDataset(emb=table), batch_sampler=idx, num_workers=cfg["threads"]
+            )
             start = time.perf_counter()
-            for b in ds.iter_batches(idx, cfg["threads"], 4):
+            for b in loader:
                 rows += b["emb"].shape[0]
                 nbytes += b["emb"].nbytes
         elapsed = time.perf_counter() - start
