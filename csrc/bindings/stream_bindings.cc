@@ -105,6 +105,7 @@ void register_stream(py::module_& m) {
           [](StreamPlan& p, size_t v) { p.source.readahead_bytes = v; })
       .def_readwrite("fields", &StreamPlan::fields)
       .def_readwrite("keep_other_members", &StreamPlan::keep_other_members)
+      .def_readwrite("collect_keys", &StreamPlan::collect_keys)
       .def_readwrite("num_streams", &StreamPlan::num_streams)
       .def_readwrite("num_threads", &StreamPlan::num_threads)
       .def_readwrite("parse_ahead", &StreamPlan::parse_ahead)

@@ -598,12 +598,12 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
   Batch batch;
   batch.sequence = task.sequence;
   batch.size = static_cast<int64_t>(n);
-  batch.keys.reserve(n);
-  batch.source_index.reserve(n);
-  for (const PlannedSample& s : task.samples) {
-    batch.keys.push_back(s.encoded.key);
-    batch.source_index.push_back(s.encoded.source_index);
+  if (plan_.collect_keys) {
+    batch.keys.reserve(n);
+    for (const PlannedSample& s : task.samples) batch.keys.push_back(s.encoded.key);
   }
+  batch.source_index.reserve(n);
+  for (const PlannedSample& s : task.samples) batch.source_index.push_back(s.encoded.source_index);
   std::vector<uint8_t> failed(n, 0);
   const PlannedSample& first = task.samples.front();
   batch.columns.resize(plan_.fields.size());
@@ -725,7 +725,7 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
           }
           if (!c.present.empty()) c.present[w] = c.present[r];
         }
-        batch.keys[w] = std::move(batch.keys[r]);
+        if (!batch.keys.empty()) batch.keys[w] = std::move(batch.keys[r]);
         batch.source_index[w] = batch.source_index[r];
         if (!batch.other_members.empty()) batch.other_members[w] = std::move(batch.other_members[r]);
       }
@@ -737,7 +737,7 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
       c.raw.resize(c.kind == ColumnKind::kBytes ? kept : 0);
       if (!c.present.empty()) c.present.resize(kept);
     }
-    batch.keys.resize(kept);
+    if (!batch.keys.empty()) batch.keys.resize(kept);
     batch.source_index.resize(kept);
     if (!batch.other_members.empty()) batch.other_members.resize(kept);
     batch.size = static_cast<int64_t>(kept);

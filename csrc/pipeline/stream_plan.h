@@ -40,6 +40,7 @@ struct StreamPlan {
   // Members whose extension no field claims are returned raw per sample
   // (dict-style samples keep every member).
   bool keep_other_members = false;
+  bool collect_keys = true;  // Batch::keys filled (only when the output shows __key__)
 
   int num_streams = 1;        // logical streams: they, not threads, define order
   int num_threads = 1;        // decode threads

@@ -654,6 +654,9 @@ class WebDataset(IterableDataset[Any]):
             self._field_plan(f, stack=batched, optional=not f.required) for f in native_fields
         ]
         plan.keep_other_members = compiled.keep_others
+        plan.collect_keys = not compiled.tuple_output or any(
+            f.name == "__key__" for f in compiled.fields
+        )
         plan.num_streams = self.streams
         plan.num_threads = settings.threads
         # Upcoming shards parsed at once: parsing is the bottleneck of tiny
