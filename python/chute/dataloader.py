@@ -163,7 +163,7 @@ class DataLoader:
         try:
             if self.batch_size is None:
                 for item in items:
-                    yield default_convert(item)
+                    yield default_convert(item)  # type: ignore[no-untyped-call]  # torch: unannotated
                 return
             collate = self.collate_fn or default_collate
             batch: list[Any] = []
@@ -182,7 +182,7 @@ class DataLoader:
     def _index_batches(self) -> Iterator[list[int]]:
         # torch's iterator creates the sampler iterator, then draws its base
         # seed from `generator`, and only then runs the sampler: same here.
-        sampler_iter = iter(self._torch._index_sampler)
+        sampler_iter: Iterator[list[int]] = iter(self._torch._index_sampler)
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         return sampler_iter
 
