@@ -63,7 +63,7 @@ def main() -> None:
                 # loss.backward(), in the spelling that carries type annotations (mypy --strict)
                 torch.autograd.backward(loss)
                 optimizer.step()
-                total += float(loss) * len(prediction)
+                total += loss.item() * len(prediction)
             print(f"epoch {epoch}: mean squared error {total / len(dataset):.4f}")
 
 

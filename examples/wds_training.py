@@ -11,6 +11,7 @@ Each sample needs a ``jpg`` (or ``png``) member and an integer ``cls`` member.
 from __future__ import annotations
 
 import argparse
+import os
 
 import chute
 import chute.wds as wds
@@ -35,7 +36,7 @@ def main() -> None:
     parser.add_argument("urls", help="shard path or brace pattern")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1))
     parser.add_argument("--classes", type=int, default=10)
     args = parser.parse_args()
 
@@ -58,7 +59,7 @@ def main() -> None:
             # loss.backward(), in the spelling that carries type annotations (mypy --strict)
             torch.autograd.backward(loss)
             optimizer.step()
-            total += float(loss) * len(labels)
+            total += loss.item() * len(labels)
             seen += len(labels)
         print(f"epoch {epoch}: {seen} samples, mean loss {total / max(seen, 1):.4f}")
 

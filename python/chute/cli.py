@@ -542,18 +542,17 @@ def _run_one(config: dict[str, Any]) -> dict[str, Any]:
     """Streams the shards once with one loader and measures it (in this process)."""
     import torch.utils.data
 
+    module: Any
     if config["loader"] == "chute":
         import chute
-        import chute.wds as module
+        import chute.wds
 
-        loader_cls: Any = chute.DataLoader
-        label = "chute"
+        module, loader_cls, label = chute.wds, chute.DataLoader, "chute"
     else:
-        import webdataset as module
+        import webdataset
 
-        loader_cls = torch.utils.data.DataLoader
-        label = "torch+webdataset"
-    loader = loader_cls(
+        module, loader_cls, label = webdataset, torch.utils.data.DataLoader, "torch+webdataset"
+    loader: Any = loader_cls(
         _build_pipeline(module, config), batch_size=None, num_workers=config["workers"]
     )
     progress = _Progress(label, config["total"], config["progress"])
