@@ -543,6 +543,7 @@ def _run_one(config: dict[str, Any]) -> dict[str, Any]:
     import torch.utils.data
 
     module: Any
+    loader_cls: Any
     if config["loader"] == "chute":
         import chute
         import chute.wds
