@@ -260,8 +260,14 @@ def inspect_hdf5(path: str) -> dict[str, Any]:
                 filters.append(
                     fname.decode(errors="replace") if isinstance(fname, bytes) else str(fname)
                 )
+            layout = {
+                h5py.h5d.CONTIGUOUS: "contiguous",
+                h5py.h5d.CHUNKED: "chunked",
+                h5py.h5d.COMPACT: "compact",
+            }.get(dcpl.get_layout(), "virtual" if obj.is_virtual else "other")
             entry: dict[str, Any] = {
                 "name": obj.name,
+                "layout": layout,
                 "dtype": str(obj.dtype),
                 "shape": [int(x) for x in obj.shape],
                 "chunks": None if obj.chunks is None else [int(c) for c in obj.chunks],
@@ -337,7 +343,7 @@ def _print_tar(r: TarReport, out: TextIO) -> None:
 def _print_hdf5(r: dict[str, Any], out: TextIO) -> None:
     print(f"{r['path']}: HDF5 file, {_size(r['size'])}", file=out)
     for d in r["datasets"]:
-        chunks = "contiguous" if d["chunks"] is None else f"chunks {tuple(d['chunks'])}"
+        chunks = d["layout"] if d["chunks"] is None else f"chunks {tuple(d['chunks'])}"
         filters = "+".join(d["filters"]) or "no filters"
         print(
             f"  {d['name']}: {d['dtype']} {tuple(d['shape'])}, {chunks}, {filters} -> {d['read']}",
