@@ -39,6 +39,9 @@ tpip=("$tpy" -m pip -q --disable-pip-version-check)
 "${tpip[@]}" install torch==2.13.0
 "${tpip[@]}" install "${wheel}[test]"
 
+step "wheel smoke test"
+(cd "$work" && "$tpy" "$root/scripts/wheel_smoke.py")
+
 step "tests against the installed wheel"
 # Run from an empty directory: pytest's default import mode puts only tests/
 # itself on sys.path (the tests import helpers from conftest), and neither the
