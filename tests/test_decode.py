@@ -131,6 +131,33 @@ def test_jpeg_decoder_is_reused_across_images():
             assert_same_as_pillow(data)
 
 
+def test_decoding_from_many_threads_matches_serial():
+    # The decoders keep per-thread state and run without the GIL.
+    from concurrent.futures import ThreadPoolExecutor
+
+    datas = []
+    for i in range(24):
+        img = Image.fromarray(gradient(20 + i, 30 + 2 * i, 3, seed=i))
+        datas.append(pil_bytes(img, "JPEG", quality=70 + i, progressive=i % 3 == 0))
+        datas.append(pil_bytes(img.convert("L" if i % 2 else "RGBA"), "PNG"))
+    datas.append(datas[0][:100])  # errors interleaved with good images
+    modes = ["rgb", "l"]
+
+    def run(item):
+        data, mode = item
+        try:
+            return _core.decode_image(data, mode)
+        except _core.DataError:
+            return None
+
+    items = [(d, m) for d in datas for m in modes] * 4
+    serial = [run(item) for item in items]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(run, items))
+    for a, b in zip(serial, parallel, strict=True):
+        assert (a is None and b is None) or np.array_equal(a, b)
+
+
 def test_dispatch_ignores_extension_like_names():
     # Formats are chosen by magic bytes: a PNG stored as "x.jpg" decodes.
     png = pil_bytes(Image.fromarray(noise(5, 6, 3, seed=1)), "PNG")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import warnings
+from pathlib import Path
 from typing import Any
 
 import chute
@@ -325,7 +326,9 @@ def test_failing_pipe_command_reports_status_and_stderr(tiny_shards: list[str]) 
 
 
 def test_stalled_pipe_times_out(tiny_shards: list[str]) -> None:
-    ds = chute.WebDataset(["pipe:sleep 20"], shardshuffle=False, pipe_timeout=0.5).to_tuple("__key__")
+    ds = chute.WebDataset(["pipe:sleep 20"], shardshuffle=False, pipe_timeout=0.5).to_tuple(
+        "__key__"
+    )
     with pytest.raises(TimeoutError):
         list(ds)
 
@@ -348,7 +351,7 @@ def test_bad_npy_header_names_member(tmp_path: Any) -> None:
 
 
 def test_truncated_shard_names_offset(tiny_shards: list[str], tmp_path: Any) -> None:
-    data = open(tiny_shards[0], "rb").read()
+    data = Path(tiny_shards[0]).read_bytes()
     cut = tmp_path / "cut.tar"
     cut.write_bytes(data[: len(data) // 2 + 100])
     ds = chute.WebDataset([str(cut)], shardshuffle=False).decode().to_tuple("npy", "cls")

@@ -90,6 +90,8 @@ py::array decode_npy_py(const py::bytes& data, const std::string& where) {
 }
 
 int64_t parse_int_label_py(const py::bytes& data, const std::string& where) {
+  // Keeps the GIL: parsing a few bytes costs less than releasing and
+  // re-taking it.
   const Bytes in = view(data);
   return parse_int_label(in.data, in.size, where);
 }

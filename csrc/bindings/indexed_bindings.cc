@@ -180,6 +180,17 @@ void register_indexed(py::module_& m) {
            py::arg("piece_rows") = 0)
       .def_property_readonly("num_rows", &IndexedEngine::num_rows)
       .def(
+          "set_pin_hooks",
+          [](IndexedEngine& e, uintptr_t register_fn, uintptr_t unregister_fn) {
+            PinHooks hooks;
+            hooks.register_fn = reinterpret_cast<decltype(hooks.register_fn)>(register_fn);
+            hooks.unregister_fn = reinterpret_cast<decltype(hooks.unregister_fn)>(unregister_fn);
+            e.allocator().set_pin_hooks(hooks);
+          },
+          py::arg("register_fn"), py::arg("unregister_fn"),
+          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning); call before "
+          "the first submit.")
+      .def(
           "submit",
           [](IndexedEngine& e, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx) {
             CHUTE_CHECK(idx.ndim() == 1, kUsage, "indices must be one-dimensional");

@@ -18,6 +18,7 @@ py::dict stats_to_dict(const StreamStats& s) {
   d["samples_skipped"] = s.samples_skipped;
   d["samples_batched"] = s.samples_batched;
   d["batches"] = s.batches;
+  d["samples_yielded"] = s.samples_yielded;
   d["encoded_bytes"] = s.encoded_bytes;
   d["read_seconds"] = static_cast<double>(s.read_ns) * 1e-9;
   d["decode_seconds"] = static_cast<double>(s.decode_ns) * 1e-9;
@@ -30,6 +31,7 @@ py::dict stats_to_dict(const StreamStats& s) {
   d["batch_bytes_in_use"] = s.memory.bytes_in_use;
   d["batch_peak_bytes_reserved"] = s.memory.peak_bytes_reserved;
   d["batch_peak_bytes_in_use"] = s.memory.peak_bytes_in_use;
+  d["batch_bytes_pinned"] = s.memory.bytes_pinned;
   return d;
 }
 
@@ -105,6 +107,7 @@ void register_stream(py::module_& m) {
       .def_readwrite("keep_other_members", &StreamPlan::keep_other_members)
       .def_readwrite("num_streams", &StreamPlan::num_streams)
       .def_readwrite("num_threads", &StreamPlan::num_threads)
+      .def_readwrite("parse_ahead", &StreamPlan::parse_ahead)
       .def_readwrite("prefetch_batches", &StreamPlan::prefetch_batches)
       .def_readwrite("resampled", &StreamPlan::resampled)
       .def_readwrite("shuffle_shards", &StreamPlan::shuffle_shards)
@@ -117,6 +120,15 @@ void register_stream(py::module_& m) {
       .def_readwrite("batch_size", &StreamPlan::batch_size)
       .def_readwrite("partial", &StreamPlan::partial)
       .def_readwrite("max_batches", &StreamPlan::max_batches)
+      .def_readwrite("skip_batches", &StreamPlan::skip_batches)
+      .def(
+          "set_pin_hooks",
+          [](StreamPlan& p, uintptr_t register_fn, uintptr_t unregister_fn) {
+            p.pin.register_fn = reinterpret_cast<decltype(p.pin.register_fn)>(register_fn);
+            p.pin.unregister_fn = reinterpret_cast<decltype(p.pin.unregister_fn)>(unregister_fn);
+          },
+          py::arg("register_fn"), py::arg("unregister_fn"),
+          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).")
       .def_readwrite("on_error", &StreamPlan::on_error);
 
   py::class_<StreamEngine>(m, "StreamEngine")
@@ -134,8 +146,7 @@ void register_stream(py::module_& m) {
               case OrderedResults::Status::kBatch:
                 return py::cast(std::move(batch));
               case OrderedResults::Status::kTimeout:
-                PyErr_Format(PyExc_TimeoutError, "no batch within %.3g seconds", timeout);
-                throw py::error_already_set();
+                return py::bool_(false);
               case OrderedResults::Status::kEnd:
               case OrderedResults::Status::kClosed:
                 return py::none();
@@ -143,18 +154,11 @@ void register_stream(py::module_& m) {
             return py::none();
           },
           py::arg("timeout") = 0.0,
-          "Next batch, or None at the end of the epoch. Raises TimeoutError after `timeout` "
-          "seconds (0: wait forever) and the error of a failed batch at its position.")
+          "Next batch; None at the end of the epoch; False when `timeout` seconds (0: wait "
+          "forever) pass first. Raises the error of a failed batch at its position.")
       .def("close", &StreamEngine::close, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const StreamEngine& e) { return stats_to_dict(e.stats()); })
-      .def("take_skip_messages", &StreamEngine::take_skip_messages)
-      .def("take_new_arenas", [](StreamEngine& e) {
-        std::vector<std::pair<uintptr_t, size_t>> out;
-        for (auto& [ptr, size] : e.allocator().take_new_arenas()) {
-          out.emplace_back(reinterpret_cast<uintptr_t>(ptr), size);
-        }
-        return out;
-      });
+      .def("take_skip_messages", &StreamEngine::take_skip_messages);
 }
 
 }  // namespace chute::bindings

@@ -24,16 +24,22 @@ struct BatchAllocator::Pool {
   explicit Pool(size_t max_cached) : max_cached_bytes(max_cached) {}
   ~Pool() {
     for (auto& entry : free_lists) {
-      for (uint8_t* p : entry.second) std::free(p);
+      for (uint8_t* p : entry.second) free_arena(p);
     }
+  }
+
+  void free_arena(uint8_t* data) {
+    if (hooks.enabled()) hooks.unregister_fn(data);
+    std::free(data);
   }
 
   void release(uint8_t* data, size_t size) {
     std::lock_guard<std::mutex> lock(mutex);
     stats.bytes_in_use -= size;
     if (closed || cached_bytes + size > max_cached_bytes) {
-      std::free(data);
+      free_arena(data);
       stats.bytes_reserved -= size;
+      if (hooks.enabled()) stats.bytes_pinned -= size;
       return;
     }
     free_lists[size].push_back(data);
@@ -44,9 +50,8 @@ struct BatchAllocator::Pool {
   size_t max_cached_bytes;
   size_t cached_bytes = 0;
   bool closed = false;
-  bool track_new_arenas = false;
+  PinHooks hooks;
   std::map<size_t, std::vector<uint8_t*>> free_lists;
-  std::vector<std::pair<void*, size_t>> new_arenas;
   AllocatorStats stats;
 };
 
@@ -60,8 +65,9 @@ BatchAllocator::~BatchAllocator() {
   pool_->closed = true;
   for (auto& entry : pool_->free_lists) {
     for (uint8_t* p : entry.second) {
-      std::free(p);
+      pool_->free_arena(p);
       pool_->stats.bytes_reserved -= entry.first;
+      if (pool_->hooks.enabled()) pool_->stats.bytes_pinned -= entry.first;
     }
   }
   pool_->free_lists.clear();
@@ -85,13 +91,24 @@ std::shared_ptr<Block> BatchAllocator::allocate(size_t bytes) {
     CHUTE_CHECK(posix_memalign(&p, kAlignment, size) == 0, kIo,
                 "out of memory allocating a batch buffer of " << size << " bytes");
     data = static_cast<uint8_t*>(p);
+    PinHooks hooks;
+    {
+      std::lock_guard<std::mutex> lock(pool_->mutex);
+      hooks = pool_->hooks;
+    }
+    if (hooks.enabled()) {
+      const int status = hooks.register_fn(data, size, 0);
+      if (status != 0) std::free(data);
+      CHUTE_CHECK(status == 0, kIo,
+                  "cudaHostRegister of a " << size << "-byte batch buffer failed with error " << status);
+    }
     std::lock_guard<std::mutex> lock(pool_->mutex);
+    if (hooks.enabled()) pool_->stats.bytes_pinned += size;
     pool_->stats.arenas_created += 1;
     pool_->stats.bytes_reserved += size;
     if (pool_->stats.bytes_reserved > pool_->stats.peak_bytes_reserved) {
       pool_->stats.peak_bytes_reserved = pool_->stats.bytes_reserved;
     }
-    if (pool_->track_new_arenas) pool_->new_arenas.emplace_back(data, size);
   }
   {
     std::lock_guard<std::mutex> lock(pool_->mutex);
@@ -113,16 +130,11 @@ AllocatorStats BatchAllocator::stats() const {
   return pool_->stats;
 }
 
-void BatchAllocator::set_track_new_arenas(bool track) {
+void BatchAllocator::set_pin_hooks(PinHooks hooks) {
   std::lock_guard<std::mutex> lock(pool_->mutex);
-  pool_->track_new_arenas = track;
-}
-
-std::vector<std::pair<void*, size_t>> BatchAllocator::take_new_arenas() {
-  std::lock_guard<std::mutex> lock(pool_->mutex);
-  std::vector<std::pair<void*, size_t>> out;
-  out.swap(pool_->new_arenas);
-  return out;
+  CHUTE_CHECK(pool_->stats.arenas_created == 0, kUsage,
+              "pin hooks must be set before the first batch is allocated");
+  pool_->hooks = hooks;
 }
 
 }  // namespace chute

@@ -15,7 +15,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <utility>
 #include <vector>
 
 namespace chute {
@@ -26,6 +25,18 @@ struct AllocatorStats {
   uint64_t bytes_in_use = 0;     // bytes of arenas handed out and still viewed
   uint64_t peak_bytes_reserved = 0;
   uint64_t peak_bytes_in_use = 0;
+  uint64_t bytes_pinned = 0;     // bytes of arenas registered page-locked
+};
+
+// Page-locking hooks, with cudaHostRegister's and cudaHostUnregister's C
+// signatures. Python looks the two functions up in the CUDA runtime that
+// torch loaded and passes their addresses, so the engine pins each arena once
+// when it is created and unpins it right before it is freed, on whatever
+// thread that happens, without linking CUDA or calling into Python.
+struct PinHooks {
+  int (*register_fn)(void* ptr, size_t size, unsigned int flags) = nullptr;
+  int (*unregister_fn)(void* ptr) = nullptr;
+  bool enabled() const { return register_fn != nullptr && unregister_fn != nullptr; }
 };
 
 class Block {
@@ -52,11 +63,8 @@ class BatchAllocator {
 
   AllocatorStats stats() const;
 
-  // With tracking on (only when batches are to be pinned), take_new_arenas()
-  // returns the arenas created since its last call, so the Python side can
-  // page-lock (cudaHostRegister) each once, right after it is made.
-  void set_track_new_arenas(bool track);
-  std::vector<std::pair<void*, size_t>> take_new_arenas();
+  // Set before the first allocate(); arenas made from then on are pinned.
+  void set_pin_hooks(PinHooks hooks);
 
  private:
   struct Pool;

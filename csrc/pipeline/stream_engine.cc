@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "core/error.h"
 #include "decode/label.h"
@@ -123,36 +124,22 @@ void decode_image_row(const FieldPlan& f, const uint8_t* data, size_t size, int 
   int w = width;
   Rng rng(crop_seed);
   if (spec.out_height > 0) {
-    // Scale so the image covers the output window, then crop. With no crop
-    // mode, scale straight to the output size (aspect ratio not kept).
-    int rh = spec.out_height;
-    int rw = spec.out_width;
-    if (spec.crop != CropMode::kNone) {
-      const double scale = std::max(static_cast<double>(spec.out_height) / height,
-                                    static_cast<double>(spec.out_width) / width);
-      rh = std::max(spec.out_height, static_cast<int>(height * scale + 0.5));
-      rw = std::max(spec.out_width, static_cast<int>(width * scale + 0.5));
-    }
-    if (rh != h || rw != w) {
-      resized.resize(static_cast<size_t>(rh) * rw * c);
-      resize_bilinear(src, h, w, c, resized.data(), rh, rw);
+    const ImageSize target = resize_target(height, width, spec);
+    if (target.height != h || target.width != w) {
+      resized.resize(static_cast<size_t>(target.height) * target.width * c);
+      resize_bilinear(src, h, w, c, resized.data(), target.height, target.width);
       src = resized.data();
-      h = rh;
-      w = rw;
+      h = target.height;
+      w = target.width;
     }
   }
   int crop_y = 0;
   int crop_x = 0;
-  if (spec.out_height > 0) {
-    const int spare_y = h - spec.out_height;
-    const int spare_x = w - spec.out_width;
-    if (spec.crop == CropMode::kRandom) {
-      crop_y = static_cast<int>(rng.below(static_cast<uint64_t>(spare_y) + 1));
-      crop_x = static_cast<int>(rng.below(static_cast<uint64_t>(spare_x) + 1));
-    } else {
-      crop_y = spare_y / 2;
-      crop_x = spare_x / 2;
-    }
+  if (spec.crop == CropMode::kRandom && spec.out_height > 0) {
+    crop_y = static_cast<int>(rng.below(static_cast<uint64_t>(h - spec.out_height) + 1));
+    crop_x = static_cast<int>(rng.below(static_cast<uint64_t>(w - spec.out_width) + 1));
+  } else {
+    center_crop_origin(h, w, spec, &crop_y, &crop_x);
   }
   const bool flip = spec.random_flip && (rng.next() & 1);
   write_image_output(src, h, w, spec, crop_y, crop_x, flip, out);
@@ -174,6 +161,7 @@ StreamEngine::StreamEngine(StreamPlan plan)
       CHUTE_CHECK(f.image.out_width > 0, kUsage, "field '" << f.name << "': output size needs both height and width");
     }
   }
+  allocator_.set_pin_hooks(plan_.pin);
   // More streams than shards would leave streams empty; never more than shards.
   const int streams = std::min<int>(plan_.num_streams, static_cast<int>(plan_.urls.size()));
   for (int s = 0; s < streams; ++s) {
@@ -199,7 +187,10 @@ void StreamEngine::close() {
 
 OrderedResults::Status StreamEngine::next(Batch* out, double timeout_s) {
   OrderedResults::Status status = results_.next(out, timeout_s);
-  if (status == OrderedResults::Status::kBatch) batches_.fetch_add(1);
+  if (status == OrderedResults::Status::kBatch) {
+    batches_.fetch_add(1);
+    samples_yielded_.fetch_add(static_cast<uint64_t>(out->size));
+  }
   return status;
 }
 
@@ -285,6 +276,74 @@ std::vector<std::string> StreamEngine::take_skip_messages() {
   return out;
 }
 
+// One shard being parsed ahead of its turn, on a thread of its own. Shards of
+// a stream are parsed concurrently (several can be in flight) but consumed
+// strictly in order, so parse parallelism never changes the sample order.
+struct StreamEngine::ShardJob {
+  struct Chunk {
+    std::vector<PlannedSample> samples;
+    std::exception_ptr error;
+    bool end = false;
+  };
+  ShardJob(uint32_t shard_index, int64_t pass_index) : shard(shard_index), pass(pass_index) {}
+  ~ShardJob() {
+    chunks.close();
+    if (thread.joinable()) thread.join();
+  }
+  uint32_t shard;
+  int64_t pass;
+  BoundedQueue<Chunk> chunks{4};
+  std::thread thread;
+};
+
+void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
+  std::vector<PlannedSample> buffer;
+  buffer.reserve(chunk_size);
+  auto push = [&](ShardJob::Chunk&& c) { return job.chunks.push(std::move(c)); };
+  auto flush = [&]() -> bool {
+    if (buffer.empty()) return true;
+    ShardJob::Chunk c;
+    c.samples.swap(buffer);
+    buffer.reserve(chunk_size);
+    return push(std::move(c));
+  };
+  try {
+    uint64_t t0 = now_ns();
+    SampleReader reader(open_source(plan_.urls[job.shard], plan_.source), job.shard);
+    shards_opened_.fetch_add(1);
+    PlannedSample sample;
+    while (!closed_.load(std::memory_order_relaxed) && reader.next(sample.encoded)) {
+      samples_read_.fetch_add(1, std::memory_order_relaxed);
+      encoded_bytes_.fetch_add(sample.encoded.data.size(), std::memory_order_relaxed);
+      try {
+        probe(sample);
+      } catch (const Error& e) {
+        if (plan_.on_error == ErrorPolicy::kRaise) throw;
+        record_skip(e.message());
+        continue;
+      }
+      buffer.push_back(std::move(sample));
+      sample = PlannedSample();
+      if (buffer.size() >= chunk_size) {
+        read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+        if (!flush()) return;
+        t0 = now_ns();
+      }
+    }
+    read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    if (!flush()) return;
+    ShardJob::Chunk end;
+    end.end = true;
+    push(std::move(end));
+  } catch (...) {
+    // Samples already parsed still reach the consumer, then the error.
+    if (!flush()) return;
+    ShardJob::Chunk failure;
+    failure.error = std::current_exception();
+    push(std::move(failure));
+  }
+}
+
 void StreamEngine::run_stream(int stream) {
   BoundedQueue<StreamItem>& queue = *stream_queues_[static_cast<size_t>(stream)];
   const size_t chunk = static_cast<size_t>(std::clamp<int64_t>(plan_.batch_size, 16, 1024));
@@ -309,56 +368,91 @@ void StreamEngine::run_stream(int stream) {
     update_max(shuffle_peak_bytes_, shuffle.peak_bytes());
     update_max(shuffle_peak_samples_, shuffle.peak_items());
   };
-  try {
-    Rng resample_rng(derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
-                                  static_cast<uint64_t>(stream), 0x5245534dULL}));
-    for (int64_t pass = 0;; ++pass) {
-      const std::vector<uint32_t> order = shard_order(stream, pass);
-      if (order.empty()) break;
-      uint64_t samples_this_pass = 0;
-      const size_t shard_count = plan_.resampled ? SIZE_MAX : order.size();
-      for (size_t k = 0; k < shard_count && !closed_.load(); ++k) {
-        const uint32_t shard = plan_.resampled ? order[resample_rng.below(order.size())] : order[k];
-        uint64_t t0 = now_ns();
-        try {
-          SampleReader reader(open_source(plan_.urls[shard], plan_.source), shard);
-          shards_opened_.fetch_add(1);
-          PlannedSample sample;
-          while (!closed_.load() && reader.next(sample.encoded)) {
-            samples_read_.fetch_add(1, std::memory_order_relaxed);
-            encoded_bytes_.fetch_add(sample.encoded.data.size(), std::memory_order_relaxed);
-            try {
-              probe(sample);
-            } catch (const Error& e) {
-              if (plan_.on_error == ErrorPolicy::kRaise) throw;
-              record_skip(e.message());
-              continue;
-            }
-            samples_this_pass += 1;
-            read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-            bool ok = true;
-            if (shuffle.enabled()) {
-              PlannedSample out;
-              const size_t bytes = sample.encoded.encoded_bytes();
-              if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
-              while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
-              account_shuffle();
-            } else {
-              ok = emit(std::move(sample));
-            }
-            if (!ok) return;  // closed
-            sample = PlannedSample();
-            t0 = now_ns();
-          }
-        } catch (const Error& e) {
-          // A shard that fails to open or parse: under the skip policy the rest
-          // of that shard is lost (a tar stream cannot be resynchronised).
-          if (plan_.on_error == ErrorPolicy::kRaise) throw;
-          record_skip(e.message());
-        }
-      }
-      if (!(plan_.repeat || plan_.resampled) || samples_this_pass == 0 || closed_.load()) break;
+
+  // The shard sequence: one pass over this stream's shards, again and again
+  // when repeating, or random draws forever when resampling.
+  Rng resample_rng(derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
+                                static_cast<uint64_t>(stream), 0x5245534dULL}));
+  int64_t pass = 0;
+  size_t position = 0;
+  std::vector<uint32_t> order = shard_order(stream, 0);
+  const bool endless = plan_.repeat || plan_.resampled;
+  auto next_shard = [&](uint32_t* shard, int64_t* shard_pass) -> bool {
+    if (order.empty()) return false;
+    if (plan_.resampled) {
+      *shard = order[resample_rng.below(order.size())];
+      *shard_pass = 0;
+      return true;
     }
+    if (position == order.size()) {
+      if (!endless) return false;
+      order = shard_order(stream, ++pass);
+      position = 0;
+    }
+    *shard = order[position++];
+    *shard_pass = pass;
+    return true;
+  };
+
+  std::deque<std::unique_ptr<ShardJob>> jobs;
+  auto top_up = [&] {
+    uint32_t shard;
+    int64_t shard_pass;
+    while (jobs.size() < static_cast<size_t>(std::max(1, plan_.parse_ahead)) &&
+           next_shard(&shard, &shard_pass)) {
+      auto job = std::make_unique<ShardJob>(shard, shard_pass);
+      ShardJob* raw = job.get();
+      raw->thread = std::thread([this, raw, chunk] { parse_shard(*raw, chunk); });
+      jobs.push_back(std::move(job));
+    }
+  };
+  try {
+    int64_t current_pass = 0;
+    uint64_t samples_this_pass = 0;
+    top_up();
+    while (!jobs.empty() && !closed_.load()) {
+      ShardJob& job = *jobs.front();
+      if (job.pass != current_pass) {
+        // A whole pass without a sample: repeating would spin forever.
+        if (samples_this_pass == 0) break;
+        current_pass = job.pass;
+        samples_this_pass = 0;
+      }
+      bool shard_done = false;
+      while (!shard_done) {
+        std::optional<ShardJob::Chunk> c = job.chunks.pop();
+        if (!c) return;  // closed
+        if (c->error) {
+          try {
+            std::rethrow_exception(c->error);
+          } catch (const Error& e) {
+            // Under the skip policy the rest of a failing shard is lost (a
+            // tar stream cannot be resynchronised); the next shard goes on.
+            if (plan_.on_error == ErrorPolicy::kRaise) throw;
+            record_skip(e.message());
+          }
+          shard_done = true;
+        }
+        shard_done = shard_done || c->end;
+        for (PlannedSample& sample : c->samples) {
+          samples_this_pass += 1;
+          bool ok = true;
+          if (shuffle.enabled()) {
+            PlannedSample out;
+            const size_t bytes = sample.encoded.encoded_bytes();
+            if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
+            while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
+          } else {
+            ok = emit(std::move(sample));
+          }
+          if (!ok) return;  // closed
+        }
+        if (shuffle.enabled()) account_shuffle();
+      }
+      jobs.pop_front();
+      top_up();
+    }
+    jobs.clear();
     PlannedSample out;
     while (shuffle.pop(&out)) {
       if (!emit(std::move(out))) return;
@@ -369,7 +463,7 @@ void StreamEngine::run_stream(int stream) {
     end.end = true;
     queue.push(std::move(end));
   } catch (...) {
-    // Samples already read still reach the consumer, then the error.
+    jobs.clear();
     if (!flush()) return;
     StreamItem failure;
     failure.error = std::current_exception();
@@ -408,7 +502,8 @@ void StreamEngine::run_assembler() {
   std::vector<bool> ended(streams, false);
   std::vector<size_t> active(streams);
   std::iota(active.begin(), active.end(), 0);
-  int64_t sequence = 0;
+  int64_t sequence = 0;  // batches delivered
+  int64_t formed = 0;    // batches formed, including skipped ones
   size_t turn = 0;
   const size_t batch_size = static_cast<size_t>(plan_.batch_size);
   auto fail = [&](std::exception_ptr error) {
@@ -419,7 +514,7 @@ void StreamEngine::run_assembler() {
   };
   try {
     while (!active.empty() && !closed_.load() &&
-           (plan_.max_batches < 0 || sequence < plan_.max_batches)) {
+           (plan_.max_batches < 0 || formed < plan_.max_batches)) {
       const size_t slot = turn % active.size();
       const size_t s = active[slot];
       BatchTask task;
@@ -459,10 +554,13 @@ void StreamEngine::run_assembler() {
       }
       const bool full = task.samples.size() == batch_size;
       if (full || (plan_.partial && !task.samples.empty())) {
-        if (!results_.wait_for_slot(sequence)) return;
-        task.sequence = sequence++;
-        samples_batched_.fetch_add(task.samples.size());
-        if (!tasks_.push(std::move(task))) return;
+        task.absolute = formed++;
+        if (task.absolute >= plan_.skip_batches) {
+          if (!results_.wait_for_slot(sequence)) return;
+          task.sequence = sequence++;
+          samples_batched_.fetch_add(task.samples.size());
+          if (!tasks_.push(std::move(task))) return;
+        }
       }
       if (ended[s] && pending[s].empty()) {
         active.erase(active.begin() + static_cast<std::ptrdiff_t>(slot));
@@ -570,7 +668,7 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
             case FieldDecoder::kImage:
               decode_image_row(f, data, member.data_size, p.height, p.width,
                                derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch),
-                                            static_cast<uint64_t>(task.sequence), i, fi}),
+                                            static_cast<uint64_t>(task.absolute), i, fi}),
                                out);
               break;
             case FieldDecoder::kNpy:
@@ -652,6 +750,7 @@ StreamStats StreamEngine::stats() const {
   s.samples_skipped = samples_skipped_.load();
   s.samples_batched = samples_batched_.load();
   s.batches = batches_.load();
+  s.samples_yielded = samples_yielded_.load();
   s.encoded_bytes = encoded_bytes_.load();
   s.read_ns = read_ns_.load();
   s.decode_ns = decode_ns_.load();

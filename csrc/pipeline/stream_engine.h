@@ -1,9 +1,11 @@
 // The stream engine: tar shards → samples → shuffle → batches, on native
 // threads.
 //
-//   stream threads (one per logical stream): read shards in order, group
-//     members into samples, resolve and probe each field (headers only),
-//     shuffle encoded samples, hand them on in chunks;
+//   parse threads (up to parse_ahead per stream): each reads one shard,
+//     groups members into samples, resolves and probes each field (headers
+//     only);
+//   stream threads (one per logical stream): take the parsed shards in
+//     order, shuffle encoded samples, hand them on in chunks;
 //   assembler thread: takes batch_size samples from the streams in
 //     round-robin order, numbers the batch, checks that stacked fields agree
 //     in shape, and queues it;
@@ -40,6 +42,7 @@ struct StreamStats {
   uint64_t samples_skipped = 0;  // dropped under the skip policy
   uint64_t samples_batched = 0;  // placed in a batch
   uint64_t batches = 0;          // batches handed to the consumer
+  uint64_t samples_yielded = 0;  // rows of those batches
   uint64_t encoded_bytes = 0;    // payload bytes read
   uint64_t read_ns = 0;          // stream threads: reading + parsing + probing
   uint64_t decode_ns = 0;        // decode threads, summed
@@ -88,11 +91,14 @@ class StreamEngine {
     bool end = false;
   };
   struct BatchTask {
-    int64_t sequence = 0;
+    int64_t sequence = 0;  // delivery order
+    int64_t absolute = 0;  // position in the epoch, counting skipped (resumed) batches
     std::vector<PlannedSample> samples;
   };
 
+  struct ShardJob;
   void run_stream(int stream);
+  void parse_shard(ShardJob& job, size_t chunk_size);
   void run_assembler();
   void run_decoder();
   Batch decode_batch(BatchTask& task);
@@ -113,7 +119,7 @@ class StreamEngine {
   std::deque<std::string> skip_messages_;
 
   std::atomic<uint64_t> shards_opened_{0}, samples_read_{0}, samples_skipped_{0},
-      samples_batched_{0}, batches_{0}, encoded_bytes_{0}, read_ns_{0}, decode_ns_{0},
+      samples_batched_{0}, batches_{0}, samples_yielded_{0}, encoded_bytes_{0}, read_ns_{0}, decode_ns_{0},
       shuffle_bytes_{0}, shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
 
   ThreadGroup threads_;  // last: joined before the members above are destroyed

@@ -10,6 +10,7 @@
 #include "decode/image_decoder.h"
 #include "image/transform.h"
 #include "io/byte_source.h"
+#include "memory/batch_allocator.h"
 
 namespace chute {
 
@@ -42,6 +43,7 @@ struct StreamPlan {
 
   int num_streams = 1;        // logical streams: they, not threads, define order
   int num_threads = 1;        // decode threads
+  int parse_ahead = 2;        // shards parsed concurrently per stream (order unaffected)
   int prefetch_batches = 4;   // batches in flight (assigned, not yet consumed)
 
   bool resampled = false;     // draw shards with replacement, forever
@@ -58,8 +60,12 @@ struct StreamPlan {
   int64_t batch_size = 1;
   bool partial = true;         // emit a short last batch
   int64_t max_batches = -1;    // stop after this many batches (-1: when the data ends)
+  // Resume: the first skip_batches batches of the epoch are formed (so the
+  // order is the same) but not decoded or delivered.
+  int64_t skip_batches = 0;
 
   ErrorPolicy on_error = ErrorPolicy::kRaise;
+  PinHooks pin;  // page-lock batch memory (see memory/batch_allocator.h)
 };
 
 }  // namespace chute

@@ -2,22 +2,31 @@
 
 from chute._core import DataError, ReadError
 from chute.arrays import ArrayDataset
+from chute.curriculum import Curriculum, MixedDataset
 from chute.dataloader import DataLoader
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
+from chute.splits import create_loader
+from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.webdataset import WebDataset, WebLoader
 
 __all__ = [
     "ArrayDataset",
     "ChuteSlowPathWarning",
+    "Curriculum",
     "DataError",
     "DataLoader",
     "H5Dataset",
     "IndexedDataset",
+    "MixedDataset",
     "ReadError",
     "SkippedSampleWarning",
+    "ValidationError",
     "WebDataset",
     "WebLoader",
+    "create_loader",
+    "validate_batch",
+    "validate_first_batch",
 ]
 __version__ = "0.1.0"

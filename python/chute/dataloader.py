@@ -15,7 +15,10 @@ the same arguments (that spawns nothing until iterated) and consulted.
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import torch
@@ -44,8 +47,13 @@ class DataLoader:
 
     - ``distributed``: partition a map-style dataset across ranks exactly as
       ``torch.utils.data.DistributedSampler(shuffle=shuffle, seed=seed,
-      drop_last=drop_last)`` does; call ``set_epoch`` each epoch.
+      drop_last=drop_last)`` does (shuffling unless ``shuffle=False``, as
+      DistributedSampler does); call ``set_epoch`` each epoch.
     - ``seed``: the DistributedSampler seed.
+    - ``progress``: show a progress bar with samples/s (tqdm when installed).
+
+    ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
+    batch: the next iteration replays the same order and skips what was seen.
     """
 
     def __init__(
@@ -70,19 +78,24 @@ class DataLoader:
         in_order: bool = True,
         distributed: bool = False,
         seed: int = 0,
+        progress: bool = False,
     ) -> None:
         global _told_fallback
         if distributed and _native_kind(dataset) != "stream":
             # The partition of torch's DistributedSampler, by construction: rank
             # and world size from torch.distributed, else RANK/WORLD_SIZE.
             if sampler is not None or batch_sampler is not None:
-                raise ValueError("distributed=True builds its own sampler; pass sampler= instead")
+                raise ValueError(
+                    "distributed=True builds its own DistributedSampler: pass either "
+                    "distributed=True or your own sampler/batch_sampler, not both"
+                )
             rank, world_size = rank_and_world_size()
             sampler = torch.utils.data.DistributedSampler(
                 dataset,
                 num_replicas=world_size,
                 rank=rank,
-                shuffle=bool(shuffle),
+                # DistributedSampler's own default: shuffle unless told not to.
+                shuffle=True if shuffle is None else bool(shuffle),
                 seed=seed,
                 drop_last=drop_last,
             )
@@ -116,7 +129,10 @@ class DataLoader:
         self.timeout = timeout
         self.generator = generator
         self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
+        self.progress = progress
         self._kind = _native_kind(dataset)
+        self._position: dict[str, Any] | None = None  # the running iteration's
+        self._resume: dict[str, Any] | None = None
         if self._kind is None and not _told_fallback:
             _told_fallback = True
             logger.info(
@@ -142,28 +158,49 @@ class DataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Reaches the sampler and the dataset, whichever of them has ``set_epoch``."""
+        reached: list[object] = []
         for target in (self.sampler, getattr(self.batch_sampler, "sampler", None), self.dataset):
             fn = getattr(target, "set_epoch", None)
-            if callable(fn):
+            if callable(fn) and not any(target is r for r in reached):
+                reached.append(target)
                 fn(epoch)
 
     def __iter__(self) -> Iterator[Any]:
         if self._kind == "stream":
-            return self._iterate_stream()
-        if self._kind == "indexed" and self._torch._auto_collation:
-            return self._iterate_indexed()
-        return iter(self._torch)
+            items = self._iterate_stream()
+        elif self._kind == "indexed" and self._torch._auto_collation:
+            items = self._iterate_indexed()
+        else:
+            if self._resume is not None:
+                raise ValueError("load_state_dict() resumes chute datasets only")
+            items = iter(self._torch)
+        return (
+            with_progress(items, len(self) if self._has_len() else None) if self.progress else items
+        )
+
+    def _has_len(self) -> bool:
+        try:
+            len(self)
+        except TypeError:
+            return False
+        return True
 
     def _iterate_stream(self) -> Iterator[Any]:
-        items = self.dataset.iterate(
+        dataset: WebDataset = self.dataset
+        if self._resume is not None:
+            dataset.load_state_dict(self._resume["dataset"])
+            self._resume = None
+        items = dataset.iterate(
             threads=self.threads,
             prefetch=self.threads * self.prefetch_factor,
             timeout=float(self.timeout),
+            pin_memory=self.pin_memory,
         )
+        self._position = {"kind": "stream"}
         try:
             if self.batch_size is None:
                 for item in items:
-                    yield default_convert(item)  # type: ignore[no-untyped-call]  # torch: unannotated
+                    yield default_convert(item)
                 return
             collate = self.collate_fn or default_collate
             batch: list[Any] = []
@@ -175,33 +212,142 @@ class DataLoader:
             if batch and not self.drop_last:
                 yield collate(batch)
         finally:
+            self._position = None
             close = getattr(items, "close", None)
             if close is not None:
                 close()
 
-    def _index_batches(self) -> Iterator[list[int]]:
+    def _iterate_indexed(self) -> Iterator[Any]:
+        resume, self._resume = self._resume, None
+        generator = self.generator
+        if resume is not None:
+            _set_rng_state(generator, resume["rng_state"])
+            if resume.get("sampler_epoch") is not None:
+                self.sampler.set_epoch(resume["sampler_epoch"])
+        position = {
+            "kind": "indexed",
+            "rng_state": _get_rng_state(generator),
+            "sampler_epoch": getattr(self.sampler, "epoch", None),
+            "batches": resume["batches"] if resume is not None else 0,
+        }
         # torch's iterator creates the sampler iterator, then draws its base
         # seed from `generator`, and only then runs the sampler: same here.
-        sampler_iter: Iterator[list[int]] = iter(self._torch._index_sampler)
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-        return sampler_iter
-
-    def _iterate_indexed(self) -> Iterator[Any]:
+        index_batches = iter(self._torch._index_sampler)
+        torch.empty((), dtype=torch.int64).random_(generator=generator)
+        if position["batches"]:
+            index_batches = islice(index_batches, position["batches"], None)
+        self._position = position
         batches = self.dataset.iter_batches(
-            self._index_batches(),
+            index_batches,
             num_threads=self.threads,
             prefetch=self.threads * self.prefetch_factor,
             timeout=float(self.timeout),
+            pin_memory=self.pin_memory,
         )
-        if self.collate_fn is None:
-            yield from batches
-            return
-        # A custom collate_fn: the documented slow path, rows handed over one by one.
-        for batch in batches:
-            n = len(next(iter(batch.values()))) if batch else 0
-            rows = [{k: v[i] for k, v in batch.items()} for i in range(n)]
-            yield self.collate_fn(rows)
+        try:
+            for batch in batches:
+                position["batches"] += 1
+                if self.collate_fn is None:
+                    yield batch
+                    continue
+                # A custom collate_fn: the documented slow path, rows one by one.
+                n = len(next(iter(batch.values()))) if batch else 0
+                yield self.collate_fn([{k: v[i] for k, v in batch.items()} for i in range(n)])
+        finally:
+            self._position = None
+            batches.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running iteration's position (or the start of the next epoch)."""
+        if self._kind == "stream":
+            return {"kind": "stream", "dataset": self.dataset.state_dict()}
+        if self._kind != "indexed":
+            raise ValueError("state_dict() covers chute datasets only")
+        if self._position is not None:
+            return dict(self._position)
+        return {
+            "kind": "indexed",
+            "rng_state": _get_rng_state(self.generator),
+            "sampler_epoch": getattr(self.sampler, "epoch", None),
+            "batches": 0,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next iteration resumes where `state` was taken."""
+        expected = self._kind if self._kind in ("stream", "indexed") else None
+        if state.get("kind") != expected:
+            raise ValueError(
+                f"state of a {state.get('kind')!r} loader given to a {expected!r} loader"
+            )
+        self._resume = dict(state)
 
     def stats(self) -> dict[str, Any]:
+        """The dataset's engine figures (see README, "Stats")."""
         fn = getattr(self.dataset, "stats", None)
         return fn() if callable(fn) else {}
+
+
+def _get_rng_state(generator: torch.Generator | None) -> torch.Tensor:
+    # Without a generator, torch's samplers seed themselves from the global RNG.
+    return generator.get_state() if generator is not None else torch.get_rng_state()
+
+
+def _set_rng_state(generator: torch.Generator | None, state: torch.Tensor) -> None:
+    if generator is not None:
+        generator.set_state(state)
+    else:
+        torch.set_rng_state(state)
+
+
+def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
+    """A progress bar counting batches and samples/s (tqdm when installed,
+    else a line on stderr every second)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        bar = tqdm(total=total, unit="batch", dynamic_ncols=True)
+        samples = 0
+        start = time.perf_counter()
+        try:
+            for item in items:
+                samples += _batch_rows(item)
+                bar.update(1)
+                bar.set_postfix(
+                    samples_per_s=f"{samples / max(time.perf_counter() - start, 1e-9):,.0f}"
+                )
+                yield item
+        finally:
+            bar.close()
+        return
+    samples = 0
+    start = last = time.perf_counter()
+    for count, item in enumerate(items, start=1):
+        samples += _batch_rows(item)
+        now = time.perf_counter()
+        if now - last >= 1.0:
+            last = now
+            of = f"/{total}" if total is not None else ""
+            rate = samples / max(now - start, 1e-9)
+            print(f"\rchute: {count}{of} batches, {rate:,.0f} samples/s", end="", file=sys.stderr)
+        yield item
+    print(file=sys.stderr)
+
+
+def _batch_rows(batch: Any) -> int:
+    """Rows in a batch: the first dimension of its first tensor or array."""
+    values = (
+        batch.values()
+        if isinstance(batch, dict)
+        else batch
+        if isinstance(batch, (list, tuple))
+        else [batch]
+    )
+    for value in values:
+        shape = getattr(value, "shape", None)
+        if shape:
+            return int(shape[0])
+        if isinstance(value, list):
+            return len(value)
+    return 1

@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import Dataset
 
 from chute import _core
+from chute.pinning import pin_hooks
 
 Batch = dict[str, torch.Tensor]
 
@@ -175,6 +176,7 @@ class IndexedDataset(Dataset[Batch]):
         num_threads: int,
         prefetch: int,
         timeout: float = 0,
+        pin_memory: bool = False,
     ) -> Iterator[Batch]:
         """Yields `{field: tensor[n, ...]}` for each index batch, in order.
 
@@ -187,6 +189,13 @@ class IndexedDataset(Dataset[Batch]):
         prefetch = max(1, int(prefetch))
         state = self._state()
         engine = _core.IndexedEngine(state.sources, max(1, int(num_threads)), prefetch)
+        copy_to_pinned = False
+        if pin_memory:
+            hooks = pin_hooks()
+            if hooks is not None:
+                engine.set_pin_hooks(*hooks)
+            else:
+                copy_to_pinned = torch.cuda.is_available()
         state.live.add(engine)
         pending: deque[np.ndarray] = deque()
         source = iter(index_batches)
@@ -205,7 +214,10 @@ class IndexedDataset(Dataset[Batch]):
                 if not pending:
                     return
                 arrays = _wait(engine, float(timeout))
-                yield self._assemble(arrays, pending.popleft())
+                batch = self._assemble(arrays, pending.popleft())
+                if copy_to_pinned:
+                    batch = {k: v.pin_memory() for k, v in batch.items()}
+                yield batch
         finally:
             state.live.discard(engine)
             self._add_totals(engine.stats())

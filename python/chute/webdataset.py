@@ -13,8 +13,10 @@ path, counted in ``stats()["python_items"]``.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import random
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from chute import _core
@@ -35,12 +38,14 @@ from chute.handlers import (
     reraise_exception,
     warn_and_continue,
 )
+from chute.pinning import pin_hooks
 from chute.shards import (
     Splitter,
     apply_splitter,
     expand_urls,
     rank_and_world_size,
     single_node_only,
+    split_by_node,
     split_by_worker,
     worker_and_num_workers,
 )
@@ -71,6 +76,7 @@ class _EngineSettings:
     threads: int
     prefetch: int | None
     timeout: float
+    pin_memory: bool = False
 
 
 @dataclass
@@ -85,6 +91,11 @@ class _CompiledPipeline:
     partial: bool
     python_stages: list[_Stage]
     shuffle: tuple[int, int, int] | None  # capacity, initial, seed
+
+
+# Python stages that hold items across calls: a mid-epoch checkpoint cannot
+# replay them exactly.
+_STATEFUL_PYTHON_STAGES = frozenset({"batched", "unbatched", "shuffle", "compose"})
 
 
 def _handler_policy(handler: Handler) -> Any:
@@ -105,6 +116,15 @@ class WebDataset(IterableDataset[Any]):
     - ``pipe_timeout``: seconds a ``pipe:`` command may stay silent.
     - ``shuffle_max_bytes``: byte budget of each shuffle buffer (encoded bytes).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
+    - ``even_batches``: under DDP (world size > 1) every rank must yield the
+      same number of batches, or the collective ops of the short rank's
+      peers hang. ``"cap"`` (default) stops every rank after the batch count
+      of the rank with the fewest samples; ``"repeat"`` makes every rank yield
+      the count of the rank with the most, the shorter ones reading their
+      shards again; ``"off"`` leaves counts as they fall. Ranks count their
+      samples once (a header scan, cached per shard) and agree through
+      ``torch.distributed`` when it is initialised, else by splitting the
+      shard list as ``split_by_node`` does.
     """
 
     def __init__(
@@ -133,8 +153,12 @@ class WebDataset(IterableDataset[Any]):
         pipe_timeout: float = 0.0,
         shuffle_max_bytes: int = 1 << 30,
         timeout: float = 0.0,
+        even_batches: str = "cap",
     ) -> None:
         super().__init__()
+        if even_batches not in ("cap", "repeat", "off"):
+            raise ValueError(f"even_batches must be 'cap', 'repeat' or 'off', not {even_batches!r}")
+        self.even_batches = even_batches
         unsupported = {
             "url_to_name": url_to_name,
             "select_files": select_files,
@@ -188,7 +212,11 @@ class WebDataset(IterableDataset[Any]):
         self.nominal_length: int | None = None  # with_length
         self._epoch = 0
         self._epoch_set = False
-        self._last_stats: dict[str, Any] = {}
+        self._finished_stats: dict[str, Any] = {}
+        self._live: _LiveIteration | None = None
+        self._position: _Position | None = None  # of the current iteration
+        self._resume: _Position | None = None
+        self._python_stages: list[_Stage] = []
 
     # ------------------------------------------------------------------ fluent API
 
@@ -307,8 +335,48 @@ class WebDataset(IterableDataset[Any]):
         self._epoch_set = True
 
     def stats(self) -> dict[str, Any]:
-        """Figures of the latest iteration (see README, "Stats")."""
-        return dict(self._last_stats)
+        """Figures of the running (else the latest) iteration: the engine's
+        counters (samples read, skipped, yielded; busy seconds of the read and
+        decode stages; bytes; shuffle-buffer and batch-memory bytes, current
+        and peak; batches waiting), plus ``python_items`` (items through
+        Python stages, the slow path) and ``wait_seconds`` (time the consumer
+        spent waiting for the engine)."""
+        live = self._live
+        if live is None:
+            return dict(self._finished_stats)
+        return {
+            **live.engine.stats(),
+            "python_items": live.python_items,
+            "wait_seconds": live.wait_seconds,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the current iteration stands; ``load_state_dict`` makes the
+        next iteration resume right after it, with the same order. Before any
+        iteration, or after one ended, it names the start of the next epoch."""
+        p = self._position
+        if p is None:
+            return {"epoch": self._epoch, "batches": 0, "rows": 0, "shuffle_seed": None}
+        stateful = [s.kind for s in self._python_stages if s.kind in _STATEFUL_PYTHON_STAGES]
+        if stateful:
+            raise ValueError(
+                f"cannot checkpoint mid-epoch: stages {stateful} run in Python and keep state; "
+                "put .batched()/.shuffle() where the engine runs them (before any .map)"
+            )
+        return {
+            "epoch": p.epoch,
+            "batches": p.batches,
+            "rows": p.rows,
+            "shuffle_seed": p.shuffle_seed,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resume = _Position(
+            epoch=int(state["epoch"]),
+            shuffle_seed=state.get("shuffle_seed"),
+            batches=int(state["batches"]),
+            rows=int(state["rows"]),
+        )
 
     # ------------------------------------------------------------------ compilation
 
@@ -322,7 +390,9 @@ class WebDataset(IterableDataset[Any]):
                 return list(samples)
         return []
 
-    def _compile(self, urls: list[str]) -> _CompiledPipeline:
+    def _compile(
+        self, urls: list[str], shuffle_seed_override: int | None = None
+    ) -> _CompiledPipeline:
         stages = list(self.stages)
         position = 0
         shuffle: tuple[int, int, int] | None = None
@@ -342,7 +412,9 @@ class WebDataset(IterableDataset[Any]):
                 initial = min(int(stage.kwargs["initial"]), size)
                 rng = stage.kwargs["rng"]
                 seed = stage.kwargs["seed"]
-                if rng is not None:
+                if shuffle_seed_override is not None:
+                    shuffle_seed = shuffle_seed_override
+                elif rng is not None:
                     shuffle_seed = rng.getrandbits(63)
                 elif seed is not None:
                     shuffle_seed = int(seed)
@@ -510,6 +582,7 @@ class WebDataset(IterableDataset[Any]):
         threads: int | None = None,
         prefetch: int | None = None,
         timeout: float | None = None,
+        pin_memory: bool = False,
     ) -> Iterator[Any]:
         """One epoch, with the engine settings overridden for this iteration
         (``chute.DataLoader`` passes its ``num_workers`` here as threads)."""
@@ -521,6 +594,10 @@ class WebDataset(IterableDataset[Any]):
                     "Turn off using empty_check=False in the WebDataset constructor."
                 )
             return iter(())
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            self._epoch = resume.epoch
+            self._epoch_set = False
         epoch = self._epoch
         if not self._epoch_set:
             self._epoch += 1
@@ -529,10 +606,21 @@ class WebDataset(IterableDataset[Any]):
             threads=max(1, threads if threads is not None else self.threads),
             prefetch=prefetch if prefetch is not None else self.prefetch,
             timeout=timeout if timeout is not None else self.timeout,
+            pin_memory=pin_memory,
         )
-        compiled = self._compile(urls)
+        compiled = self._compile(urls, resume.shuffle_seed if resume is not None else None)
+        self._python_stages = compiled.python_stages
+        # The position exists from here, before the engine starts, so a
+        # checkpoint taken before the first item names this epoch.
+        self._position = _Position(
+            epoch=epoch,
+            shuffle_seed=compiled.shuffle[2] if compiled.shuffle else None,
+            batches=resume.batches if resume is not None else 0,
+        )
         rank, _ = rank_and_world_size()
-        items: Iterator[Any] = self._native_items(compiled, urls, worker, rank, epoch, settings)
+        items: Iterator[Any] = self._native_items(
+            compiled, urls, worker, rank, epoch, settings, resume
+        )
         for stage in compiled.python_stages:
             items = _apply_python_stage(stage, items, self._python_counter)
         if self.epoch_items > 0 and not self._native_epoch_cap(compiled):
@@ -543,7 +631,8 @@ class WebDataset(IterableDataset[Any]):
         return not compiled.python_stages and compiled.batch_size is not None
 
     def _python_counter(self, n: int) -> None:
-        self._last_stats["python_items"] = self._last_stats.get("python_items", 0) + n
+        if self._live is not None:
+            self._live.python_items += n
 
     def _make_plan(
         self,
@@ -589,7 +678,46 @@ class WebDataset(IterableDataset[Any]):
             self.epoch_items if (self.epoch_items > 0 and self._native_epoch_cap(compiled)) else -1
         )
         plan.on_error = _handler_policy(self._effective_handler())
+        even = self._even_batch_count(compiled, urls)
+        if even is not None:
+            plan.max_batches = even
+            plan.repeat = True  # a rank short of batches reads its shards again
         return plan
+
+    def _even_batch_count(self, compiled: _CompiledPipeline, urls: list[str]) -> int | None:
+        """The batch count every rank yields this epoch, or None when ranks
+        need not agree (single process, or the count is already fixed)."""
+        rank, world_size = rank_and_world_size()
+        batch_size = compiled.batch_size
+        if (
+            world_size <= 1
+            or self.even_batches == "off"
+            or batch_size is None
+            or compiled.python_stages
+            or self.epoch_items > 0
+            or self.resampled
+        ):
+            return None
+        count = functools.partial(
+            _shard_samples, cache_dir=self.cache_dir or "", timeout=self.pipe_timeout
+        )
+        reduce_max = self.even_batches == "repeat"
+        if dist.is_available() and dist.is_initialized():
+            total = torch.tensor([sum(count(u) for u in urls)], dtype=torch.int64)
+            dist.all_reduce(total, op=dist.ReduceOp.MAX if reduce_max else dist.ReduceOp.MIN)
+            samples = int(total.item())
+        elif self.nodesplitter is split_by_node:
+            per_rank = [sum(count(u) for u in self.urls[r::world_size]) for r in range(world_size)]
+            samples = max(per_rank) if reduce_max else min(per_rank)
+        else:
+            raise ValueError(
+                f"rank {rank} of {world_size}: cannot agree on a batch count without "
+                "torch.distributed; initialise the process group, use split_by_node, "
+                "or pass even_batches='off'"
+            )
+        if compiled.partial:
+            return -(-samples // batch_size)
+        return samples // batch_size
 
     def _effective_handler(self) -> Handler:
         for stage in self.stages:
@@ -605,27 +733,123 @@ class WebDataset(IterableDataset[Any]):
         rank: int,
         epoch: int,
         settings: _EngineSettings,
+        resume: _Position | None,
     ) -> Iterator[Any]:
         plan = self._make_plan(compiled, urls, worker, rank, epoch, settings)
+        position = self._position
+        assert position is not None
+        skip_rows = 0
+        if resume is not None:
+            plan.skip_batches = resume.batches
+            skip_rows = resume.rows
+        copy_to_pinned = settings.pin_memory and not _apply_pin_hooks(plan)
         handler = self._effective_handler()
         engine = _core.StreamEngine(plan)
-        self._last_stats = {"python_items": 0}
+        self._live = _LiveIteration(engine)
         converter = _BatchConverter(compiled, urls)
         try:
+            live = self._live
             while True:
-                batch = engine.next(settings.timeout)
+                started = time.perf_counter()
+                batch = _next_batch(engine, settings.timeout)
+                live.wait_seconds += time.perf_counter() - started
                 stop = _report_skips(engine, handler)
                 if batch is None:
                     break
                 if compiled.batch_size is not None:
-                    yield converter.batch(batch)
+                    position.batches += 1
+                    out = converter.batch(batch)
+                    yield _pin_copy(out) if copy_to_pinned else out
                 else:
-                    yield from converter.rows(batch)
+                    for i, row in enumerate(converter.rows(batch)):
+                        if i < skip_rows:
+                            continue
+                        position.rows = i + 1
+                        yield row
+                    skip_rows = 0
+                    position.batches += 1
+                    position.rows = 0
                 if stop:
                     break
         finally:
             engine.close()
-            self._last_stats.update(engine.stats())
+            live = self._live
+            self._finished_stats = {
+                **engine.stats(),
+                "python_items": live.python_items,
+                "wait_seconds": live.wait_seconds,
+            }
+            self._live = None
+            self._position = None
+
+
+@dataclass
+class _Position:
+    """Where an iteration stands: enough to replay it up to here."""
+
+    epoch: int
+    shuffle_seed: int | None
+    batches: int = 0  # engine batches fully handed out
+    rows: int = 0  # rows handed out of the next one (unbatched pipelines)
+
+
+@dataclass
+class _LiveIteration:
+    engine: Any
+    python_items: int = 0
+    wait_seconds: float = 0.0
+
+
+# The engine's wait is cut into slices so that Python notices Ctrl-C.
+_WAIT_SLICE_S = 0.1
+
+
+def _next_batch(engine: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while True:
+        slice_s = _WAIT_SLICE_S
+        if deadline is not None:
+            slice_s = min(slice_s, max(deadline - time.monotonic(), 1e-3))
+        batch = engine.next(slice_s)
+        if batch is not False:
+            return batch
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"no batch within {timeout:g} seconds")
+
+
+def _apply_pin_hooks(plan: Any) -> bool:
+    """Pins batch memory in the engine; False when CUDA is there but the
+    runtime's functions were not found (the caller then copies)."""
+    hooks = pin_hooks()
+    if hooks is not None:
+        plan.set_pin_hooks(*hooks)
+        return True
+    return not torch.cuda.is_available()
+
+
+def _pin_copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.pin_memory()
+    if isinstance(value, tuple):
+        return tuple(_pin_copy(v) for v in value)
+    if isinstance(value, list):
+        return [_pin_copy(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _pin_copy(v) for k, v in value.items()}
+    return value
+
+
+_SHARD_SAMPLES: dict[tuple[str, int, int], int] = {}
+
+
+def _shard_samples(url: str, cache_dir: str, timeout: float) -> int:
+    """Samples in a shard, scanned once per (url, size, mtime)."""
+    local = _local_path(url)
+    stat = os.stat(local) if local is not None and os.path.exists(local) else None
+    key = (url, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+    if key not in _SHARD_SAMPLES:
+        _SHARD_SAMPLES[key] = int(_core.scan_tar_samples(url, cache_dir, timeout)["samples"])
+    return _SHARD_SAMPLES[key]
 
 
 def _local_path(url: str) -> str | None:

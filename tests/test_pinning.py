@@ -1,0 +1,131 @@
+"""pin_memory: arenas page-locked once at creation and unlocked right before
+they are freed, through the hooks chute.pinning finds in the CUDA runtime."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+from typing import Any
+
+import chute
+import chute.dataloader
+import chute.indexed
+import chute.pinning
+import chute.webdataset
+import numpy as np
+import pytest
+import torch
+
+REGISTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)
+UNREGISTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class RecordingHooks:
+    """Stands in for cudaHostRegister/Unregister on a machine without CUDA:
+    checks the engine's bookkeeping (each arena registered once, unregistered
+    once before it is freed), not page-locking itself."""
+
+    def __init__(self) -> None:
+        self.registered: dict[int, int] = {}
+        self.unregistered: list[int] = []
+        self.register_fn = REGISTER(self._register)
+        self.unregister_fn = UNREGISTER(self._unregister)
+
+    def _register(self, ptr: int, size: int, flags: int) -> int:
+        assert ptr not in self.registered and size % 4096 == 0 and flags == 0
+        self.registered[ptr] = size
+        return 0
+
+    def _unregister(self, ptr: int) -> int:
+        assert ptr in self.registered
+        self.unregistered.append(ptr)
+        return 0
+
+    def addresses(self) -> tuple[int, int]:
+        reg = ctypes.cast(self.register_fn, ctypes.c_void_p).value
+        unreg = ctypes.cast(self.unregister_fn, ctypes.c_void_p).value
+        assert reg is not None and unreg is not None
+        return reg, unreg
+
+
+# The real hooks live as long as the process; so must these callbacks, since
+# a batch may outlive the test that made it.
+_ALIVE: list[RecordingHooks] = []
+
+
+@pytest.fixture
+def hooks(monkeypatch: pytest.MonkeyPatch) -> RecordingHooks:
+    gc.collect()  # batches of earlier tests die under their own hooks
+    recording = RecordingHooks()
+    _ALIVE.append(recording)
+    monkeypatch.setattr(chute.webdataset, "pin_hooks", recording.addresses)
+    monkeypatch.setattr(chute.indexed, "pin_hooks", recording.addresses)
+    return recording
+
+
+def test_stream_arenas_registered_once_and_released(
+    tiny_shards: list[str], hooks: RecordingHooks
+) -> None:
+    ds = (
+        chute.WebDataset(tiny_shards, shardshuffle=False)
+        .decode()
+        .to_tuple("npy", "cls")
+        .batched(64)
+    )
+    loader = chute.DataLoader(ds, batch_size=None, num_workers=2, pin_memory=True)
+    kept = []
+    for i, (vectors, _labels) in enumerate(loader):
+        if i % 5 == 0:
+            kept.append(vectors)
+    stats = ds.stats()
+    assert stats["arenas_created"] == len(hooks.registered) > 0
+    assert stats["batch_bytes_pinned"] > 0
+    assert not set(hooks.unregistered) - set(hooks.registered)
+    del kept, loader, ds, vectors, _labels
+    gc.collect()
+    assert sorted(hooks.unregistered) == sorted(
+        hooks.registered
+    )  # every arena unpinned before free
+
+
+def test_indexed_arenas_registered(hooks: RecordingHooks) -> None:
+    ds = chute.ArrayDataset(x=np.arange(4096, dtype=np.float32).reshape(1024, 4))
+    batches = [b["x"] for b in chute.DataLoader(ds, batch_size=128, pin_memory=True, num_workers=2)]
+    assert torch.equal(
+        torch.cat(batches), torch.from_numpy(np.arange(4096, dtype=np.float32).reshape(1024, 4))
+    )
+    assert len(hooks.registered) > 0
+    del batches, ds
+    gc.collect()
+    assert sorted(hooks.unregistered) == sorted(hooks.registered)
+
+
+def test_pin_memory_without_cuda_is_accepted(tiny_shards: list[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU-only behaviour")
+    assert chute.pinning.pin_hooks() is None
+    ds = (
+        chute.WebDataset(tiny_shards, shardshuffle=False)
+        .decode()
+        .to_tuple("npy", "cls")
+        .batched(64)
+    )
+    batch: Any = next(iter(chute.DataLoader(ds, batch_size=None, pin_memory=True)))
+    assert batch[0].shape == (64, 64)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_batches_are_pinned_on_cuda(tiny_shards: list[str]) -> None:
+    ds = (
+        chute.WebDataset(tiny_shards, shardshuffle=False)
+        .decode()
+        .to_tuple("npy", "cls")
+        .batched(64)
+    )
+    for tensor, _labels in chute.DataLoader(ds, batch_size=None, num_workers=2, pin_memory=True):
+        assert isinstance(tensor, torch.Tensor) and tensor.is_pinned()
+        on_gpu = tensor.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        assert torch.equal(on_gpu.cpu(), tensor)
+    assert ds.stats()["batch_bytes_pinned"] > 0
