@@ -267,6 +267,10 @@ class StreamPlan:
     shuffle_shards: bool
     def __init__(self) -> None:
         ...
+    def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).
+        """
     @property
     def batch_size(self) -> int:
         ...
@@ -302,6 +306,12 @@ class StreamPlan:
         ...
     @num_threads.setter
     def num_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def parse_ahead(self) -> int:
+        ...
+    @parse_ahead.setter
+    def parse_ahead(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def pipe_timeout(self) -> float:
@@ -346,6 +356,12 @@ class StreamPlan:
     def shuffle_max_bytes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def skip_batches(self) -> int:
+        ...
+    @skip_batches.setter
+    def skip_batches(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def urls(self) -> list[str]:
         ...
     @urls.setter
@@ -358,11 +374,9 @@ class StreamEngine:
         ...
     def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
         """
-        Next batch, or None at the end of the epoch. Raises TimeoutError after `timeout` seconds (0: wait forever) and the error of a failed batch at its position.
+        Next batch; None at the end of the epoch; False when `timeout` seconds (0: wait forever) pass first. Raises the error of a failed batch at its position.
         """
     def stats(self) -> dict[str, typing.Any]:
-        ...
-    def take_new_arenas(self) -> list[tuple[int, int]]:
         ...
     def take_skip_messages(self) -> list[str]:
         ...
@@ -419,6 +433,10 @@ class IndexedEngine:
         """
     def outstanding(self) -> int:
         ...
+    def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning); call before the first submit.
+        """
     def stats(self) -> dict[str, typing.Any]:
         ...
     def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> int:
