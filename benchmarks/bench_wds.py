@@ -192,6 +192,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the data")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", default="tiny,jpeg")
+    parser.add_argument(
+        "--threads",
+        default="",
+        help="comma-separated thread counts (e.g. 1,2,4): also run chute at each, saved"
+        " under 'thread_scaling' for benchmarks/plot.py",
+    )
     args = parser.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
@@ -224,6 +230,27 @@ def main() -> None:
                 f"  {job:5s} {row['loader']:30s} workers={workers}: "
                 f"{row['samples_per_s']:,.0f} samples/s",
                 flush=True,
+            )
+    # Thread scaling (opt-in): chute alone at each count; the rows above and
+    # their keys stay exactly as without the flag.
+    scaling: list[dict[str, Any]] = []
+    for job in args.jobs.split(",") if args.threads else []:
+        for threads in (int(t) for t in args.threads.split(",")):
+            report = run_config(
+                script, {"loader": "chute", "workers": threads, "job": job, "urls": jobs[job]}
+            )
+            scaling.append(
+                {
+                    "job": job,
+                    "threads": threads,
+                    "samples": report["samples"],
+                    "samples_per_s": report["samples"] / report["seconds"],
+                    "first_batch_s": report["first_batch_seconds"],
+                    "peak_rss_mib": report["peak_tree_rss"] / 2**20,
+                }
+            )
+            print(
+                f"  {job:5s} chute threads={threads}: {scaling[-1]['samples_per_s']:,.0f} samples/s"
             )
     limit = decode_limit(jobs["jpeg"]) if "jpeg" in args.jobs else None
     summary: dict[str, Any] = {}
@@ -272,10 +299,10 @@ def main() -> None:
             f"(Pillow {limit['pillow_1thread']:,.0f}/s) x {limit['cores']} cores "
             f"= {limit['limit']:,.0f}/s"
         )
-    path = save(
-        "wds_quick" if args.quick else "wds",
-        {"rows": rows, "summary": summary, "decode_limit": limit},
-    )
+    payload: dict[str, Any] = {"rows": rows, "summary": summary, "decode_limit": limit}
+    if scaling:
+        payload["thread_scaling"] = scaling
+    path = save("wds_quick" if args.quick else "wds", payload)
     print(f"saved {path}")
 
 

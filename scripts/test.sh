@@ -1,15 +1,62 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv with chute installed (not the source tree),
-# then runs the suite against the installed package. pytest's "no tests ran"
-# (exit 5) is a failure here, not a pass.
+# The test command (and CI's, through .ci/run): builds chute's sdist and wheel
+# the way a release does, installs the wheel into a fresh virtual environment
+# (torch first, the pinned CPU build, then the wheel with its test extras) and
+# runs tests/ against that installed package, never against python/.
+#
+# Nothing is cached between runs: the build environment, the compiled build
+# directory and the test environment live in one temporary directory that is
+# removed at exit (keep it with CHUTE_KEEP_CI_DIR=1). Arguments go to pytest.
+# pytest's "no tests ran" (exit 5) is a failure here, not a pass.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup_env.sh"
-cd "$root"
+python=${PYTHON:-python3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/chute-ci.XXXXXX")
+if [ "${CHUTE_KEEP_CI_DIR:-0}" != 1 ]; then
+  trap 'rm -rf "$work"' EXIT
+fi
+step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
+
+step "build environment"
+"$python" -m venv "$work/build-env"
+bpip=("$work/build-env/bin/python" -m pip -q --disable-pip-version-check)
+"${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja
+
+step "sdist and wheel (python -m build)"
+# The wheel is built from the sdist, as pip and cibuildwheel do, so a file
+# missing from the sdist breaks this build. No isolation: the build
+# requirements are the ones just installed; build-dir keeps the compiled
+# objects inside this run's directory only.
+"$work/build-env/bin/python" -m build --no-isolation --outdir "$work/dist" \
+  -Cbuild-dir="$work/cmake-build" "$root"
+wheel=$(ls "$work"/dist/chute-*.whl)
+ls -l "$work/dist"
+
+step "test environment"
+"$python" -m venv "$work/test-env"
+tpy="$work/test-env/bin/python"
+tpip=("$tpy" -m pip -q --disable-pip-version-check)
+"${tpip[@]}" install torch==2.13.0
+"${tpip[@]}" install "${wheel}[test]"
+
+step "wheel smoke test"
+(cd "$work" && "$tpy" "$root/scripts/wheel_smoke.py")
+
+step "tests against the installed wheel"
+# Run from an empty directory: pytest's default import mode puts only tests/
+# itself on sys.path (the tests import helpers from conftest), and neither the
+# repo root nor python/ is there, so `import chute` can only resolve to
+# site-packages; tests/test_packaging.py asserts that when CHUTE_TEST_INSTALLED
+# is set. -p no:cacheprovider writes nothing into the work tree.
+mkdir "$work/run"
+cd "$work/run"
 set +e
-"${CHUTE_VENV:-$root/.venv}/bin/python" -m pytest "$@"
+CHUTE_TEST_INSTALLED=1 CHUTE_SOURCE_ROOT="$root" "$tpy" -m pytest \
+  -c "$root/pyproject.toml" --rootdir "$root" -p no:cacheprovider \
+  "$root/tests" "$@"
 status=$?
 set -e
+step "done"
 if [ "$status" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
   exit 1

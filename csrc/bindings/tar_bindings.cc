@@ -71,6 +71,25 @@ py::list list_tar_members(const std::string& url, const std::string& cache_dir,
   return result;
 }
 
+// Like list_tar_members, plus where each payload starts: what a sidecar index
+// needs to read a member with one pread (PAX/GNU extension headers make the
+// distance from header to payload variable, so it cannot be derived later).
+py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
+                           double pipe_timeout_s) {
+  std::vector<TarMember> members;
+  {
+    py::gil_scoped_release release;
+    TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
+    TarMember m;
+    while (stream.next(m)) members.push_back(m);
+  }
+  py::list result;
+  for (const TarMember& m : members) {
+    result.append(py::make_tuple(decode_name(m.name), m.header_offset, m.data_offset, m.size));
+  }
+  return result;
+}
+
 // Times the reader alone (no Python objects), for benchmarks and shard checks.
 py::dict scan_tar_samples(const std::string& url, const std::string& cache_dir,
                           double pipe_timeout_s) {
@@ -108,6 +127,9 @@ void register_tar(py::module_& m) {
   m.def("list_tar_members", &list_tar_members, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Regular-file members of a tar shard: [(name, header offset, size)].");
+  m.def("list_tar_payloads", &list_tar_payloads, py::arg("url"), py::arg("cache_dir") = "",
+        py::arg("pipe_timeout_s") = 0.0,
+        "Regular-file members of a tar shard: [(name, header offset, payload offset, size)].");
   m.def("scan_tar_samples", &scan_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Parses a tar shard into samples without building Python objects; returns counts and "

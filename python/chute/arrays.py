@@ -87,12 +87,16 @@ def _load_npy(path: str) -> np.ndarray:
     return _as_rows(path, a)
 
 
-def _as_rows(name: str, value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            raise ValueError(f"ArrayDataset: tensor {name!r} is on {value.device}, not the CPU")
-        value = value.detach().contiguous().numpy()
-    elif not isinstance(value, np.ndarray):
+def _as_rows(name: str, given: Any) -> np.ndarray:
+    # `given` is Any (arrays, tensors, memmaps); `value` is what we return.
+    value: np.ndarray
+    if isinstance(given, torch.Tensor):
+        if given.device.type != "cpu":
+            raise ValueError(f"ArrayDataset: tensor {name!r} is on {given.device}, not the CPU")
+        value = given.detach().contiguous().numpy()
+    elif isinstance(given, np.ndarray):
+        value = given
+    else:
         raise TypeError(f"ArrayDataset: {name!r} must be a numpy array, tensor or .npy path")
     if value.ndim == 0:
         raise ValueError(f"ArrayDataset: {name!r} is a scalar, not rows")

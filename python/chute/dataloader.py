@@ -200,7 +200,7 @@ class DataLoader:
         try:
             if self.batch_size is None:
                 for item in items:
-                    yield default_convert(item)
+                    yield default_convert(item)  # type: ignore[no-untyped-call]  # torch: unannotated
                 return
             collate = self.collate_fn or default_collate
             batch: list[Any] = []
@@ -224,7 +224,7 @@ class DataLoader:
             _set_rng_state(generator, resume["rng_state"])
             if resume.get("sampler_epoch") is not None:
                 self.sampler.set_epoch(resume["sampler_epoch"])
-        position = {
+        position: dict[str, Any] = {
             "kind": "indexed",
             "rng_state": _get_rng_state(generator),
             "sampler_epoch": getattr(self.sampler, "epoch", None),

@@ -90,7 +90,7 @@ def _decode_image_python(data: bytes, spec: str) -> Any:
 
     atype, etype, mode = IMAGE_SPECS[spec]
     with io.BytesIO(data) as stream:
-        img = PIL.Image.open(stream)
+        img: PIL.Image.Image = PIL.Image.open(stream)
         img.load()
         img = img.convert(mode.upper())
     if atype == "pil":

@@ -40,7 +40,7 @@ def pin_hooks() -> tuple[int, int] | None:
     batches cannot be pinned here (no CUDA device, or no runtime found)."""
     if not torch.cuda.is_available():
         return None
-    torch.cuda.init()  # loads the runtime library into the process
+    torch.cuda.init()  # type: ignore[no-untyped-call]  # loads the CUDA runtime into the process
     for path in _loaded_cudart_paths():
         try:
             lib = ctypes.CDLL(path)

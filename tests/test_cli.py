@@ -1,0 +1,309 @@
+"""The `chute` command line: every verb on good and bad input, exit codes, and
+the sidecar index checked against tarfile and against the engine's reader."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from chute import _core
+from chute.cli import main
+from chute.tarindex import index_path, read_index, split_member_name
+from conftest import npy_bytes
+
+
+def _env() -> dict[str, str]:
+    # Child interpreters import the same chute as this one (dev tree or wheel).
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture(scope="module")
+def odd_shard(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """PAX long names, a member without extension, a metadata member, a
+    multi-dot extension and an upper-case one: the offsets and grouping rules
+    that a naive index would get wrong."""
+    path = tmp_path_factory.mktemp("odd") / "odd.tar"
+    long_dir = "d" * 120
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        _add(tar, "__meta__", b"{}")
+        _add(tar, "a/s1.cls", b"1")
+        _add(tar, "a/s1.feat.npy", npy_bytes(np.arange(6, dtype=np.int16).reshape(2, 3)))
+        _add(tar, "README", b"no extension")
+        _add(tar, f"{long_dir}/s2.CLS", b"2")
+        _add(tar, f"{long_dir}/s2.txt", "ü".encode() * 300)
+        _add(tar, "s3.cls", b"")
+    return path
+
+
+# ---------------------------------------------------------------- index
+
+
+def test_index_matches_tarfile_and_engine(odd_shard: Path, capsys: pytest.CaptureFixture[str]):
+    code, out, _ = run(capsys, "index", str(odd_shard))
+    assert code == 0
+    assert "3 samples" in out
+    doc = read_index(odd_shard)
+    assert doc["format"] == "chute-tar-index" and doc["version"] == 1
+    assert doc["shard"] == odd_shard.name
+    assert doc["shard_size"] == odd_shard.stat().st_size
+
+    # Every indexed member's offset/size is where tarfile finds its payload.
+    with tarfile.open(odd_shard) as tar:
+        by_name = {m.name: m for m in tar.getmembers() if m.isfile()}
+        headers = {m.offset: m for m in by_name.values()}
+        raw = odd_shard.read_bytes()
+        indexed = [(s["key"], m) for s in doc["samples"] for m in s["members"]]
+        expected = []
+        for m in by_name.values():
+            split = split_member_name(m.name)
+            if split is not None:
+                expected.append((split[0], [split[1], m.offset_data, m.size]))
+        assert sorted(indexed, key=str) == sorted(expected, key=str)
+        for _, (ext, offset, size) in indexed:
+            member = next(m for m in by_name.values() if m.offset_data == offset)
+            payload = tar.extractfile(member)
+            assert payload is not None
+            assert raw[offset : offset + size] == payload.read()
+            assert ext == member.name.split("/")[-1].split(".", 1)[1].lower()
+        # A sample's offset is its first member's header (PAX header included).
+        for s in doc["samples"]:
+            first = min(s["members"], key=lambda m: m[1])
+            assert s["offset"] in headers or s["offset"] < first[1]
+
+    # Grouping equals the engine's reader (keys, extensions, sample offsets).
+    engine = _core.read_tar_samples(str(odd_shard))
+    assert [(k, sorted(f), off) for k, f, off in engine] == [
+        (s["key"], sorted(m[0] for m in s["members"]), s["offset"]) for s in doc["samples"]
+    ]
+    assert [s["key"] for s in doc["samples"]] == ["a/s1", "d" * 120 + "/s2", "s3"]
+    assert doc["samples"][1]["members"][0][0] == "cls"  # lowercased like the engine
+
+
+def test_index_many_shards_up_to_date_and_force(
+    tiny_shards: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    shards = []
+    for p in tiny_shards[:2]:
+        target = tmp_path / Path(p).name
+        target.write_bytes(Path(p).read_bytes())
+        shards.append(str(target))
+    code, out, _ = run(capsys, "index", *shards)
+    assert code == 0 and out.count("250 samples") == 2
+    for s in shards:
+        doc = json.loads(index_path(s).read_text())
+        assert len(doc["samples"]) == 250
+        assert all(len(x["members"]) == 2 for x in doc["samples"])
+    code, out, _ = run(capsys, "index", *shards)
+    assert code == 0 and out.count("up to date") == 2
+    code, out, _ = run(capsys, "index", "--force", shards[0])
+    assert code == 0 and "250 samples" in out
+
+
+def test_index_detects_stale_shard(tiny_shards: list[str], tmp_path: Path):
+    shard = tmp_path / "s.tar"
+    shard.write_bytes(Path(tiny_shards[0]).read_bytes())
+    assert main(["index", str(shard)]) == 0
+    with open(shard, "ab") as f:
+        f.write(bytes(512))
+    with pytest.raises(ValueError, match="stale"):
+        read_index(shard)
+
+
+def test_index_bad_input(
+    tmp_path: Path, tiny_shards: list[str], capsys: pytest.CaptureFixture[str]
+):
+    code, _, err = run(capsys, "index", str(tmp_path / "missing.tar"))
+    assert code == 2 and "no such file" in err
+    text = tmp_path / "notes.txt"
+    text.write_text("hello" * 200)
+    code, _, err = run(capsys, "index", str(text))
+    assert code == 2 and "neither a tar shard nor an HDF5 file" in err
+    truncated = tmp_path / "cut.tar"
+    truncated.write_bytes(Path(tiny_shards[0]).read_bytes()[:5000])
+    code, _, err = run(capsys, "index", str(truncated))
+    assert code == 1 and "cut.tar" in err
+    assert not index_path(truncated).exists()
+    code, _, err = run(capsys, "index")
+    assert code == 2 and "required" in err
+
+
+# ---------------------------------------------------------------- inspect
+
+
+def test_inspect_tar(image_shards: list[str], capsys: pytest.CaptureFixture[str]):
+    code, out, _ = run(capsys, "inspect", image_shards[0])
+    assert code == 0
+    assert "samples: 40   members: 80" in out
+    assert "keys: img000000 ... img000039" in out
+    assert "png: png 40x32" in out and "jpg: jpeg 40x32" in out
+    assert "'png' is in 6 of 40 samples" in out
+    assert "problems: none" in out
+
+
+def test_inspect_json_matches_tarfile(tiny_shards: list[str], capsys: pytest.CaptureFixture[str]):
+    code, out, _ = run(capsys, "inspect", "--json", "--first", "2", *tiny_shards[:2])
+    assert code == 0
+    reports = json.loads(out)
+    assert [r["path"] for r in reports] == tiny_shards[:2]
+    for report in reports:
+        with tarfile.open(report["path"]) as tar:
+            members = [m for m in tar.getmembers() if m.isfile()]
+        assert report["samples"] == 250 and report["members"] == len(members)
+        for ext in ("npy", "cls"):
+            sizes = [m.size for m in members if m.name.endswith("." + ext)]
+            assert report["extensions"][ext] == {"members": len(sizes), "bytes": sum(sizes)}
+        assert len(report["first_samples"]) == 2
+        npy = report["first_samples"][0]["fields"]["npy"]
+        assert npy["dtype"] == "float32" and npy["shape"] == [64]
+        assert report["problems"] == []
+
+
+def test_inspect_problems(
+    tmp_path: Path, tiny_shards: list[str], capsys: pytest.CaptureFixture[str]
+):
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tar:
+        _add(tar, "x.npy", b"\x93NUMPY garbage")
+        _add(tar, "x.cls", b"7")
+        _add(tar, "y.cls", b"1")
+        _add(tar, "y.cls", b"2")
+        _add(tar, "x.jpg", b"not a jpeg")
+    code, out, _ = run(capsys, "inspect", str(bad))
+    assert code == 1
+    assert "member 'npy' does not decode" in out
+    assert "repeats extension 'cls'" in out
+    assert "key 'x' appears again" in out
+
+    truncated = tmp_path / "cut.tar"
+    truncated.write_bytes(Path(tiny_shards[0]).read_bytes()[:5000])
+    code, out, _ = run(capsys, "inspect", str(truncated))
+    assert code == 1 and "unreadable" in out and "cut.tar" in out
+
+    empty = tmp_path / "empty.tar"
+    with tarfile.open(empty, "w"):
+        pass
+    code, out, _ = run(capsys, "inspect", str(empty))
+    assert code == 1 and "no samples" in out
+
+
+def test_inspect_hdf5(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "x", data=np.zeros((50, 3), np.float32), chunks=(10, 3), compression="gzip"
+        )
+        f.create_dataset("g/y", data=np.arange(50, dtype=np.int64))
+        f.create_dataset("z", data=np.zeros((50, 2), np.float32), chunks=(10, 2), compression="lzf")
+        f.create_dataset("s", data=3.0)
+        f.create_dataset("names", data=np.array([b"a", b"b"]))
+    code, out, _ = run(capsys, "inspect", str(path))
+    assert code == 0
+    assert "/x: float32 (50, 3), chunks (10, 3), deflate -> native" in out
+    assert "/g/y: int64 (50,), contiguous, no filters -> native" in out
+    assert "/z: float32 (50, 2), chunks (10, 2), lzf -> slow path: '/z' uses the lzf filter" in out
+    assert "/s: float64 (), contiguous, no filters -> no: a scalar, not rows" in out
+    assert "-> no: non-numeric dtype |S1" in out
+    code, out, _ = run(capsys, "inspect", "--json", str(path))
+    (report,) = json.loads(out)
+    assert {d["name"]: d["chunks"] for d in report["datasets"]}["/x"] == [10, 3]
+
+
+def test_inspect_bad_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    code, out, err = run(capsys, "inspect", str(tmp_path / "nope.tar"))
+    assert code == 2 and "nope.tar: no such file" in err and out == ""
+    code, _, err = run(capsys, "inspect", str(tmp_path))
+    assert code == 2 and "is a directory" in err
+    junk = tmp_path / "junk.h5"
+    junk.write_bytes(b"\0" * 100)
+    code, _, err = run(capsys, "inspect", str(junk))
+    assert code == 2 and "neither a tar shard nor an HDF5 file" in err
+    code, _, err = run(capsys, "inspect")
+    assert code == 2
+    code, _, err = run(capsys, "frobnicate")
+    assert code == 2 and "invalid choice" in err
+    code, _, err = run(capsys)
+    assert code == 2
+
+
+# ---------------------------------------------------------------- bench
+
+
+def test_bench_bad_arguments(
+    tiny_shards: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    code, _, err = run(capsys, "bench", tiny_shards[0], "--batch-size", "0")
+    assert code == 2 and "--batch-size must be >= 1" in err
+    code, _, err = run(capsys, "bench", tiny_shards[0], "--decode", "jpegish")
+    assert code == 2 and "--decode 'jpegish'" in err
+    code, _, err = run(capsys, "bench", tiny_shards[0], "--workers", "-1")
+    assert code == 2
+    code, _, err = run(capsys, "bench", tiny_shards[0], "--batch-size", "many")
+    assert code == 2 and "invalid int value" in err
+    code, _, err = run(capsys, "bench")
+    assert code == 2 and "at least one tar shard" in err
+    h5 = tmp_path / "a.h5"
+    with h5py.File(h5, "w") as f:
+        f["x"] = np.zeros(3)
+    code, _, err = run(capsys, "bench", str(h5))
+    assert code == 2 and "not one" in err
+
+
+@pytest.mark.slow
+def test_bench_compare_subprocess(tiny_shards: list[str], tmp_path: Path):
+    shards = []
+    for p in tiny_shards[:2]:
+        target = tmp_path / Path(p).name
+        target.write_bytes(Path(p).read_bytes())
+        shards.append(str(target))
+    assert main(["index", *shards]) == 0  # gives the progress bar its total
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "bench", *shards, "--batch-size", "50",
+         "--workers", "1", "--to-tuple", "npy cls", "--compare", "--json"],
+        capture_output=True, text=True, env=_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert [r["loader"] for r in results] == ["chute", "torch+webdataset"]
+    for r in results:
+        assert r["samples"] == 500
+        assert r["samples_per_s"] > 0 and r["mb_per_s"] > 0
+        assert 0 < r["first_batch_s"] < r["seconds"]
+        assert r["peak_rss_mib"] > 50  # torch alone is bigger than that
+    # The progress bar ran on stderr for both loaders and reached the total.
+    assert "500/500" in proc.stderr or "500" in proc.stderr
+    assert "chute" in proc.stderr and "torch+webdataset" in proc.stderr
+
+    # The human-readable table, through the console-script module path.
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "bench", shards[0], "--batch-size", "64",
+         "--decode", "raw", "--no-progress", "--limit", "100"],
+        capture_output=True, text=True, env=_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:3] == ["loader", "workers", "samples"]
+    assert lines[1].split()[0] == "chute" and int(lines[1].split()[2]) == 128
+    assert proc.stderr == ""

@@ -1,0 +1,85 @@
+"""Packaging: the committed stub matches the compiled module, the package ships
+its typing markers, and in CI mode (scripts/test.sh sets CHUTE_TEST_INSTALLED)
+the suite runs against the installed wheel, not the source tree."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+import chute
+import pytest
+
+ROOT = Path(os.environ.get("CHUTE_SOURCE_ROOT") or Path(__file__).resolve().parent.parent)
+PACKAGE = Path(chute.__file__).resolve().parent
+INSTALLED = os.environ.get("CHUTE_TEST_INSTALLED") == "1"
+
+
+def _gen_stubs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_stubs", ROOT / "scripts" / "gen_stubs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stub_is_up_to_date():
+    # Regenerated from the chute._core this suite imports (the wheel in CI).
+    generated = _gen_stubs().generate()
+    committed = (ROOT / "python" / "chute" / "_core.pyi").read_text(encoding="utf-8")
+    assert generated == committed, "python/chute/_core.pyi is stale: run scripts/gen_stubs.py"
+
+
+def test_stub_covers_every_public_name():
+    stub = (ROOT / "python" / "chute" / "_core.pyi").read_text(encoding="utf-8")
+    from chute import _core
+
+    for name in dir(_core):
+        if not name.startswith("_"):
+            assert f"def {name}(" in stub or f"class {name}" in stub, name
+
+
+def test_package_ships_typing_markers():
+    assert (PACKAGE / "py.typed").is_file()
+    stub = PACKAGE / "_core.pyi"
+    assert stub.is_file()
+    assert stub.read_text(encoding="utf-8") == (ROOT / "python/chute/_core.pyi").read_text(
+        encoding="utf-8"
+    )
+
+
+@pytest.mark.skipif(not INSTALLED, reason="CI mode only (scripts/test.sh)")
+def test_suite_runs_against_the_installed_package():
+    site = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}
+    assert PACKAGE.parent in site, f"chute imported from {PACKAGE}, not site-packages {site}"
+    assert ROOT.resolve() not in PACKAGE.parents
+    assert not any(Path(p or ".").resolve() == ROOT / "python" for p in sys.path)
+    compiled = Path(chute._core.__file__).resolve()  # type: ignore[attr-defined]
+    assert compiled.parent == PACKAGE and not compiled.is_symlink()
+
+
+@pytest.mark.skipif(not INSTALLED, reason="CI mode only: the console script of the wheel")
+def test_console_script():
+    script = Path(sys.executable).parent / "chute"
+    assert script.is_file()
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "inspect" in proc.stdout and "bench" in proc.stdout
+
+
+def test_python_dash_m_chute():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "index", "--help"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "SHARD" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "inspect", "/nonexistent/x.tar"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "no such file" in proc.stderr
