@@ -262,3 +262,9 @@ def test_stream_even_batches_needs_a_way_to_agree(tmp_path, monkeypatch):
     )
     with pytest.raises(ValueError, match="cannot agree"):
         list(ds)
+
+
+def test_num_workers_beyond_cpu_count_are_threads_not_a_warning():
+    ds = chute.ArrayDataset(x=np.arange(10))
+    loader = chute.DataLoader(ds, batch_size=5, num_workers=(os.cpu_count() or 1) + 3)
+    assert [b["x"].tolist() for b in loader] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]

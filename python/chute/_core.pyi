@@ -259,6 +259,7 @@ class FieldPlan:
         ...
 class StreamPlan:
     cache_dir: str
+    collect_keys: bool
     keep_other_members: bool
     on_error: ErrorPolicy
     partial: bool

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any
@@ -101,25 +102,30 @@ class DataLoader:
             )
             shuffle = None
         self.distributed = distributed
-        self._torch = torch.utils.data.DataLoader(
-            dataset,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            num_workers=num_workers,
-            collate_fn=collate_fn,
-            pin_memory=pin_memory,
-            drop_last=drop_last,
-            timeout=timeout,
-            worker_init_fn=worker_init_fn,
-            multiprocessing_context=multiprocessing_context,
-            generator=generator,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            in_order=in_order,
-        )
+        with warnings.catch_warnings():
+            if _native_kind(dataset) is not None:
+                # For chute's datasets num_workers counts native threads, not
+                # processes: torch's "too many worker processes" advice is moot.
+                warnings.filterwarnings("ignore", message="This DataLoader will create")
+            self._torch = torch.utils.data.DataLoader(
+                dataset,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                sampler=sampler,
+                batch_sampler=batch_sampler,
+                num_workers=num_workers,
+                collate_fn=collate_fn,
+                pin_memory=pin_memory,
+                drop_last=drop_last,
+                timeout=timeout,
+                worker_init_fn=worker_init_fn,
+                multiprocessing_context=multiprocessing_context,
+                generator=generator,
+                prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers,
+                pin_memory_device=pin_memory_device,
+                in_order=in_order,
+            )
         self.dataset = dataset
         self.batch_size = self._torch.batch_size
         self.num_workers = num_workers
