@@ -363,3 +363,17 @@ def npy(array: Any) -> bytes:
     from conftest import npy_bytes
 
     return npy_bytes(array)
+
+
+def test_webloader_rebatches_like_webdataset(tiny_shards: list[str]) -> None:
+    def run(module: Any) -> list[int]:
+        ds = module.WebDataset(tiny_shards, shardshuffle=False).decode().to_tuple("cls").batched(16)
+        loader = (
+            module.WebLoader(ds, batch_size=None, num_workers=0)
+            .unbatched()
+            .batched(100)
+            .with_epoch(7)
+        )
+        return [len(b[0]) for b in loader]
+
+    assert run(wds) == run(webdataset) == [100] * 7

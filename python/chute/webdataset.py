@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset
+from typing_extensions import Self
 
 from chute import _core
 from chute.collate import combine_values, default_collate
@@ -102,7 +103,108 @@ def _handler_policy(handler: Handler) -> Any:
     return _core.ErrorPolicy.RAISE if handler is reraise_exception else _core.ErrorPolicy.SKIP
 
 
-class WebDataset(IterableDataset[Any]):
+class _Fluent:
+    """webdataset's fluent interface: each method returns a copy with one more
+    stage recorded. WebDataset compiles the stages onto the engine; WebLoader
+    applies them in Python to what its DataLoader yields."""
+
+    stages: list[_Stage]
+    epoch_items: int
+
+    def _compose(self, stage: _Stage) -> Self:
+        result = copy.copy(self)
+        result.stages = [*self.stages, stage]
+        return result
+
+    def shuffle(
+        self,
+        size: int,
+        initial: int = 100,
+        rng: random.Random | None = None,
+        seed: int | None = None,
+        handler: Handler | None = None,
+    ) -> Self:
+        if size < 1:
+            return self
+        return self._compose(
+            _Stage("shuffle", (size,), {"initial": initial, "rng": rng, "seed": seed})
+        )
+
+    def decode(
+        self,
+        *specs: str | Callable[[str, bytes], Any],
+        handler: Handler = reraise_exception,
+        size: tuple[int, int] | None = None,
+        crop: str = "center",
+        flip: bool = False,
+    ) -> Self:
+        """``specs`` as webdataset (an image spec such as ``"torchrgb8"``, or
+        handler callables, which run on the slow path). chute's additions:
+        ``size=(h, w)`` resizes (shorter side) and crops each image to a fixed
+        size in C++, ``crop`` is ``"center"``, ``"random"`` or ``"none"``
+        (plain resize), ``flip`` mirrors half of the images at random."""
+        for spec in specs:
+            if isinstance(spec, str) and spec.lower() not in IMAGE_SPECS:
+                raise ValueError(f"Unknown imagespec: {spec}")
+        if crop not in ("center", "random", "none"):
+            raise ValueError(f"crop must be 'center', 'random' or 'none', not {crop!r}")
+        if size is not None and (len(size) != 2 or min(size) < 1):
+            raise ValueError(f"size must be (height, width) with positive values, not {size!r}")
+        return self._compose(
+            _Stage("decode", specs, {"handler": handler, "size": size, "crop": crop, "flip": flip})
+        )
+
+    def rename(self, keep: bool = True, handler: Handler = reraise_exception, **kw: str) -> Self:
+        return self._compose(_Stage("rename", (), {"keep": keep, "handler": handler, "names": kw}))
+
+    def to_tuple(self, *args: str, handler: Handler = reraise_exception) -> Self:
+        if len(args) == 1 and " " in args[0]:
+            args = tuple(args[0].split())
+        return self._compose(_Stage("to_tuple", args, {"handler": handler}))
+
+    def map(self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> Self:
+        return self._compose(_Stage("map", (f,), {"handler": handler}))
+
+    def map_dict(self, handler: Handler = reraise_exception, **kw: Callable[[Any], Any]) -> Self:
+        return self._compose(_Stage("map_dict", (), {"handler": handler, "fns": kw}))
+
+    def map_tuple(self, *fns: Callable[[Any], Any], handler: Handler = reraise_exception) -> Self:
+        return self._compose(_Stage("map_tuple", fns, {"handler": handler}))
+
+    def select(self, predicate: Callable[[Any], bool]) -> Self:
+        return self._compose(_Stage("select", (predicate,)))
+
+    def batched(
+        self,
+        batchsize: int,
+        collation_fn: Callable[[list[Any]], Any] | None = default_collate,
+        partial: bool = True,
+    ) -> Self:
+        if batchsize < 1:
+            raise ValueError(f"batchsize must be >= 1, got {batchsize}")
+        return self._compose(
+            _Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial})
+        )
+
+    def unbatched(self) -> Self:
+        return self._compose(_Stage("unbatched"))
+
+    def compose(self, *fns: Callable[[Iterator[Any]], Iterator[Any]]) -> Self:
+        """Append generator stages (iterator in, iterator out), run in Python."""
+        result = self
+        for fn in fns:
+            result = result._compose(_Stage("compose", (fn,)))
+        return result
+
+    def with_epoch(self, nsamples: int = -1, nbatches: int = -1) -> Self:
+        """Each epoch yields this many items (batches when batched), restarting
+        the shard list as often as needed, as webdataset does."""
+        result = copy.copy(self)
+        result.epoch_items = max(nsamples, nbatches)
+        return result
+
+
+class WebDataset(_Fluent, IterableDataset[Any]):
     """Drop-in for ``webdataset.WebDataset`` that runs on native threads.
 
     chute-specific keyword arguments:
@@ -218,106 +320,6 @@ class WebDataset(IterableDataset[Any]):
         self._position: _Position | None = None  # of the current iteration
         self._resume: _Position | None = None
         self._python_stages: list[_Stage] = []
-
-    # ------------------------------------------------------------------ fluent API
-
-    def _compose(self, stage: _Stage) -> WebDataset:
-        result = copy.copy(self)
-        result.stages = [*self.stages, stage]
-        return result
-
-    def shuffle(
-        self,
-        size: int,
-        initial: int = 100,
-        rng: random.Random | None = None,
-        seed: int | None = None,
-        handler: Handler | None = None,
-    ) -> WebDataset:
-        if size < 1:
-            return self
-        return self._compose(
-            _Stage("shuffle", (size,), {"initial": initial, "rng": rng, "seed": seed})
-        )
-
-    def decode(
-        self,
-        *specs: str | Callable[[str, bytes], Any],
-        handler: Handler = reraise_exception,
-        size: tuple[int, int] | None = None,
-        crop: str = "center",
-        flip: bool = False,
-    ) -> WebDataset:
-        """``specs`` as webdataset (an image spec such as ``"torchrgb8"``, or
-        handler callables, which run on the slow path). chute's additions:
-        ``size=(h, w)`` resizes (shorter side) and crops each image to a fixed
-        size in C++, ``crop`` is ``"center"``, ``"random"`` or ``"none"``
-        (plain resize), ``flip`` mirrors half of the images at random."""
-        for spec in specs:
-            if isinstance(spec, str) and spec.lower() not in IMAGE_SPECS:
-                raise ValueError(f"Unknown imagespec: {spec}")
-        if crop not in ("center", "random", "none"):
-            raise ValueError(f"crop must be 'center', 'random' or 'none', not {crop!r}")
-        if size is not None and (len(size) != 2 or min(size) < 1):
-            raise ValueError(f"size must be (height, width) with positive values, not {size!r}")
-        return self._compose(
-            _Stage("decode", specs, {"handler": handler, "size": size, "crop": crop, "flip": flip})
-        )
-
-    def rename(
-        self, keep: bool = True, handler: Handler = reraise_exception, **kw: str
-    ) -> WebDataset:
-        return self._compose(_Stage("rename", (), {"keep": keep, "handler": handler, "names": kw}))
-
-    def to_tuple(self, *args: str, handler: Handler = reraise_exception) -> WebDataset:
-        if len(args) == 1 and " " in args[0]:
-            args = tuple(args[0].split())
-        return self._compose(_Stage("to_tuple", args, {"handler": handler}))
-
-    def map(self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> WebDataset:
-        return self._compose(_Stage("map", (f,), {"handler": handler}))
-
-    def map_dict(
-        self, handler: Handler = reraise_exception, **kw: Callable[[Any], Any]
-    ) -> WebDataset:
-        return self._compose(_Stage("map_dict", (), {"handler": handler, "fns": kw}))
-
-    def map_tuple(
-        self, *fns: Callable[[Any], Any], handler: Handler = reraise_exception
-    ) -> WebDataset:
-        return self._compose(_Stage("map_tuple", fns, {"handler": handler}))
-
-    def select(self, predicate: Callable[[Any], bool]) -> WebDataset:
-        return self._compose(_Stage("select", (predicate,)))
-
-    def batched(
-        self,
-        batchsize: int,
-        collation_fn: Callable[[list[Any]], Any] | None = default_collate,
-        partial: bool = True,
-    ) -> WebDataset:
-        if batchsize < 1:
-            raise ValueError(f"batchsize must be >= 1, got {batchsize}")
-        return self._compose(
-            _Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial})
-        )
-
-    def unbatched(self) -> WebDataset:
-        return self._compose(_Stage("unbatched"))
-
-    def compose(self, *fns: Callable[[Iterator[Any]], Iterator[Any]]) -> WebDataset:
-        """Append generator stages (iterator in, iterator out), run in Python."""
-        result = self
-        for fn in fns:
-            result = result._compose(_Stage("compose", (fn,)))
-        return result
-
-    def with_epoch(self, nsamples: int = -1, nbatches: int = -1) -> WebDataset:
-        """Each epoch yields this many items (batches when batched), restarting
-        the shard list as often as needed, as webdataset does."""
-        result = copy.copy(self)
-        result.epoch_items = max(nsamples, nbatches)
-        return result
 
     def with_length(self, n: int, silent: bool = False) -> WebDataset:
         result = copy.copy(self)
@@ -1129,51 +1131,15 @@ def _python_shuffle(items: Iterator[Any], size: int, kwargs: dict[str, Any]) -> 
     yield from buf
 
 
-class WebLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
+class WebLoader(_Fluent, torch.utils.data.DataLoader):  # type: ignore[type-arg]
     """webdataset's WebLoader: torch's DataLoader with the fluent methods
-    ``.batched``/``.unbatched``/``.with_epoch``... applied to its output."""
+    (``.batched``, ``.unbatched``, ``.shuffle``, ``.map``, ``.with_epoch``...)
+    applied in Python to what it yields."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._post: list[_Stage] = []
-        self._epoch_items = -1
-
-    def _with(self, stage: _Stage) -> WebLoader:
-        result = copy.copy(self)
-        result._post = [*self._post, stage]
-        return result
-
-    def batched(
-        self,
-        batchsize: int,
-        collation_fn: Callable[[list[Any]], Any] | None = default_collate,
-        partial: bool = True,
-    ) -> WebLoader:
-        return self._with(
-            _Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial})
-        )
-
-    def unbatched(self) -> WebLoader:
-        return self._with(_Stage("unbatched"))
-
-    def shuffle(
-        self,
-        size: int,
-        initial: int = 100,
-        rng: random.Random | None = None,
-        seed: int | None = None,
-    ) -> WebLoader:
-        return self._with(
-            _Stage("shuffle", (size,), {"initial": initial, "rng": rng, "seed": seed})
-        )
-
-    def map(self, f: Callable[[Any], Any], handler: Handler = reraise_exception) -> WebLoader:
-        return self._with(_Stage("map", (f,), {"handler": handler}))
-
-    def with_epoch(self, nsamples: int = -1, nbatches: int = -1) -> WebLoader:
-        result = copy.copy(self)
-        result._epoch_items = max(nsamples, nbatches)
-        return result
+        self.stages = []
+        self.epoch_items = -1
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         def repeated() -> Iterator[Any]:
@@ -1182,12 +1148,12 @@ class WebLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
                 for item in super(WebLoader, self).__iter__():
                     count += 1
                     yield item
-                if count == 0 or self._epoch_items <= 0:
+                if count == 0 or self.epoch_items <= 0:
                     return
 
         items: Iterator[Any] = repeated()
-        for stage in self._post:
+        for stage in self.stages:
             items = _apply_python_stage(stage, items, lambda n: None)
-        if self._epoch_items > 0:
-            items = islice(items, self._epoch_items)
+        if self.epoch_items > 0:
+            items = islice(items, self.epoch_items)
         return items
