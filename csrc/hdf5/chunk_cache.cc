@@ -9,7 +9,7 @@ ChunkCache::Data ChunkCache::get(const ChunkKey& key, const Loader& load) {
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       hits_ += 1;
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      it->second.stamp = ++tick_;
       return it->second.data;
     }
     auto p = pending_.find(key);
@@ -43,13 +43,18 @@ ChunkCache::Data ChunkCache::get(const ChunkKey& key, const Loader& load) {
   if (error) std::rethrow_exception(error);
   const size_t size = data->size();
   if (size <= capacity_ && size > 0) {
-    lru_.push_front(key);
-    entries_.emplace(key, Entry{data, lru_.begin()});
+    const uint64_t stamp = ++tick_;
+    lru_.push_front(Node{key, stamp});
+    entries_.emplace(key, Entry{data, stamp});
     bytes_ += size;
     while (bytes_ > capacity_) {
-      const ChunkKey victim = lru_.back();
+      const Node victim = lru_.back();
       lru_.pop_back();
-      auto v = entries_.find(victim);
+      auto v = entries_.find(victim.key);
+      if (v->second.stamp != victim.stamp) {  // used since queued: second chance
+        lru_.push_front(Node{victim.key, v->second.stamp});
+        continue;
+      }
       bytes_ -= v->second.data->size();
       entries_.erase(v);
       evictions_ += 1;

@@ -1,5 +1,6 @@
-// Decompressed chunks shared by all engine threads, bounded in bytes, least
-// recently used evicted first. Concurrent requests for a chunk that is being
+// Decompressed chunks (and fixed blocks of unfiltered datasets) shared by all
+// engine threads, bounded in bytes, least recently used evicted first (with
+// the lazy, second-chance approximation described at Entry). Concurrent requests for a chunk that is being
 // decompressed wait for that one decompression instead of repeating it (two
 // threads splitting one sequential batch otherwise inflate every chunk twice).
 #pragma once
@@ -50,6 +51,7 @@ class ChunkCache {
   Data get(const ChunkKey& key, const Loader& load);
 
   ChunkCacheStats stats() const;
+  size_t capacity() const { return capacity_; }
 
  private:
   struct Pending {
@@ -57,16 +59,25 @@ class ChunkCache {
     Data data;
     std::exception_ptr error;
   };
+  // Recency is kept lazily: a hit only records a new stamp in its entry, and
+  // eviction gives an entry whose stamp moved since it was queued a second
+  // chance at the front (CLOCK-like). Moving the list node on every hit cost
+  // more than the row copy itself when small rows are served from blocks.
+  struct Node {
+    ChunkKey key;
+    uint64_t stamp;  // the entry's stamp when this node was queued
+  };
   struct Entry {
     Data data;
-    std::list<ChunkKey>::iterator lru;
+    uint64_t stamp = 0;
   };
   size_t capacity_;
   mutable std::mutex mutex_;
   std::condition_variable loaded_;
   std::unordered_map<ChunkKey, Entry, ChunkKeyHash> entries_;
   std::unordered_map<ChunkKey, std::shared_ptr<Pending>, ChunkKeyHash> pending_;
-  std::list<ChunkKey> lru_;  // front: most recent
+  std::list<Node> lru_;  // front: most recently queued
+  uint64_t tick_ = 0;
   size_t bytes_ = 0;
   uint64_t hits_ = 0;
   uint64_t misses_ = 0;

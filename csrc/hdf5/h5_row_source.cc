@@ -18,11 +18,70 @@ constexpr uint64_t kUnallocated = std::numeric_limits<uint64_t>::max();
 // more than 64 Mi chunks).
 constexpr int64_t kMaxGrid = int64_t{1} << 26;
 
+// Contiguous storage is cached as fixed blocks of this many bytes, counted
+// from the dataset's first byte. A random row costs one pread syscall (about
+// 2 us in a VM) but a memcpy from a cached block costs tens of ns, so once a
+// block has been touched every row in it is nearly free. 64 KiB keeps one
+// block read cheap on first touch (about 10 us) and stays below glibc's mmap
+// threshold, so blocks come from the heap rather than from mmap/munmap.
+constexpr uint64_t kBlockBytes = uint64_t{64} << 10;
+// Only rows this small go through blocks (or plain chunks): for bigger rows
+// one pread already moves enough bytes to hide the syscall, and an extra
+// copy through the cache would cost more than it saves.
+constexpr size_t kMaxCachedRowBytes = size_t{4} << 10;
+// Plain chunks larger than this keep the direct per-row reads: a first touch
+// would read far more than the rows asked for.
+constexpr size_t kMaxCachedPlainChunkBytes = size_t{4} << 20;
+
 void byteswap_inplace(uint8_t* p, size_t bytes, size_t elem) {
   for (size_t i = 0; i + elem <= bytes; i += elem) std::reverse(p + i, p + i + elem);
 }
 
 }  // namespace
+
+bool H5Context::reserve_plain_share(uint64_t bytes) {
+  const uint64_t limit = cache_.capacity() / 2;
+  uint64_t cur = plain_reserved_.load();
+  do {
+    if (bytes > limit || cur > limit - bytes) return false;
+  } while (!plain_reserved_.compare_exchange_weak(cur, cur + bytes));
+  return true;
+}
+
+void H5Context::release_plain_share(uint64_t bytes) { plain_reserved_.fetch_sub(bytes); }
+
+H5RowSource::~H5RowSource() {
+  if (plain_reserved_ > 0) context_->release_plain_share(plain_reserved_);
+}
+
+void H5RowSource::plan_plain_caching() {
+  if (row_bytes_ == 0 || row_bytes_ > kMaxCachedRowBytes) return;
+  uint64_t bytes = 0;
+  std::vector<size_t> chosen;
+  for (size_t fi = 0; fi < files_.size(); ++fi) {
+    const File& f = files_[fi];
+    const H5Layout& l = f.layout;
+    if (l.kind == H5Layout::Kind::kContiguous) {
+      bytes += static_cast<uint64_t>(l.num_rows) * row_bytes_;
+    } else if (f.direct && f.chunk_bytes <= kMaxCachedPlainChunkBytes) {
+      bytes += static_cast<uint64_t>(l.chunks.size()) * f.chunk_bytes;
+    } else {
+      continue;
+    }
+    chosen.push_back(fi);
+  }
+  // All files or none: the decision is made once, while nothing is cached.
+  if (chosen.empty() || bytes == 0 || !context_->reserve_plain_share(bytes)) return;
+  plain_reserved_ = bytes;
+  for (size_t fi : chosen) {
+    File& f = files_[fi];
+    if (f.layout.kind == H5Layout::Kind::kContiguous) {
+      f.blocked = true;
+    } else {
+      f.direct = false;  // plain chunks are then loaded whole through the cache
+    }
+  }
+}
 
 H5RowSource::H5RowSource(std::shared_ptr<H5Context> context, std::string name,
                          std::vector<H5Layout> layouts)
@@ -110,6 +169,7 @@ H5RowSource::H5RowSource(std::shared_ptr<H5Context> context, std::string name,
     f.layout = std::move(layout);
     files_.push_back(std::move(f));
   }
+  plan_plain_caching();
 }
 
 void H5RowSource::read_rows(const int64_t* rows, size_t n, uint8_t* out) {
@@ -157,7 +217,9 @@ void H5RowSource::read_file_rows(size_t fi, const Want* wants, size_t m, uint8_t
     // open before any of its bytes are used.
     h5::check_unchanged(*file, context_->files().identity(f.file_id), l.dataset, wants[0].first,
                         l.kind == H5Layout::Kind::kContiguous ? row_offset(f, first_local) : 0);
-    if (l.kind == H5Layout::Kind::kContiguous || f.direct) {
+    if (f.blocked) {
+      read_blocked_rows(fi, *file, wants, m, out);
+    } else if (l.kind == H5Layout::Kind::kContiguous || f.direct) {
       read_plain_rows(fi, *file, wants, m, out);
     } else {
       read_chunked_rows(fi, file.get(), wants, m, out);
@@ -218,6 +280,56 @@ void H5RowSource::read_plain_rows(size_t fi, const h5::OpenFile& file, const Wan
     bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
     k += len;
   }
+}
+
+void H5RowSource::read_blocked_rows(size_t fi, const h5::OpenFile& file, const Want* wants,
+                                    size_t m, uint8_t* out) {
+  const size_t rb = row_bytes_;
+  // Sorted rows: neighbours usually share a block, so keep the last one
+  // instead of asking the (locked) cache again.
+  uint64_t memo_block = std::numeric_limits<uint64_t>::max();
+  h5::ChunkCache::Data memo;
+  for (size_t k = 0; k < m; ++k) {
+    uint8_t* dst = out + static_cast<size_t>(wants[k].second) * rb;
+    const uint64_t start = static_cast<uint64_t>(wants[k].first - starts_[fi]) * rb;
+    size_t done = 0;
+    while (done < rb) {  // a row may straddle two blocks
+      const uint64_t pos = start + done;
+      const uint64_t block = pos / kBlockBytes;
+      if (block != memo_block) {
+        memo = load_block(fi, block, file, wants[k].first);
+        memo_block = block;
+      }
+      const size_t in_block = static_cast<size_t>(pos - block * kBlockBytes);
+      const size_t n = std::min(rb - done, memo->size() - in_block);
+      std::memcpy(dst + done, memo->data() + in_block, n);
+      done += n;
+    }
+  }
+}
+
+h5::ChunkCache::Data H5RowSource::load_block(size_t fi, uint64_t block, const h5::OpenFile& file,
+                                             int64_t row) {
+  const File& f = files_[fi];
+  const H5Layout& l = f.layout;
+  CHUTE_CHECK(block <= std::numeric_limits<uint32_t>::max(), kUsage,
+              "'" << l.path << "' dataset '" << l.dataset << "' is too large for cached blocks");
+  const h5::ChunkKey key{source_id_, (static_cast<uint64_t>(fi) << 32) | block};
+  return context_->cache().get(key, [&]() {
+    const uint64_t data_bytes = static_cast<uint64_t>(l.num_rows) * row_bytes_;
+    const uint64_t begin = block * kBlockBytes;
+    const size_t len = static_cast<size_t>(std::min(kBlockBytes, data_bytes - begin));
+    const uint64_t offset = l.offset + begin;
+    std::vector<uint8_t> data(len);
+    const size_t got = h5::pread_full(file.fd(), data.data(), len, offset, file.path());
+    CHUTE_CHECK(got == len, kIo,
+                "'" << file.path() << "' dataset '" << l.dataset << "' row " << row
+                    << ": short read at byte offset " << (offset + got) << " (wanted " << len
+                    << " bytes at " << offset << ", got " << got
+                    << "): the file was truncated after open");
+    bytes_read_.fetch_add(got, std::memory_order_relaxed);
+    return data;
+  });
 }
 
 void H5RowSource::read_chunked_rows(size_t fi, const h5::OpenFile* file, const Want* wants,

@@ -27,10 +27,19 @@ class H5Context {
   h5::ChunkCache& cache() { return cache_; }
   uint64_t new_source_id() { return next_source_id_.fetch_add(1); }
 
+  // Unfiltered datasets (contiguous, or plain chunks) may be served from the
+  // chunk cache only while all of them together fit in half of it: random
+  // rows of a dataset the cache cannot hold would each pull a whole block
+  // from the file and evict the decompressed chunks that need the cache
+  // more. True when `bytes` more fit, and then they count until released.
+  bool reserve_plain_share(uint64_t bytes);
+  void release_plain_share(uint64_t bytes);
+
  private:
   h5::FilePool files_;
   h5::ChunkCache cache_;
   std::atomic<uint64_t> next_source_id_{1};
+  std::atomic<uint64_t> plain_reserved_{0};
 };
 
 class H5RowSource : public RowSource {
@@ -39,6 +48,9 @@ class H5RowSource : public RowSource {
   // the same element type (byte order may differ per file). Throws kUsage or
   // kData for an inconsistent description.
   H5RowSource(std::shared_ptr<H5Context> context, std::string name, std::vector<H5Layout> files);
+  ~H5RowSource() override;
+  H5RowSource(const H5RowSource&) = delete;
+  H5RowSource& operator=(const H5RowSource&) = delete;
 
   DType dtype() const override { return dtype_; }
   const std::vector<int64_t>& row_shape() const override { return row_shape_; }
@@ -58,6 +70,7 @@ class H5RowSource : public RowSource {
     size_t chunk_row_bytes = 0;     // one first-axis slice of a chunk
     bool full_rows = false;         // chunks span whole rows: a row is one slice of one chunk
     bool direct = false;            // and no filter: rows are pread straight from the file
+    bool blocked = false;           // contiguous, read through the cache in fixed blocks
     bool fill_zero = true;
   };
   // A row to read: its global index and its slot in the output.
@@ -69,6 +82,12 @@ class H5RowSource : public RowSource {
   uint64_t row_offset(const File& f, int64_t local) const;
   void read_plain_rows(size_t fi, const h5::OpenFile& file, const Want* wants, size_t m,
                        uint8_t* out);
+  void read_blocked_rows(size_t fi, const h5::OpenFile& file, const Want* wants, size_t m,
+                         uint8_t* out);
+  h5::ChunkCache::Data load_block(size_t fi, uint64_t block, const h5::OpenFile& file,
+                                  int64_t row);
+  // Routes small-row unfiltered files through the cache when it can hold them.
+  void plan_plain_caching();
   void read_chunked_rows(size_t fi, const h5::OpenFile* file, const Want* wants, size_t m,
                          uint8_t* out);
   h5::ChunkCache::Data load_chunk(size_t fi, int32_t ci, const h5::OpenFile& file, int64_t row);
@@ -91,6 +110,7 @@ class H5RowSource : public RowSource {
   std::vector<File> files_;
   std::vector<int64_t> starts_;  // starts_[i]: global index of file i's row 0; back(): total
   std::atomic<uint64_t> bytes_read_{0};
+  uint64_t plain_reserved_ = 0;  // this source's claim on the context's plain share
 };
 
 }  // namespace chute
