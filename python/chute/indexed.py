@@ -51,7 +51,10 @@ class _ProcessState:
         self.extra = extra  # subclass-owned native/per-process objects
         self.engine: Any = None  # the shared engine behind __getitem(s)__
         self.lock = threading.Lock()
-        self.live: set[Any] = set()  # engines of running iter_batches
+        # Engines of running iter_batches, with their counters at the start.
+        self.live: dict[Any, dict[str, Any]] = {}
+        # Engines of finished epochs, by (threads, prefetch, pin hooks).
+        self.idle: dict[tuple[int, int, tuple[int, int] | None], Any] = {}
 
 
 class IndexedDataset(Dataset[Batch]):
@@ -188,18 +191,22 @@ class IndexedDataset(Dataset[Batch]):
         """
         prefetch = max(1, int(prefetch))
         state = self._state()
-        engine = _core.IndexedEngine(state.sources, max(1, int(num_threads)), prefetch)
-        copy_to_pinned = False
-        if pin_memory:
-            hooks = pin_hooks()
+        hooks = pin_hooks() if pin_memory else None
+        copy_to_pinned = pin_memory and hooks is None and torch.cuda.is_available()
+        # An engine that finished an epoch cleanly is kept for the next one:
+        # its batch buffers are then reused instead of faulted in afresh.
+        key = (max(1, int(num_threads)), prefetch, hooks)
+        engine = state.idle.pop(key, None)
+        if engine is None:
+            engine = _core.IndexedEngine(state.sources, key[0], prefetch)
             if hooks is not None:
                 engine.set_pin_hooks(*hooks)
-            else:
-                copy_to_pinned = torch.cuda.is_available()
-        state.live.add(engine)
+        stats_before = engine.stats()
+        state.live[engine] = stats_before
         pending: deque[np.ndarray] = deque()
         source = iter(index_batches)
         exhausted = False
+        clean = False
         try:
             while True:
                 while not exhausted and len(pending) < prefetch:
@@ -212,6 +219,7 @@ class IndexedDataset(Dataset[Batch]):
                     engine.submit(idx)
                     pending.append(idx)
                 if not pending:
+                    clean = engine.outstanding() == 0
                     return
                 arrays = _wait(engine, float(timeout))
                 batch = self._assemble(arrays, pending.popleft())
@@ -219,15 +227,18 @@ class IndexedDataset(Dataset[Batch]):
                     batch = {k: v.pin_memory() for k, v in batch.items()}
                 yield batch
         finally:
-            state.live.discard(engine)
-            self._add_totals(engine.stats())
-            engine.close()
+            del state.live[engine]
+            self._add_totals(engine.stats(), stats_before)
+            if clean and key not in state.idle:
+                state.idle[key] = engine
+            else:
+                engine.close()
 
     # -- stats -------------------------------------------------------------------------------
 
-    def _add_totals(self, s: dict[str, Any]) -> None:
+    def _add_totals(self, s: dict[str, Any], before: dict[str, Any] | None = None) -> None:
         for key in ("batches", "rows", "bytes"):
-            self._totals[key] += int(s[key])
+            self._totals[key] += int(s[key]) - (int(before[key]) if before is not None else 0)
 
     def stats(self) -> dict[str, Any]:
         """Counters of this process: batches/rows/bytes delivered by
@@ -237,11 +248,13 @@ class IndexedDataset(Dataset[Batch]):
         state = self._proc
         if state is None or state.pid != os.getpid():
             return out
-        engines = list(state.live) + ([state.engine] if state.engine is not None else [])
-        for engine in engines:
+        running = list(state.live.items())
+        if state.engine is not None:
+            running.append((state.engine, None))
+        for engine, before in running:
             s = engine.stats()
             for key in ("batches", "rows", "bytes"):
-                out[key] += int(s[key])
+                out[key] += int(s[key]) - (int(before[key]) if before is not None else 0)
         out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
         out.update(self._native_stats(state))
         return out
