@@ -174,12 +174,12 @@ std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOpti
     CHUTE_CHECK(command.find_first_not_of(" \t\n") != std::string::npos, kUsage,
                 "empty pipe command in url '" << url << "'");
     if (options.cache_dir.empty()) {
-      return open_pipe_source(url, command, options.pipe_timeout_s);
+      return open_pipe_source(url, command, options.pipe_timeout_s, options.cancel);
     }
     const std::string cached = options.cache_dir + "/" + cache_file_name(url);
     if (is_regular_file(cached)) return open_file_source(url, cached, options.readahead_bytes);
     make_dirs(options.cache_dir, url);
-    return open_caching_source(open_pipe_source(url, command, options.pipe_timeout_s), cached);
+    return open_caching_source(open_pipe_source(url, command, options.pipe_timeout_s, options.cancel), cached);
   }
   std::string path = url;
   if (starts_with(url, "file://")) {

@@ -52,8 +52,9 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end, const std::string& url) 
 
 class PipeSource final : public ByteSource {
  public:
-  PipeSource(std::string url, std::string command, double timeout_s)
-      : url_(std::move(url)), command_(std::move(command)), timeout_s_(timeout_s) {
+  PipeSource(std::string url, std::string command, double timeout_s,
+             const std::atomic<bool>* cancel)
+      : url_(std::move(url)), command_(std::move(command)), timeout_s_(timeout_s), cancel_(cancel) {
     UniqueFd out_w, err_w;
     make_pipe(out_, out_w, url_);
     make_pipe(err_, err_w, url_);
@@ -110,8 +111,9 @@ class PipeSource final : public ByteSource {
     CHUTE_CHECK(!failed_, kIo, "pipe source '" << url_ << "' was read after it failed");
     const Clock::time_point deadline = deadline_from_now();
     for (;;) {
+      check_cancelled();
       pollfd fds[2] = {{out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}};
-      const int r = ::poll(fds, 2, poll_timeout_ms(deadline));
+      const int r = ::poll(fds, 2, poll_timeout_ms(deadline, cancel_cap_ms()));
       if (r < 0) {
         const int err = errno;
         if (err == EINTR) continue;
@@ -152,6 +154,21 @@ class PipeSource final : public ByteSource {
     if (timeout_s_ <= 0) return Clock::time_point::max();
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                               std::chrono::duration<double>(timeout_s_));
+  }
+
+  // Without a cancel flag a wait may block for the whole timeout (or forever).
+  int cancel_cap_ms() const { return cancel_ != nullptr ? kCancelPollMs : -1; }
+
+  // The reader was closed while the command was silent: stop now rather than
+  // hold the closing thread until the command speaks or exits.
+  void check_cancelled() {
+    if (cancel_ == nullptr || !cancel_->load(std::memory_order_relaxed)) return;
+    kill_and_reap();
+    failed_ = true;
+    out_.reset();
+    CHUTE_CHECK(false, kIo, "pipe command '" << command_ << "' for '" << url_
+                                             << "' was stopped at offset " << offset_
+                                             << ": its reader was closed");
   }
 
   int poll_timeout_ms(Clock::time_point deadline, int cap_ms = -1) const {
@@ -209,6 +226,7 @@ class PipeSource final : public ByteSource {
       if (timeout_s_ > 0 && Clock::now() >= deadline) {
         fail_timeout("closed its output but did not exit");
       }
+      check_cancelled();
       // Polling with a short cap: the exit itself is not a pollable event.
       pollfd fd = {err_.get(), POLLIN, 0};
       (void)::poll(&fd, 1, poll_timeout_ms(deadline, 20));
@@ -258,6 +276,7 @@ class PipeSource final : public ByteSource {
   std::string url_;
   std::string command_;
   double timeout_s_;
+  const std::atomic<bool>* cancel_;
   UniqueFd out_;
   UniqueFd err_;
   pid_t pid_ = -1;
@@ -272,8 +291,8 @@ class PipeSource final : public ByteSource {
 }  // namespace
 
 std::unique_ptr<ByteSource> open_pipe_source(const std::string& url, const std::string& command,
-                                             double timeout_s) {
-  return std::make_unique<PipeSource>(url, command, timeout_s);
+                                             double timeout_s, const std::atomic<bool>* cancel) {
+  return std::make_unique<PipeSource>(url, command, timeout_s, cancel);
 }
 
 }  // namespace chute
