@@ -321,7 +321,10 @@ void StreamEngine::run_stream(int stream) {
         const uint32_t shard = plan_.resampled ? order[resample_rng.below(order.size())] : order[k];
         uint64_t t0 = now_ns();
         try {
-          SampleReader reader(open_source(plan_.urls[shard], plan_.source), shard);
+          // close() must not wait for a `pipe:` command that stays silent.
+          SourceOptions source = plan_.source;
+          source.cancel = &closed_;
+          SampleReader reader(open_source(plan_.urls[shard], source), shard);
           shards_opened_.fetch_add(1);
           PlannedSample sample;
           while (!closed_.load() && reader.next(sample.encoded)) {
@@ -353,6 +356,7 @@ void StreamEngine::run_stream(int stream) {
         } catch (const Error& e) {
           // A shard that fails to open or parse: under the skip policy the rest
           // of that shard is lost (a tar stream cannot be resynchronised).
+          if (closed_.load()) return;  // a read stopped by close() is not a bad shard
           if (plan_.on_error == ErrorPolicy::kRaise) throw;
           record_skip(e.message());
         }
