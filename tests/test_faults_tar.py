@@ -418,3 +418,14 @@ def test_bad_npy(tmp_path: Path, name: str) -> None:
     assert [list(k) for k, _ in batches] == [["n0", "n1"], ["n3", "n4"]]
     np.testing.assert_array_equal(batches[1][1][:, 0], [3.0, 4.0])
     assert ds.stats()["samples_skipped"] == 1
+
+
+def test_read_tar_bytes_matches_the_file_reader(tmp_path: Path) -> None:
+    # The in-memory entry point the fuzzer drives must be the same parser.
+    from chute import _core
+
+    good = small_shard(tmp_path)
+    data = good.read_bytes()
+    assert _core.read_tar_bytes(data, str(good)) == _core.read_tar_samples(str(good))
+    with pytest.raises(chute.DataError, match=r"'mem.tar'.*offset 1024"):
+        _core.read_tar_bytes(data[:1100], "mem.tar")
