@@ -5,6 +5,13 @@ exceptions for bad input (DataError, ReadError, ValueError for a usage error,
 TimeoutError). Anything else (a crash, a MemoryError from trusting a declared
 size, a SystemError from a binding, a KeyError...) is a finding: it is
 re-raised so that atheris stops and saves the input.
+
+Coverage: the parsers are C++ in chute._core, which is not built with
+-fsanitize=fuzzer here, and instrumenting the Python imports would only
+instrument torch (imported by chute's package) at great cost for no signal.
+So atheris runs as a fast mutation fuzzer around the seed corpus; building
+_core with libFuzzer's coverage (clang, -fsanitize=fuzzer-no-link) would
+turn it into a coverage-guided one.
 """
 
 from __future__ import annotations

@@ -359,6 +359,8 @@ def test_many_loaders_concurrently_and_repeatedly(baseline, tiny_shards, h5_file
     assert all(c > 0 for c in counts)
     assert settle(*baseline) == baseline
     growth = _rss_kib() - rss_before
+    if os.environ.get("CHUTE_SANITIZER"):
+        return  # a sanitizer's quarantine keeps freed memory resident by design
     assert growth < 64 * 1024, f"RSS grew by {growth} KiB over 24 loader runs"
 
 
