@@ -1,6 +1,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "pipeline/stream_engine.h"
@@ -139,9 +142,27 @@ void register_stream(py::module_& m) {
           [](StreamEngine& engine, double timeout) -> py::object {
             auto batch = std::make_unique<Batch>();
             OrderedResults::Status status;
-            {
-              py::gil_scoped_release release;
-              status = engine.next(batch.get(), timeout);
+            // A wait with the GIL released is deaf to Ctrl-C: wait in short
+            // slices and let Python run its signal handlers between them.
+            const auto start = std::chrono::steady_clock::now();
+            for (;;) {
+              double slice = 0.1;
+              if (timeout > 0) {
+                const double left =
+                    timeout - std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                  .count();
+                if (left <= 0) {
+                  status = OrderedResults::Status::kTimeout;
+                  break;
+                }
+                slice = std::min(slice, left);
+              }
+              {
+                py::gil_scoped_release release;
+                status = engine.next(batch.get(), slice);
+              }
+              if (status != OrderedResults::Status::kTimeout) break;
+              if (PyErr_CheckSignals() != 0) throw py::error_already_set();
             }
             switch (status) {
               case OrderedResults::Status::kBatch:

@@ -4,7 +4,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,6 +36,27 @@ SourceOptions make_options(const std::string& cache_dir, double pipe_timeout_s) 
   return options;
 }
 
+// A shard held in memory: lets the fuzzer (and tests) drive the parser
+// without a file per input.
+class BytesSource final : public ByteSource {
+ public:
+  BytesSource(std::string data, std::string name) : data_(std::move(data)), name_(std::move(name)) {}
+  size_t read(uint8_t* dst, size_t n) override {
+    const size_t k = std::min(n, data_.size() - pos_);
+    std::memcpy(dst, data_.data() + pos_, k);
+    pos_ += k;
+    return k;
+  }
+  const std::string& url() const override { return name_; }
+
+ private:
+  std::string data_;
+  std::string name_;
+  size_t pos_ = 0;
+};
+
+py::list samples_to_list(const std::vector<EncodedSample>& samples);
+
 py::list read_tar_samples(const std::string& url, const std::string& cache_dir,
                           double pipe_timeout_s) {
   std::vector<EncodedSample> samples;
@@ -43,6 +66,22 @@ py::list read_tar_samples(const std::string& url, const std::string& cache_dir,
     EncodedSample sample;
     while (reader.next(sample)) samples.push_back(std::move(sample));
   }
+  return samples_to_list(samples);
+}
+
+py::list read_tar_bytes(const py::bytes& data, const std::string& name) {
+  std::vector<EncodedSample> samples;
+  std::string copy = data;
+  {
+    py::gil_scoped_release release;
+    SampleReader reader(std::make_unique<BytesSource>(std::move(copy), name), 0);
+    EncodedSample sample;
+    while (reader.next(sample)) samples.push_back(std::move(sample));
+  }
+  return samples_to_list(samples);
+}
+
+py::list samples_to_list(const std::vector<EncodedSample>& samples) {
   py::list result;
   for (const EncodedSample& s : samples) {
     py::dict fields;
@@ -124,6 +163,8 @@ void register_tar(py::module_& m) {
   m.def("read_tar_samples", &read_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].");
+  m.def("read_tar_bytes", &read_tar_bytes, py::arg("data"), py::arg("name") = "<bytes>",
+        "read_tar_samples for a shard held in memory (`name` stands for it in errors).");
   m.def("list_tar_members", &list_tar_members, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Regular-file members of a tar shard: [(name, header offset, size)].");

@@ -51,11 +51,15 @@ struct SourceOptions {
   std::string cache_dir;       // empty: no caching of pipe: sources
   double pipe_timeout_s = 0;   // > 0: a pipe that produces no byte for this long fails (kTimeout)
   size_t readahead_bytes = size_t{8} << 20;
-  // When set, a pipe source waiting for its command checks this flag every
-  // 100 ms and gives up (kIo) once it is true, so closing an engine never
-  // waits on a silent command. Must outlive the source.
+  // When set, a `pipe:` read blocked on a silent command checks this flag
+  // every kCancelPollMs and gives up (kIo) once it is true, so an engine
+  // being closed never waits for a stalled command. Owned by the caller and
+  // must outlive the source.
   const std::atomic<bool>* cancel = nullptr;
 };
+
+// How often a blocked pipe read looks at SourceOptions::cancel.
+constexpr int kCancelPollMs = 50;
 
 std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options);
 

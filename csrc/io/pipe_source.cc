@@ -111,8 +111,9 @@ class PipeSource final : public ByteSource {
     CHUTE_CHECK(!failed_, kIo, "pipe source '" << url_ << "' was read after it failed");
     const Clock::time_point deadline = deadline_from_now();
     for (;;) {
+      check_cancelled();
       pollfd fds[2] = {{out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}};
-      const int r = ::poll(fds, 2, poll_timeout_ms(deadline, cancel_ ? kCancelCheckMs : -1));
+      const int r = ::poll(fds, 2, poll_timeout_ms(deadline, cancel_cap_ms()));
       if (r < 0) {
         const int err = errno;
         if (err == EINTR) continue;
@@ -120,9 +121,6 @@ class PipeSource final : public ByteSource {
       }
       if (r == 0) {
         if (timeout_s_ > 0 && Clock::now() >= deadline) fail_timeout("produced no data");
-        if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
-          fail_io("reading pipe command '" + command_ + "' was cancelled (the loader closed)");
-        }
         continue;
       }
       if (fds[1].revents != 0) drain_stderr();
@@ -158,7 +156,20 @@ class PipeSource final : public ByteSource {
                               std::chrono::duration<double>(timeout_s_));
   }
 
-  static constexpr int kCancelCheckMs = 100;
+  // Without a cancel flag a wait may block for the whole timeout (or forever).
+  int cancel_cap_ms() const { return cancel_ != nullptr ? kCancelPollMs : -1; }
+
+  // The reader was closed while the command was silent: stop now rather than
+  // hold the closing thread until the command speaks or exits.
+  void check_cancelled() {
+    if (cancel_ == nullptr || !cancel_->load(std::memory_order_relaxed)) return;
+    kill_and_reap();
+    failed_ = true;
+    out_.reset();
+    CHUTE_CHECK(false, kIo, "pipe command '" << command_ << "' for '" << url_
+                                             << "' was stopped at offset " << offset_
+                                             << ": its reader was closed");
+  }
 
   int poll_timeout_ms(Clock::time_point deadline, int cap_ms = -1) const {
     if (timeout_s_ <= 0) return cap_ms;
@@ -215,6 +226,7 @@ class PipeSource final : public ByteSource {
       if (timeout_s_ > 0 && Clock::now() >= deadline) {
         fail_timeout("closed its output but did not exit");
       }
+      check_cancelled();
       // Polling with a short cap: the exit itself is not a pollable event.
       pollfd fd = {err_.get(), POLLIN, 0};
       (void)::poll(&fd, 1, poll_timeout_ms(deadline, 20));
@@ -279,8 +291,7 @@ class PipeSource final : public ByteSource {
 }  // namespace
 
 std::unique_ptr<ByteSource> open_pipe_source(const std::string& url, const std::string& command,
-                                             double timeout_s,
-                                             const std::atomic<bool>* cancel) {
+                                             double timeout_s, const std::atomic<bool>* cancel) {
   return std::make_unique<PipeSource>(url, command, timeout_s, cancel);
 }
 

@@ -13,9 +13,10 @@ namespace chute {
 std::unique_ptr<ByteSource> open_file_source(const std::string& display_url,
                                              const std::string& path, size_t readahead_bytes);
 
+// `cancel` may be null; see SourceOptions::cancel.
 std::unique_ptr<ByteSource> open_pipe_source(const std::string& url, const std::string& command,
                                              double timeout_s,
-                                             const std::atomic<bool>* cancel);
+                                             const std::atomic<bool>* cancel = nullptr);
 
 // Copies everything read from `inner` into `final_path` (through a temporary
 // that is renamed only after a complete read).

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -474,6 +474,10 @@ def peek_tar_sample(url: str, cache_dir: str = '', pipe_timeout: typing.Supports
 def probe_image(data: bytes, where: str = '<bytes>') -> tuple[str, int, int]:
     """
     (format, width, height) from the image header alone.
+    """
+def read_tar_bytes(data: bytes, name: str = '<bytes>') -> list[typing.Any]:
+    """
+    read_tar_samples for a shard held in memory (`name` stands for it in errors).
     """
 def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, dict[str, bytes], int]]:
     """

@@ -809,21 +809,13 @@ class _LiveIteration:
     wait_seconds: float = 0.0
 
 
-# The engine's wait is cut into slices so that Python notices Ctrl-C.
-_WAIT_SLICE_S = 0.1
-
-
 def _next_batch(engine: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    while True:
-        slice_s = _WAIT_SLICE_S
-        if deadline is not None:
-            slice_s = min(slice_s, max(deadline - time.monotonic(), 1e-3))
-        batch = engine.next(slice_s)
-        if batch is not False:
-            return batch
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"no batch within {timeout:g} seconds")
+    """The engine's next batch (None at the end). The native wait runs in
+    short slices that let Python handle Ctrl-C; False means `timeout` passed."""
+    batch = engine.next(timeout)
+    if batch is False:
+        raise TimeoutError(f"no batch within {timeout:g} seconds")
+    return batch
 
 
 def _apply_pin_hooks(plan: Any) -> bool:

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds the sanitizer variants of the extension and runs the native-heavy
+# tests under each:
+#   asan: Debug, AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)
+#   tsan: Debug, ThreadSanitizer (build/tsan)
+# Usage: scripts/sanitize.sh [asan|tsan|all] [extra pytest args...]
+#
+# The host is the ordinary CPython, so the sanitizer runtime must be loaded
+# first (LD_PRELOAD). Each variant is staged as its own package directory
+# (build/<variant>/pkg/chute: links to python/chute/*.py plus that build's
+# _core), so the developer build in python/chute is left alone. pytest runs
+# with --capture=sys so that a sanitizer report (written to fd 2) is not
+# swallowed by fd capture when the process aborts. CHUTE_SANITIZER tells the
+# tests which checks mean nothing under a sanitizer (RSS: ASan's quarantine
+# keeps freed memory resident on purpose).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+which=${1:-all}
+shift || true
+python=${PYTHON:-python}
+tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test_arrays.py
+       tests/test_webdataset.py tests/test_faults_tar.py tests/test_faults_h5.py
+       tests/test_lifecycle.py)
+
+build_variant() {  # name sanitizer
+  local build=$root/build/$1
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCHUTE_SANITIZE="$2" \
+    -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \
+    -DPython_EXECUTABLE="$(command -v "$python")" >/dev/null
+  cmake --build "$build" -j "$(nproc)"
+  local pkg=$build/pkg/chute
+  rm -rf "$build/pkg"
+  mkdir -p "$pkg"
+  for f in "$root"/python/chute/*.py; do ln -s "$f" "$pkg/"; done
+  ln -s "$(find "$build" -maxdepth 1 -name '_core*.so' | head -n 1)" "$pkg/"
+}
+
+run_asan() {
+  build_variant asan address
+  # detect_leaks=0: CPython and torch keep interned objects and arenas alive
+  # at exit by design, which LeakSanitizer reports as leaks. Everything else
+  # (overflows, use-after-free, UB) aborts the run.
+  # libstdc++ is preloaded with the runtime: ASan resolves the real
+  # __cxa_throw when it starts, and a Python host has not loaded libstdc++
+  # yet (every C++ throw then dies in an ASan CHECK).
+  LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_init_order=1:detect_stack_use_after_return=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  CHUTE_SANITIZER=address PYTHONPATH="$root/build/asan/pkg" PYTHONMALLOC=malloc \
+    "$python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" "$@"
+}
+
+run_tsan() {
+  build_variant tsan thread
+  # Suppressions: see scripts/tsan.supp for why each entry is there.
+  # die_after_fork=0: the tests also run torch DataLoader worker processes
+  # (fork after threads exist); the children only run Python, not chute threads.
+  LD_PRELOAD="$(gcc -print-file-name=libtsan.so) $(gcc -print-file-name=libstdc++.so)" \
+  TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:die_after_fork=0" \
+  # Deselected: tests that run torch DataLoader *worker processes*. Their
+  # forked children start threads after a multi-threaded fork, which TSan
+  # does not support (the workers die or hang under it, with or without
+  # die_after_fork); chute's own threads are covered by every other test.
+  CHUTE_SANITIZER=thread PYTHONPATH="$root/build/tsan/pkg" \
+    "$python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" \
+    -k "not torch_dataloader and not users_training_pipeline and not empty_worker" "$@"
+}
+
+case $which in
+  asan) run_asan "$@" ;;
+  tsan) run_tsan "$@" ;;
+  all) run_asan "$@"; run_tsan "$@" ;;
+  *) echo "usage: $0 [asan|tsan|all] [pytest args...]" >&2; exit 2 ;;
+esac

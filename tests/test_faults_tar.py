@@ -1,0 +1,431 @@
+"""The fault catalogue for tar shards, through the public API.
+
+Each bad input must give a clear exception that names the shard, the member
+or sample and the byte offset under the default handler, and a counted skip
+under ``ignore_and_continue``. The parser-level behaviour is in
+test_tar_reader.py / test_decode.py; here the same faults travel through the
+engine's threads, its error policy and the Python layer.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+import tarfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import chute
+import chute.wds as wds
+import numpy as np
+import pytest
+from conftest import jpeg_bytes, npy_bytes, png_bytes, write_shards
+
+SKIP = wds.ignore_and_continue
+
+
+def tuple_ds(urls: list[str], fields: str, handler: Any = wds.reraise_exception, **kw: Any) -> Any:
+    return chute.WebDataset(urls, shardshuffle=False, handler=handler, **kw).to_tuple(fields)
+
+
+def image_ds(urls: list[str], handler: Any = wds.reraise_exception) -> Any:
+    return (
+        chute.WebDataset(urls, shardshuffle=False, handler=handler)
+        .decode("rgb8")
+        .to_tuple("__key__", "jpg;png", "cls")
+    )
+
+
+def npy_ds(urls: list[str], handler: Any = wds.reraise_exception) -> Any:
+    return (
+        chute.WebDataset(urls, shardshuffle=False, handler=handler)
+        .decode()
+        .to_tuple("__key__", "npy")
+        .batched(2)
+    )
+
+
+def keys_of(ds: Any) -> list[str]:
+    return [row[0] for row in ds]
+
+
+def member_offsets(path: Path) -> dict[str, int]:
+    with tarfile.open(path) as tf:
+        return {m.name: m.offset for m in tf.getmembers()}
+
+
+def small_shard(tmp_path: Path, n: int = 4) -> Path:
+    """n samples of (txt, cls), written by webdataset's TarWriter (PAX headers
+    make every member two headers, so there are many boundaries)."""
+    samples = [
+        {"__key__": f"s{i:03d}", "txt": f"text {i}" * (i + 1), "cls": str(i)} for i in range(n)
+    ]
+    return Path(write_shards(tmp_path, samples, n, prefix="small")[0])
+
+
+def raw_tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tf.addfile(info, io.BytesIO(payload))
+    return path
+
+
+def fix_checksum(header: bytearray) -> None:
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header[:512])
+
+
+def assert_names(message: str, shard: str, where: str | None = None) -> None:
+    assert f"'{shard}'" in message, message
+    assert re.search(r"offset \d+", message), message
+    if where is not None:
+        assert where in message, message
+
+
+# ---------------------------------------------------------------- tar structure
+
+_SMALL_CUTS: list[tuple[str, int]] = []
+
+
+def _cut_points() -> list[tuple[str, int]]:
+    """Every 512-byte boundary of a 4-sample TarWriter shard up to the end of
+    its last member, and a point inside each block (computed once from a
+    shard written into memory). The end-of-archive blocks and the record
+    padding after them are not data: cutting there loses nothing."""
+    import webdataset
+
+    buf = io.BytesIO()
+    with webdataset.TarWriter(buf) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"s{i:03d}", "txt": f"text {i}" * (i + 1), "cls": str(i)})
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tf:
+        last = tf.getmembers()[-1]
+        end = last.offset_data + (last.size + 511) // 512 * 512
+    cuts = [("boundary", b) for b in range(512, end, 512)]
+    cuts += [("mid-block", b + 200) for b in range(0, end, 512)]
+    return cuts
+
+
+@pytest.mark.parametrize("kind,cut", _cut_points(), ids=lambda v: str(v))
+def test_truncated_shard_every_boundary_and_mid_block(tmp_path: Path, kind: str, cut: int) -> None:
+    good = small_shard(tmp_path)
+    data = good.read_bytes()
+    offsets = member_offsets(good)
+    full = keys_of(tuple_ds([str(good)], "__key__ txt"))
+    assert len(full) == 4
+    path = tmp_path / f"cut{cut}.tar"
+    path.write_bytes(data[:cut])
+    headers = sorted(offsets.values())
+    if kind == "boundary" and cut in headers:
+        # EOF exactly where a member starts: tar and tarfile read it as the
+        # end of the archive; the samples before it are all there is.
+        got = keys_of(tuple_ds([str(path)], "__key__ txt", handler=SKIP))
+        assert got == full[: len(got)] and len(got) < 4
+        return
+    with pytest.raises(chute.DataError, match="truncated") as info:
+        list(tuple_ds([str(path)], "__key__ txt"))
+    assert_names(str(info.value), str(path))
+    # Skipped: everything before the damage arrives, the damage is counted once.
+    ds = tuple_ds([str(path), str(good)], "__key__ txt", handler=SKIP)
+    got = keys_of(ds)
+    assert got[-4:] == full
+    assert got[:-4] == full[: len(got) - 4]
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_bad_header_checksum(tmp_path: Path) -> None:
+    good = small_shard(tmp_path)
+    data = bytearray(good.read_bytes())
+    offset = member_offsets(good)["s002.cls"]  # its first (PAX) header
+    data[offset + 5] ^= 0x20
+    bad = tmp_path / "badsum.tar"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(chute.DataError, match="bad header checksum") as info:
+        list(tuple_ds([str(bad)], "__key__ txt"))
+    assert_names(str(info.value), str(bad), f"offset {offset}")
+    ds = tuple_ds([str(bad), str(good)], "__key__ txt", handler=SKIP)
+    # s001 was still being grouped when the bad header came: the header might
+    # have been one of its own members, so it is dropped with the damage.
+    assert keys_of(ds) == ["s000", "s000", "s001", "s002", "s003"]
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_non_tar_file(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(b"<html>403 Forbidden</html>" + bytes(range(256)) * 8)
+    with pytest.raises(chute.DataError, match="bad header checksum") as info:
+        list(tuple_ds([str(junk)], "__key__ txt"))
+    assert_names(str(info.value), str(junk), "offset 0")
+    good = small_shard(tmp_path)
+    ds = tuple_ds([str(junk), str(good)], "__key__ txt", handler=SKIP)
+    assert len(keys_of(ds)) == 4
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_zero_length_shard(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.tar"
+    empty.write_bytes(b"")
+    with pytest.raises(chute.DataError, match="empty") as info:
+        list(tuple_ds([str(empty)], "__key__ txt"))
+    assert_names(str(info.value), str(empty), "offset 0")
+    good = small_shard(tmp_path)
+    ds = tuple_ds([str(good), str(empty)], "__key__ txt", handler=SKIP)
+    assert len(keys_of(ds)) == 4
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_duplicate_keys_in_one_shard(tmp_path: Path) -> None:
+    path = raw_tar(
+        tmp_path / "dup.tar",
+        [("a.txt", b"1"), ("a.cls", b"1"), ("b.txt", b"2"), ("b.cls", b"2"), ("b.txt", b"3")],
+    )
+    offset = member_offsets(path)["b.txt"]  # tarfile keeps the last one
+    with pytest.raises(chute.DataError, match="duplicate file name") as info:
+        list(tuple_ds([str(path)], "__key__ txt"))
+    assert_names(str(info.value), str(path), f"offset {offset}")
+    assert "b.txt" in str(info.value)
+    ds = tuple_ds([str(path)], "__key__ txt", handler=SKIP)
+    assert keys_of(ds) == ["a"]
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_huge_declared_member_size(tmp_path: Path) -> None:
+    path = raw_tar(tmp_path / "huge.tar", [("a.txt", b"x" * 10), ("b.txt", b"y" * 100)])
+    data = bytearray(path.read_bytes())
+    offset = member_offsets(path)["b.txt"]
+    header = data[offset : offset + 512]
+    header[124:136] = b"\x80" + (1 << 62).to_bytes(11, "big")  # base-256: 4 EiB
+    fix_checksum(header)
+    data[offset : offset + 512] = header
+    path.write_bytes(bytes(data))
+    start = time.monotonic()
+    with pytest.raises(chute.DataError, match="truncated") as info:
+        list(tuple_ds([str(path)], "__key__ txt"))
+    assert time.monotonic() - start < 5  # no attempt to allocate or read 4 EiB
+    assert_names(str(info.value), str(path), "member 'b.txt'")
+    ds = tuple_ds([str(path)], "__key__ txt", handler=SKIP)
+    assert keys_of(ds) == ["a"]
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_shard_deleted_between_construction_and_iteration(tmp_path: Path) -> None:
+    good = small_shard(tmp_path)
+    doomed = tmp_path / "doomed.tar"
+    doomed.write_bytes(good.read_bytes())
+    ds = tuple_ds([str(doomed)], "__key__ txt")
+    skipping = tuple_ds([str(doomed), str(good)], "__key__ txt", handler=SKIP)
+    doomed.unlink()
+    with pytest.raises(chute.ReadError, match="doomed.tar") as info:
+        list(ds)
+    assert isinstance(info.value, FileNotFoundError) or "No such file" in str(info.value)
+    assert len(keys_of(skipping)) == 4
+    assert skipping.stats()["samples_skipped"] == 1
+
+
+def test_shard_truncated_while_being_read(tmp_path: Path) -> None:
+    samples = [{"__key__": f"k{i:04d}", "bin": os.urandom(20000)} for i in range(200)]
+    path = Path(write_shards(tmp_path, samples, 200)[0])
+    ds = chute.WebDataset([str(path)], shardshuffle=False, prefetch=1, threads=1)
+    it = iter(ds.to_tuple("__key__", "bin").batched(4))
+    next(it)
+    os.truncate(path, os.path.getsize(path) // 3)
+    with pytest.raises(chute.DataError, match="truncated") as info:
+        for _ in it:
+            pass
+    assert_names(str(info.value), str(path))
+
+
+# ---------------------------------------------------------------- pipes
+
+
+def test_pipe_command_fails_midway(tmp_path: Path) -> None:
+    good = small_shard(tmp_path)
+    url = f"pipe:head -c 1500 {good}; echo 'bucket gone' >&2; exit 3"
+    with pytest.raises((chute.ReadError, chute.DataError)) as info:
+        list(tuple_ds([url], "__key__ txt"))
+    assert url[5:] in str(info.value)
+    ds = tuple_ds([url, str(good)], "__key__ txt", handler=SKIP)
+    assert keys_of(ds)[-4:] == ["s000", "s001", "s002", "s003"]
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_pipe_stalls_after_data_with_pipe_timeout(tmp_path: Path) -> None:
+    good = small_shard(tmp_path)
+    url = f"pipe:head -c 2560 {good}; sleep 30"
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"sleep 30.*offset 2560"):
+        list(tuple_ds([url], "__key__ txt", pipe_timeout=0.3))
+    ds = tuple_ds([url, str(good)], "__key__ txt", handler=SKIP, pipe_timeout=0.3)
+    assert keys_of(ds)[-4:] == ["s000", "s001", "s002", "s003"]
+    assert ds.stats()["samples_skipped"] == 1
+    assert time.monotonic() - start < 5
+
+
+# ---------------------------------------------------------------- images
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_declaring(height: int, width: int) -> bytes:
+    """A valid little PNG whose IHDR (with a correct CRC) declares another size."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00" + b"\x00" * 6 + b"\x00" + b"\x00" * 6)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", ihdr)
+        + _png_chunk(b"IDAT", pixels)
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def jpeg_declaring(height: int, width: int) -> bytes:
+    data = bytearray(jpeg_bytes(np.random.default_rng(0), 16, 16))
+    sof = data.index(b"\xff\xc0")
+    struct.pack_into(">HH", data, sof + 5, height, width)
+    return bytes(data)
+
+
+def image_shard(tmp_path: Path, bad: dict[str, bytes], n: int = 8) -> tuple[str, list[str]]:
+    """n image samples; sample i gets bad[...] as its image instead."""
+    rng = np.random.default_rng(1)
+    samples: list[dict[str, object]] = []
+    for i in range(n):
+        ext = "png" if i % 2 else "jpg"
+        payload = png_bytes(rng, 12, 10) if ext == "png" else jpeg_bytes(rng, 12, 10)
+        samples.append({"__key__": f"im{i:02d}", ext: payload, "cls": str(i)})
+    bad_keys = []
+    for j, (ext, payload) in enumerate(bad.items()):
+        i = 1 + 2 * j
+        samples[i] = {"__key__": f"im{i:02d}", ext.split(":")[0]: payload, "cls": str(i)}
+        bad_keys.append(f"im{i:02d}")
+    return write_shards(tmp_path, samples, n, prefix="img")[0], bad_keys
+
+
+def _good_jpeg() -> bytes:
+    return jpeg_bytes(np.random.default_rng(5), 40, 30)
+
+
+def _good_png() -> bytes:
+    return png_bytes(np.random.default_rng(5), 40, 30)
+
+
+def _png_bad_idat() -> bytes:
+    data = bytearray(_good_png())
+    idat = data.index(b"IDAT")
+    data[idat + 12 : idat + 30] = b"\xa5" * 18
+    return bytes(data)
+
+
+BAD_IMAGES: dict[str, tuple[str, Any, str]] = {
+    # name: (extension, payload factory, what the message must say)
+    "jpeg-truncated-body": ("jpg", lambda: _good_jpeg()[: len(_good_jpeg()) * 2 // 3], ""),
+    "jpeg-truncated-header": ("jpg", lambda: _good_jpeg()[:40], ""),
+    "jpeg-garbage": ("jpg", lambda: b"\xff\xd8\xff" + bytes(range(256)) * 4, ""),
+    "png-truncated": ("png", lambda: _good_png()[: len(_good_png()) // 2], ""),
+    "png-corrupt-idat": ("png", _png_bad_idat, ""),
+    "png-0x0": ("png", lambda: png_declaring(0, 0), ""),
+    "jpeg-0x0": ("jpg", lambda: jpeg_declaring(0, 0), ""),
+    "png-60000x60000": ("png", lambda: png_declaring(60000, 60000), "limit"),
+    "jpeg-60000x60000": ("jpg", lambda: jpeg_declaring(60000, 60000), "limit"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_IMAGES))
+def test_bad_image(tmp_path: Path, name: str) -> None:
+    ext, make, words = BAD_IMAGES[name]
+    url, (bad_key,) = image_shard(tmp_path, {ext: make()})
+    offset = member_offsets(Path(url))[f"{bad_key}.{ext}"]
+    with pytest.raises(chute.DataError) as info:
+        list(image_ds([url]))
+    message = str(info.value)
+    assert_names(message, url, f"member '{bad_key}.{ext}' at offset {offset}")
+    assert words in message
+    ds = image_ds([url], handler=SKIP)
+    rows = list(ds)
+    assert [r[0] for r in rows] == [f"im{i:02d}" for i in range(8) if f"im{i:02d}" != bad_key]
+    # No silent zero rows: every delivered image is a real decode.
+    assert all(r[1].shape == (12, 10, 3) and r[1].any() for r in rows)
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_bad_images_in_batches_drop_rows_not_batches(tmp_path: Path) -> None:
+    url, bad_keys = image_shard(
+        tmp_path, {"jpg": _good_jpeg()[:300], "png:2": png_declaring(60000, 60000)}
+    )
+    ds = (
+        chute.WebDataset([url], shardshuffle=False, handler=SKIP)
+        .decode("rgb8")
+        .to_tuple("__key__", "jpg;png")
+        .batched(4)
+    )
+    batches = list(ds)
+    keys = [k for b in batches for k in b[0]]
+    assert sorted(keys) == [f"im{i:02d}" for i in range(8) if f"im{i:02d}" not in bad_keys]
+    assert sum(len(b[0]) for b in batches) == sum(b[1].shape[0] for b in batches) == 6
+    assert all(b[1].reshape(b[1].shape[0], -1).any(axis=1).all() for b in batches)
+    assert ds.stats()["samples_skipped"] == 2
+
+
+# ---------------------------------------------------------------- npy
+
+
+def _npy_with_header(header: str, payload: bytes = b"\x00" * 16) -> bytes:
+    body = header.encode("latin1")
+    total = 10 + len(body) + 1
+    body += b" " * ((64 - total % 64) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(body)) + body + payload
+
+
+BAD_NPY: dict[str, tuple[bytes, str]] = {
+    "bad-magic": (b"\x93NUMPZ" + npy_bytes(np.zeros(4, "f4"))[6:], "magic"),
+    "bad-header": (_npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4,"), ""),
+    "object-dtype": (npy_bytes(np.array([1, "a"], dtype=object)), "object"),
+    "shape-overflow": (
+        _npy_with_header(
+            "{'descr': '<f8', 'fortran_order': False, "
+            "'shape': (4294967296, 4294967296, 4294967296)}"
+        ),
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_NPY))
+def test_bad_npy(tmp_path: Path, name: str) -> None:
+    payload, words = BAD_NPY[name]
+    samples: list[dict[str, object]] = [
+        {"__key__": f"n{i}", "npy": npy_bytes(np.full(4, i, "f4"))} for i in range(5)
+    ]
+    samples[2]["npy"] = payload
+    url = write_shards(tmp_path, samples, 5, prefix="npy")[0]
+    offset = member_offsets(Path(url))["n2.npy"]
+    with pytest.raises(chute.DataError) as info:
+        list(npy_ds([url]))
+    message = str(info.value)
+    assert_names(message, url, f"member 'n2.npy' at offset {offset}")
+    assert words.lower() in message.lower()
+    ds = npy_ds([url], handler=SKIP)
+    batches = list(ds)
+    assert [list(k) for k, _ in batches] == [["n0", "n1"], ["n3", "n4"]]
+    np.testing.assert_array_equal(batches[1][1][:, 0], [3.0, 4.0])
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_read_tar_bytes_matches_the_file_reader(tmp_path: Path) -> None:
+    # The in-memory entry point the fuzzer drives must be the same parser.
+    from chute import _core
+
+    good = small_shard(tmp_path)
+    data = good.read_bytes()
+    assert _core.read_tar_bytes(data, str(good)) == _core.read_tar_samples(str(good))
+    with pytest.raises(chute.DataError, match=r"'mem.tar'.*offset 1024"):
+        _core.read_tar_bytes(data[:1100], "mem.tar")
