@@ -377,3 +377,40 @@ def test_webloader_rebatches_like_webdataset(tiny_shards: list[str]) -> None:
         return [len(b[0]) for b in loader]
 
     assert run(wds) == run(webdataset) == [100] * 7
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_dataloader_batch_size_collates_like_torch(
+    image_shards: list[str], drop_last: bool
+) -> None:
+    def build(module: Any) -> Any:
+        return (
+            module.WebDataset(image_shards, shardshuffle=False)
+            .decode("torchrgb8")
+            .to_tuple("jpg;png", "cls", "__key__")
+        )
+
+    ref = list(torch.utils.data.DataLoader(build(webdataset), batch_size=32, drop_last=drop_last))
+    got = list(chute.DataLoader(build(chute.wds), batch_size=32, drop_last=drop_last))
+    assert len(got) == (3 if drop_last else 4)
+    assert_same(ref, got)
+
+
+def test_dataloader_batch_size_dict_samples_and_custom_collate(tiny_shards: list[str]) -> None:
+    def build(module: Any) -> Any:
+        return module.WebDataset(tiny_shards[:1], shardshuffle=False).decode()
+
+    ref = list(torch.utils.data.DataLoader(build(webdataset), batch_size=100))
+    got = list(chute.DataLoader(build(chute.wds), batch_size=100))
+    for r in ref:
+        del r["__local_path__"]
+    for g in got:
+        g.pop("__local_path__", None)
+    assert_same(ref, got)
+    firsts = [
+        b
+        for b in chute.DataLoader(
+            build(chute.wds), batch_size=100, collate_fn=lambda rows: rows[0]["__key__"]
+        )
+    ]
+    assert firsts == ["sample0000000", "sample0000100", "sample0000200"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 import torch.utils.data
-from torch.utils.data import default_collate, default_convert
+from torch.utils.data import default_convert
 
 from chute.shards import rank_and_world_size
 from chute.webdataset import WebDataset
@@ -196,27 +196,33 @@ class DataLoader:
         if self._resume is not None:
             dataset.load_state_dict(self._resume["dataset"])
             self._resume = None
+        # With the default collate the dataset batches (natively when it can);
+        # a custom collate_fn gets lists of items (the slow path).
+        native_collate = self.batch_size is not None and self.collate_fn is None
         items = dataset.iterate(
             threads=self.threads,
             prefetch=self.threads * self.prefetch_factor,
             timeout=float(self.timeout),
             pin_memory=self.pin_memory,
+            torch_batch=(self.batch_size, self.drop_last) if native_collate else None,
         )
         self._position = {"kind": "stream"}
         try:
             if self.batch_size is None:
                 for item in items:
-                    yield default_convert(item)  # type: ignore[no-untyped-call]  # torch: unannotated
-                return
-            collate = self.collate_fn or default_collate
-            batch: list[Any] = []
-            for item in items:
-                batch.append(item)
-                if len(batch) == self.batch_size:
-                    yield collate(batch)
-                    batch = []
-            if batch and not self.drop_last:
-                yield collate(batch)
+                    yield default_convert(item)
+            elif native_collate:
+                yield from items
+            else:
+                assert self.collate_fn is not None
+                batch: list[Any] = []
+                for item in items:
+                    batch.append(item)
+                    if len(batch) == self.batch_size:
+                        yield self.collate_fn(batch)
+                        batch = []
+                if batch and not self.drop_last:
+                    yield self.collate_fn(batch)
         finally:
             self._position = None
             close = getattr(items, "close", None)

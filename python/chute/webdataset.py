@@ -92,6 +92,7 @@ class _CompiledPipeline:
     partial: bool
     python_stages: list[_Stage]
     shuffle: tuple[int, int, int] | None  # capacity, initial, seed
+    torch_collate: bool = False  # batches shaped as torch's default collate makes them
 
 
 # Python stages that hold items across calls: a mid-epoch checkpoint cannot
@@ -586,9 +587,17 @@ class WebDataset(_Fluent, IterableDataset[Any]):
         prefetch: int | None = None,
         timeout: float | None = None,
         pin_memory: bool = False,
+        torch_batch: tuple[int, bool] | None = None,
     ) -> Iterator[Any]:
         """One epoch, with the engine settings overridden for this iteration
-        (``chute.DataLoader`` passes its ``num_workers`` here as threads)."""
+        (``chute.DataLoader`` passes its ``num_workers`` here as threads).
+
+        ``torch_batch=(batch_size, drop_last)`` yields what torch's DataLoader
+        with that batch size and the default collate would: batches of the
+        items this pipeline yields, collated by torch's rules. When the
+        pipeline ends in native stages without a ``.batched``, the engine
+        batches and the columns become tensors without a copy; otherwise the
+        items are collated in Python."""
         urls, worker = self._shard_urls()
         if not urls:
             if self.empty_check:
@@ -612,6 +621,17 @@ class WebDataset(_Fluent, IterableDataset[Any]):
             pin_memory=pin_memory,
         )
         compiled = self._compile(urls, resume.shuffle_seed if resume is not None else None)
+        native_torch_batch = (
+            torch_batch is not None
+            and compiled.batch_size is None
+            and not compiled.python_stages
+            and self.epoch_items <= 0
+        )
+        if native_torch_batch:
+            assert torch_batch is not None
+            compiled.batch_size, drop_last = torch_batch
+            compiled.partial = not drop_last
+            compiled.torch_collate = True
         self._python_stages = compiled.python_stages
         # The position exists from here, before the engine starts, so a
         # checkpoint taken before the first item names this epoch.
@@ -628,6 +648,9 @@ class WebDataset(_Fluent, IterableDataset[Any]):
             items = _apply_python_stage(stage, items, self._python_counter)
         if self.epoch_items > 0 and not self._native_epoch_cap(compiled):
             items = islice(items, self.epoch_items)
+        if torch_batch is not None and not native_torch_batch:
+            size, drop_last = torch_batch
+            items = _python_batched(items, size, torch.utils.data.default_collate, not drop_last)
         return items
 
     def _native_epoch_cap(self, compiled: _CompiledPipeline) -> bool:
@@ -928,11 +951,19 @@ class _BatchConverter:
     def batch(self, batch: Any) -> Any:
         c = self.compiled
         if c.tuple_output:
-            return tuple(self._column(f, batch) for f in c.fields)
+            columns = tuple(self._column(f, batch) for f in c.fields)
+            if c.torch_collate:
+                # torch transposes a tuple batch with zip: its columns are tuples.
+                return [_as_torch_column(v, tuple) for v in columns]
+            return columns
         rows = list(self.rows(batch))
         if not rows:
             return {}
-        return default_collate(rows)
+        collated = default_collate(rows)
+        if c.torch_collate:
+            # torch gathers a dict batch's values per key in a list.
+            return {k: _as_torch_column(v, list) for k, v in collated.items()}
+        return collated
 
     def rows(self, batch: Any) -> Iterator[Any]:
         c = self.compiled
@@ -981,6 +1012,17 @@ class _BatchConverter:
                     continue
                 sample[ext] = python_decode(ext, payload, c.image_spec) if c.decoded else payload
             yield sample
+
+
+def _as_torch_column(column: Any, container: type) -> Any:
+    """A column collated by webdataset's rules, as torch's default collate
+    would have made it: arrays become tensors (sharing memory), other values
+    go through torch's collate in the container torch would have built."""
+    if isinstance(column, np.ndarray):
+        return torch.from_numpy(column)
+    if isinstance(column, torch.Tensor):
+        return column
+    return torch.utils.data.default_collate(container(column))
 
 
 def _apply_python_stage(
