@@ -1,0 +1,82 @@
+"""stats(): the figures add up, and say where the time goes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chute
+import chute.wds as wds
+import numpy as np
+import pytest
+
+
+def corrupted_shards(tmp_path: Any) -> list[str]:
+    from conftest import tiny_samples, write_shards
+
+    samples: list[dict[str, object]] = []
+    for i, s in enumerate(tiny_samples(300)):
+        if i % 50 == 7:
+            s["npy"] = b"\x93NUMPY garbage"  # bad header: skipped under the skip policy
+        samples.append(s)
+    return write_shards(tmp_path, samples, per_shard=100)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_counts_add_up_with_skips(tmp_path: Any, threads: int) -> None:
+    urls = corrupted_shards(tmp_path)
+    ds = (
+        chute.WebDataset(urls, shardshuffle=False, handler=wds.ignore_and_continue, threads=threads)
+        .decode()
+        .to_tuple("npy", "cls")
+        .batched(32)
+    )
+    rows = sum(len(cls) for _, cls in ds)
+    s = ds.stats()
+    assert s["samples_read"] == 300
+    assert s["samples_skipped"] == 6
+    assert s["samples_yielded"] == rows == 294
+    assert s["samples_read"] == s["samples_yielded"] + s["samples_skipped"]
+    assert s["batches"] == 10
+    assert s["shards_opened"] == 3
+    assert s["encoded_bytes"] > 294 * 64 * 4
+    assert s["read_seconds"] > 0 and s["decode_seconds"] > 0 and s["wait_seconds"] >= 0
+    assert s["python_items"] == 0  # nothing ran on the slow path
+    assert s["batch_peak_bytes_in_use"] > 0 and s["queued_batches"] == 0
+
+
+def test_python_stages_are_counted(tiny_shards: list[str]) -> None:
+    ds = (
+        chute.WebDataset(tiny_shards, shardshuffle=False)
+        .decode()
+        .to_tuple("cls")
+        .map_tuple(int)
+        .batched(100)
+    )
+    assert sum(len(b[0]) for b in ds) == 1000
+    assert ds.stats()["python_items"] == 1000
+
+
+def test_live_stats_while_iterating(tiny_shards: list[str]) -> None:
+    ds = (
+        chute.WebDataset(tiny_shards, shardshuffle=True, seed=1)
+        .shuffle(500)
+        .decode()
+        .to_tuple("npy")
+        .batched(50)
+    )
+    loader = chute.DataLoader(ds, batch_size=None, num_workers=2)
+    it = iter(loader)
+    next(it)
+    live = loader.stats()
+    assert live["batches"] == 1 and live["samples_yielded"] == 50
+    assert live["shuffle_peak_samples"] >= 100  # the buffer filled before the first batch left
+    assert live["shuffle_peak_bytes"] > 100 * 64 * 4
+    del it
+
+
+def test_indexed_stats(tmp_path: Any) -> None:
+    ds = chute.ArrayDataset(x=np.arange(1000, dtype=np.float32))
+    for _ in chute.DataLoader(ds, batch_size=100, num_workers=2):
+        pass
+    s = ds.stats()
+    assert s["batches"] == 10 and s["rows"] == 1000 and s["bytes"] == 4000
