@@ -91,7 +91,9 @@ struct DecodeJob {
   J_COLOR_SPACE out_space;
   RowConversion conversion;
   int out_channels;
-  uint8_t* out;
+  uint8_t* out;      // the whole image, HWC; unused with a sink
+  RowSink* sink;     // receives each group of rows from `band` instead
+  uint8_t* band;     // kMaxRowsPerCall output rows, for the sink
   uint8_t* scratch;  // rows_per_call rows of libjpeg output when converting
   int scratch_row_bytes;
 };
@@ -145,12 +147,14 @@ class JpegDecoder {
             static_cast<int>(cinfo_.image_height)};
   }
 
-  void decode(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
+  // Into `out` (whole image), or group by group into `sink` when it is set.
+  void decode(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out, RowSink* sink,
               const std::string& where) {
     Session session(this);
     read_header(data, size, where);
     DecodeJob job{};
     job.out = out;
+    job.sink = sink;
     job.out_channels = mode == ColorMode::kRgb ? 3 : 1;
     switch (cinfo_.jpeg_color_space) {
       case JCS_GRAYSCALE:
@@ -184,6 +188,15 @@ class JpegDecoder {
       // sampling factor and leaves room for a later change of settings.
       scratch_.resize(static_cast<size_t>(job.scratch_row_bytes) * kMaxRowsPerCall);
       job.scratch = scratch_.data();
+    }
+    if (sink != nullptr) {
+      // Output size before jpeg_start_decompress: no scaling is requested,
+      // so it is the header's size.
+      const int height = static_cast<int>(cinfo_.image_height);
+      const int width = static_cast<int>(cinfo_.image_width);
+      sink->begin(height, width, job.out_channels);
+      band_.resize(static_cast<size_t>(width) * job.out_channels * kMaxRowsPerCall);
+      job.band = band_.data();
     }
     const bool ok = guarded_decode(this, &job);
     CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
@@ -225,6 +238,8 @@ class JpegDecoder {
     return true;
   }
 
+  // The sink runs inside this frame, between libjpeg calls: an exception it
+  // throws unwinds only C++ frames, and Session then aborts the decompressor.
   static bool guarded_decode(JpegDecoder* d, const DecodeJob* job) {
     if (setjmp(d->err_.jump)) return false;
     j_decompress_ptr c = &d->cinfo_;
@@ -244,15 +259,15 @@ class JpegDecoder {
       const JDIMENSION y = c->output_scanline;
       int want = static_cast<int>(c->output_height - y);
       if (want > batch) want = batch;
+      uint8_t* dst = job->sink != nullptr ? job->band : job->out + y * out_row;
       for (int r = 0; r < want; ++r) {
         rows[r] = job->conversion == RowConversion::kNone
-                      ? job->out + (y + r) * out_row
+                      ? dst + r * out_row
                       : job->scratch + static_cast<size_t>(r) * job->scratch_row_bytes;
       }
       const int got = static_cast<int>(jpeg_read_scanlines(c, rows, want));
-      if (job->conversion != RowConversion::kNone) {
-        convert_rows(*job, job->scratch, got, width, job->out + y * out_row);
-      }
+      if (job->conversion != RowConversion::kNone) convert_rows(*job, job->scratch, got, width, dst);
+      if (job->sink != nullptr && got > 0) job->sink->rows(dst, static_cast<int>(y), got);
     }
     // Reads up to EOI: a file cut after the last scan still warns JPEG_EOF.
     jpeg_finish_decompress(c);
@@ -264,6 +279,7 @@ class JpegDecoder {
   jpeg_progress_mgr progress_{};
   bool created_ = false;
   std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> band_;
 };
 
 // One decompressor per thread, reused: creating one allocates its memory
@@ -281,7 +297,12 @@ ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& where)
 
 void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                  const std::string& where) {
-  thread_decoder().decode(data, size, mode, out, where);
+  thread_decoder().decode(data, size, mode, out, nullptr, where);
+}
+
+void decode_jpeg_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
+                      const std::string& where) {
+  thread_decoder().decode(data, size, mode, nullptr, &sink, where);
 }
 
 }  // namespace chute::detail
