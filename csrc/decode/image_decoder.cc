@@ -84,7 +84,7 @@ void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink
   whole.resize(static_cast<size_t>(info.height) * info.width * channels);
   detail::decode_png(data, size, mode, whole.data(), where);
   sink.begin(info.height, info.width, channels);
-  sink.rows(whole.data(), 0, info.height);
+  sink.rows(whole.data(), static_cast<size_t>(info.width) * channels, 0, info.height);
 }
 
 namespace detail {

@@ -5,6 +5,7 @@
 // pass cost as much as a quarter of the decode).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace chute {
@@ -14,9 +15,9 @@ class RowSink {
   // Called once, before any rows, with the decoded image's size and the
   // number of interleaved channels per pixel. Throws to refuse the image.
   virtual void begin(int height, int width, int channels) = 0;
-  // Rows [first_row, first_row + count) of the image, HWC, contiguous,
-  // width * channels bytes each. The memory is valid only during the call.
-  virtual void rows(const uint8_t* hwc, int first_row, int count) = 0;
+  // Rows [first_row, first_row + count) of the image, HWC, width * channels
+  // bytes each, row r at hwc + r * stride. Valid only during the call.
+  virtual void rows(const uint8_t* hwc, size_t stride, int first_row, int count) = 0;
 
  protected:
   ~RowSink() = default;  // never owned through this interface

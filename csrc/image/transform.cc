@@ -276,16 +276,16 @@ void ImageWriter::begin(int height, int width, int channels) {
                                   << h_ << "x" << w_ << "x" << channels_);
 }
 
-void ImageWriter::rows(const uint8_t* hwc, int first_row, int count) {
+void ImageWriter::rows(const uint8_t* hwc, size_t stride, int first_row, int count) {
   // The output rows whose source row lies in this band.
   const int y_begin = std::max(first_row, crop_y_) - crop_y_;
   const int y_end = std::min(first_row + count, crop_y_ + out_h_) - crop_y_;
-  if (y_begin < y_end) emit_(*this, hwc, first_row, y_begin, y_end);
+  if (y_begin < y_end) emit_(*this, hwc, stride, first_row, y_begin, y_end);
 }
 
 template <int C, bool CHW, typename T, bool Float>
-void ImageWriter::emit_rows(const ImageWriter& w, const uint8_t* band, int first_row, int y_begin,
-                            int y_end) {
+void ImageWriter::emit_rows(const ImageWriter& w, const uint8_t* band, size_t stride,
+                            int first_row, int y_begin, int y_end) {
   const size_t plane = static_cast<size_t>(w.out_h_) * w.out_w_;
   const std::ptrdiff_t step = w.flip_ ? -C : C;
   const float* to_float = float_table().data();
@@ -298,8 +298,8 @@ void ImageWriter::emit_rows(const ImageWriter& w, const uint8_t* band, int first
   };
   T* dst = static_cast<T*>(w.out_);
   for (int y = y_begin; y < y_end; ++y) {
-    const uint8_t* row =
-        band + (static_cast<size_t>(w.crop_y_ + y - first_row) * w.w_ + w.crop_x_) * C;
+    const uint8_t* row = band + static_cast<size_t>(w.crop_y_ + y - first_row) * stride +
+                         static_cast<size_t>(w.crop_x_) * C;
     const size_t row_start = static_cast<size_t>(y) * w.out_w_;
     if constexpr (!Float) {
       if (!w.flip_) {
@@ -331,7 +331,7 @@ void ImageWriter::emit_rows(const ImageWriter& w, const uint8_t* band, int first
 void write_image_output(const uint8_t* hwc, int h, int w, const ImageOutputSpec& spec, int crop_y,
                         int crop_x, bool flip, void* out) {
   ImageWriter writer(h, w, spec, crop_y, crop_x, flip, out);
-  writer.rows(hwc, 0, h);
+  writer.rows(hwc, static_cast<size_t>(w) * spec.channels, 0, h);
 }
 
 }  // namespace chute

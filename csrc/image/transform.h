@@ -4,6 +4,7 @@
 // float32 in [0, 1], computed as x / 255.0f like webdataset).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "image/row_sink.h"
@@ -57,15 +58,15 @@ class ImageWriter final : public RowSink {
   ImageWriter(int h, int w, const ImageOutputSpec& spec, int crop_y, int crop_x, bool flip,
               void* out);
   void begin(int height, int width, int channels) override;
-  void rows(const uint8_t* hwc, int first_row, int count) override;
+  void rows(const uint8_t* hwc, size_t stride, int first_row, int count) override;
 
  private:
   // One instantiation of the per-layout/dtype row loop, picked once.
-  using EmitRows = void (*)(const ImageWriter& w, const uint8_t* band, int first_row, int y_begin,
-                            int y_end);
+  using EmitRows = void (*)(const ImageWriter& w, const uint8_t* band, size_t stride,
+                            int first_row, int y_begin, int y_end);
   template <int C, bool CHW, typename T, bool Float>
-  static void emit_rows(const ImageWriter& w, const uint8_t* band, int first_row, int y_begin,
-                        int y_end);
+  static void emit_rows(const ImageWriter& w, const uint8_t* band, size_t stride, int first_row,
+                        int y_begin, int y_end);
 
   int h_;
   int w_;
