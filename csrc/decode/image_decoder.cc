@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -65,6 +66,25 @@ void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out
   } else {
     detail::decode_png(data, size, mode, out, where);
   }
+}
+
+void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
+                       const std::string& where) {
+  const ImageFormat format = sniff(data, size, where);
+  if (format == ImageFormat::kJpeg) {
+    detail::decode_jpeg_rows(data, size, mode, sink, where);
+    return;
+  }
+  // PNG rows come out of libpng one by one too, but Adam7 interlacing needs
+  // the whole image; PNG is not the hot path, so it decodes whole and hands
+  // the image over as one band.
+  const ImageInfo info = detail::probe_png(data, size, where);
+  const int channels = mode == ColorMode::kRgb ? 3 : 1;
+  thread_local std::vector<uint8_t> whole;
+  whole.resize(static_cast<size_t>(info.height) * info.width * channels);
+  detail::decode_png(data, size, mode, whole.data(), where);
+  sink.begin(info.height, info.width, channels);
+  sink.rows(whole.data(), static_cast<size_t>(info.width) * channels, 0, info.height);
 }
 
 namespace detail {

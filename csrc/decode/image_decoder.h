@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "image/row_sink.h"
+
 namespace chute {
 
 enum class ImageFormat : uint8_t { kJpeg, kPng };
@@ -28,6 +30,12 @@ ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where
 void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                   const std::string& where);
 
+// The same pixels as decode_image, handed to `sink` a few rows at a time
+// (JPEG: each group libjpeg produces, from a buffer that stays in L1), so that
+// a layout change such as HWC -> CHW happens while the rows are hot.
+void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
+                       const std::string& where);
+
 // "jpeg" / "png".
 const char* image_format_name(ImageFormat format);
 
@@ -38,6 +46,8 @@ namespace detail {
 ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& where);
 void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                  const std::string& where);
+void decode_jpeg_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
+                      const std::string& where);
 ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where);
 void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                 const std::string& where);

@@ -4,7 +4,10 @@
 // float32 in [0, 1], computed as x / 255.0f like webdataset).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "image/row_sink.h"
 
 namespace chute {
 
@@ -45,5 +48,36 @@ void center_crop_origin(int h, int w, const ImageOutputSpec& spec, int* crop_y, 
 // output size smaller than the image; flip mirrors horizontally.
 void write_image_output(const uint8_t* hwc, int h, int w, const ImageOutputSpec& spec, int crop_y,
                         int crop_x, bool flip, void* out);
+
+// write_image_output fed band by band: pass it to decode_image_rows and each
+// group of decoded rows goes to `out` while still in L1. For images that need
+// no resize (the crop window and flip are as for write_image_output). begin()
+// throws kData unless the decoded image is h x w with spec.channels channels.
+class ImageWriter final : public RowSink {
+ public:
+  ImageWriter(int h, int w, const ImageOutputSpec& spec, int crop_y, int crop_x, bool flip,
+              void* out);
+  void begin(int height, int width, int channels) override;
+  void rows(const uint8_t* hwc, size_t stride, int first_row, int count) override;
+
+ private:
+  // One instantiation of the per-layout/dtype row loop, picked once.
+  using EmitRows = void (*)(const ImageWriter& w, const uint8_t* band, size_t stride,
+                            int first_row, int y_begin, int y_end);
+  template <int C, bool CHW, typename T, bool Float>
+  static void emit_rows(const ImageWriter& w, const uint8_t* band, size_t stride, int first_row,
+                        int y_begin, int y_end);
+
+  int h_;
+  int w_;
+  int channels_;
+  int crop_y_;
+  int crop_x_;
+  int out_h_;
+  int out_w_;
+  bool flip_;
+  void* out_;
+  EmitRows emit_ = nullptr;
+};
 
 }  // namespace chute

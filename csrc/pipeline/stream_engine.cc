@@ -117,12 +117,21 @@ void decode_image_row(const FieldPlan& f, const uint8_t* data, size_t size, int 
     decode_image(data, size, f.color, static_cast<uint8_t*>(out), kNoWhere);
     return;
   }
+  Rng rng(crop_seed);
+  if (spec.out_height == 0) {
+    // No resize: layout, dtype and flip happen row group by row group while
+    // the decoder's rows are in L1, not in a second pass over a whole image.
+    // (The window is the whole image; the rng draws only the flip, as below.)
+    const bool flip = spec.random_flip && (rng.next() & 1);
+    ImageWriter writer(height, width, spec, 0, 0, flip, out);
+    decode_image_rows(data, size, f.color, writer, kNoWhere);
+    return;
+  }
   decoded.resize(static_cast<size_t>(height) * width * c);
   decode_image(data, size, f.color, decoded.data(), kNoWhere);
   const uint8_t* src = decoded.data();
   int h = height;
   int w = width;
-  Rng rng(crop_seed);
   if (spec.out_height > 0) {
     const ImageSize target = resize_target(height, width, spec);
     if (target.height != h || target.width != w) {
