@@ -346,8 +346,21 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     ShardJob::Chunk end;
     end.end = true;
     push(std::move(end));
+  } catch (const Error& e) {
+    // Samples already parsed still reach the consumer. Under the skip policy
+    // the rest of the shard is lost (a tar stream cannot be resynchronised)
+    // and counted here; under raise the error travels to the consumer.
+    if (!flush()) return;
+    if (closed_.load()) return;  // a read the closing engine cancelled
+    ShardJob::Chunk last;
+    if (plan_.on_error == ErrorPolicy::kSkip) {
+      record_skip(e.message());
+      last.end = true;
+    } else {
+      last.error = std::current_exception();
+    }
+    push(std::move(last));
   } catch (...) {
-    // Samples already parsed still reach the consumer, then the error.
     if (!flush()) return;
     ShardJob::Chunk failure;
     failure.error = std::current_exception();
@@ -413,7 +426,12 @@ void StreamEngine::run_stream(int stream) {
            next_shard(&shard, &shard_pass)) {
       auto job = std::make_unique<ShardJob>(shard, shard_pass);
       ShardJob* raw = job.get();
-      raw->thread = std::thread([this, raw, chunk] { parse_shard(*raw, chunk); });
+      raw->thread = std::thread([this, raw, chunk] {
+        parse_shard(*raw, chunk);
+        // Whatever way the parser ended, the stream thread must not wait for
+        // more: after the last chunk, pop() reports the queue closed.
+        raw->chunks.close();
+      });
       jobs.push_back(std::move(job));
     }
   };
@@ -433,17 +451,7 @@ void StreamEngine::run_stream(int stream) {
       while (!shard_done) {
         std::optional<ShardJob::Chunk> c = job.chunks.pop();
         if (!c) return;  // closed
-        if (c->error) {
-          try {
-            std::rethrow_exception(c->error);
-          } catch (const Error& e) {
-            // Under the skip policy the rest of a failing shard is lost (a
-            // tar stream cannot be resynchronised); the next shard goes on.
-            if (plan_.on_error == ErrorPolicy::kRaise) throw;
-            record_skip(e.message());
-          }
-          shard_done = true;
-        }
+        if (c->error) std::rethrow_exception(c->error);  // skips were settled by the parser
         shard_done = shard_done || c->end;
         for (PlannedSample& sample : c->samples) {
           samples_this_pass += 1;
