@@ -94,17 +94,21 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples) {
   return result;
 }
 
+// Every member of a shard, parsed with the GIL released.
+std::vector<TarMember> read_members(const std::string& url, const std::string& cache_dir,
+                                    double pipe_timeout_s) {
+  py::gil_scoped_release release;
+  std::vector<TarMember> members;
+  TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
+  TarMember m;
+  while (stream.next(m)) members.push_back(m);
+  return members;
+}
+
 py::list list_tar_members(const std::string& url, const std::string& cache_dir,
                           double pipe_timeout_s) {
-  std::vector<TarMember> members;
-  {
-    py::gil_scoped_release release;
-    TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
-    TarMember m;
-    while (stream.next(m)) members.push_back(m);
-  }
   py::list result;
-  for (const TarMember& m : members) {
+  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
     result.append(py::make_tuple(decode_name(m.name), m.header_offset, m.size));
   }
   return result;
@@ -115,15 +119,8 @@ py::list list_tar_members(const std::string& url, const std::string& cache_dir,
 // distance from header to payload variable, so it cannot be derived later).
 py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
                            double pipe_timeout_s) {
-  std::vector<TarMember> members;
-  {
-    py::gil_scoped_release release;
-    TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
-    TarMember m;
-    while (stream.next(m)) members.push_back(m);
-  }
   py::list result;
-  for (const TarMember& m : members) {
+  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
     result.append(py::make_tuple(decode_name(m.name), m.header_offset, m.data_offset, m.size));
   }
   return result;
