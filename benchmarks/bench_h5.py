@@ -380,14 +380,15 @@ def main() -> None:
                 summary[key] = round(ours[0] / bw, 3)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(summary, indent=1))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS, "w") as f:
+    out_path = RESULTS.with_name("h5_quick.json") if args.quick else RESULTS
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_path, "w") as f:
         json.dump(
             {"quick": args.quick, "cpus": os.cpu_count(), "summary": summary, "results": results},
             f,
             indent=1,
         )
-    print(f"saved {RESULTS}")
+    print(f"saved {out_path}")
 
 
 if __name__ == "__main__":

@@ -13,5 +13,5 @@ pip=("$venv/bin/python" -m pip -q --disable-pip-version-check)
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   "${pip[@]}" install torch==2.13.0
 fi
-"${pip[@]}" install "scikit-build-core>=0.10" "pybind11>=2.12" ninja
+"${pip[@]}" install "scikit-build-core>=0.10" "pybind11>=2.12" ninja cmake
 "${pip[@]}" install --no-build-isolation -Cbuild-dir="$root/build/release" "$root[test]"
