@@ -22,7 +22,6 @@ one draw and equal lengths, and DDP never waits on a short rank.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from chute.indexed import Batch, IndexedDataset, _wait
+from chute.indexed import Batch, IndexedDataset, _wait, submitted_ahead
 from chute.shards import rank_and_world_size
 
 GroupKey = Any  # str for named groups, or any hashable label of a label array
@@ -407,40 +406,35 @@ class MixedDataset(IndexedDataset):
 
         prefetch = max(1, int(prefetch))
         engines: dict[int, Any] = {}
-        pending: deque[tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]] = deque()
-        source = iter(index_batches)
-        exhausted = False
+        Split = tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]
+
+        def submit(indices: Sequence[int]) -> Split:
+            idx = self._as_indices(indices)
+            split = self._split(idx)
+            for d, _, local in split:
+                if d not in engines:
+                    state = self.datasets[d]._state()
+                    engines[d] = _core.IndexedEngine(
+                        state.sources, max(1, int(num_threads)), prefetch
+                    )
+                engines[d].submit(local)
+            return int(idx.size), split
+
+        def collect(submitted: Split) -> Batch:
+            n, split = submitted
+            parts = []
+            for d, pos, local in split:
+                arrays = _wait(engines[d], float(timeout))
+                parts.append((pos, self.datasets[d]._assemble(arrays, local)))
+            self._totals["batches"] += 1
+            self._totals["rows"] += n
+            batch = self._gather(n, parts)
+            if pin_memory and torch.cuda.is_available():
+                batch = {k: v.pin_memory() for k, v in batch.items()}
+            return batch
+
         try:
-            while True:
-                while not exhausted and len(pending) < prefetch:
-                    try:
-                        indices = next(source)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    idx = self._as_indices(indices)
-                    split = self._split(idx)
-                    for d, _, local in split:
-                        if d not in engines:
-                            state = self.datasets[d]._state()
-                            engines[d] = _core.IndexedEngine(
-                                state.sources, max(1, int(num_threads)), prefetch
-                            )
-                        engines[d].submit(local)
-                    pending.append((int(idx.size), split))
-                if not pending:
-                    return
-                n, split = pending.popleft()
-                parts = []
-                for d, pos, local in split:
-                    arrays = _wait(engines[d], float(timeout))
-                    parts.append((pos, self.datasets[d]._assemble(arrays, local)))
-                self._totals["batches"] += 1
-                self._totals["rows"] += n
-                batch = self._gather(n, parts)
-                if pin_memory and torch.cuda.is_available():
-                    batch = {k: v.pin_memory() for k, v in batch.items()}
-                yield batch
+            yield from submitted_ahead(index_batches, prefetch, submit, collect)
         finally:
             for engine in engines.values():
                 self._totals["bytes"] += int(engine.stats()["bytes"])

@@ -30,6 +30,8 @@ from chute.shards import rank_and_world_size
 from chute.webdataset import WebDataset
 
 logger = logging.getLogger("chute")
+# torch ships default_convert without annotations.
+_default_convert: Callable[[Any], Any] = default_convert
 _told_fallback = False
 
 
@@ -198,19 +200,24 @@ class DataLoader:
             self._resume = None
         # With the default collate the dataset batches (natively when it can);
         # a custom collate_fn gets lists of items (the slow path).
-        native_collate = self.batch_size is not None and self.collate_fn is None
+        torch_batch = (
+            (self.batch_size, self.drop_last)
+            if self.batch_size is not None and self.collate_fn is None
+            else None
+        )
+        native_collate = torch_batch is not None
         items = dataset.iterate(
             threads=self.threads,
             prefetch=self.threads * self.prefetch_factor,
             timeout=float(self.timeout),
             pin_memory=self.pin_memory,
-            torch_batch=(self.batch_size, self.drop_last) if native_collate else None,
+            torch_batch=torch_batch,
         )
         self._position = {"kind": "stream"}
         try:
             if self.batch_size is None:
                 for item in items:
-                    yield default_convert(item)
+                    yield _default_convert(item)
             elif native_collate:
                 yield from items
             else:

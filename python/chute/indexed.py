@@ -19,8 +19,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -203,29 +203,22 @@ class IndexedDataset(Dataset[Batch]):
                 engine.set_pin_hooks(*hooks)
         stats_before = engine.stats()
         state.live[engine] = stats_before
-        pending: deque[np.ndarray] = deque()
-        source = iter(index_batches)
-        exhausted = False
         clean = False
+
+        def submit(indices: Sequence[int]) -> np.ndarray:
+            idx = self._as_indices(indices)
+            engine.submit(idx)
+            return idx
+
+        def collect(idx: np.ndarray) -> Batch:
+            batch = self._assemble(_wait(engine, float(timeout)), idx)
+            if copy_to_pinned:
+                batch = {k: v.pin_memory() for k, v in batch.items()}
+            return batch
+
         try:
-            while True:
-                while not exhausted and len(pending) < prefetch:
-                    try:
-                        indices = next(source)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    idx = self._as_indices(indices)
-                    engine.submit(idx)
-                    pending.append(idx)
-                if not pending:
-                    clean = engine.outstanding() == 0
-                    return
-                arrays = _wait(engine, float(timeout))
-                batch = self._assemble(arrays, pending.popleft())
-                if copy_to_pinned:
-                    batch = {k: v.pin_memory() for k, v in batch.items()}
-                yield batch
+            yield from submitted_ahead(index_batches, prefetch, submit, collect)
+            clean = engine.outstanding() == 0
         finally:
             del state.live[engine]
             self._add_totals(engine.stats(), stats_before)
@@ -248,7 +241,7 @@ class IndexedDataset(Dataset[Batch]):
         state = self._proc
         if state is None or state.pid != os.getpid():
             return out
-        running = list(state.live.items())
+        running: list[tuple[Any, dict[str, Any] | None]] = list(state.live.items())
         if state.engine is not None:
             running.append((state.engine, None))
         for engine, before in running:
@@ -258,6 +251,34 @@ class IndexedDataset(Dataset[Batch]):
         out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
         out.update(self._native_stats(state))
         return out
+
+
+_Submitted = TypeVar("_Submitted")
+
+
+def submitted_ahead(
+    index_batches: Iterable[Sequence[int]],
+    prefetch: int,
+    submit: Callable[[Sequence[int]], _Submitted],
+    collect: Callable[[_Submitted], Batch],
+) -> Iterator[Batch]:
+    """Keeps up to `prefetch` index batches submitted (`submit`) ahead of the
+    consumer, pulling them from `index_batches` lazily, and yields each one's
+    result (`collect`) in submission order."""
+    pending: deque[_Submitted] = deque()
+    source = iter(index_batches)
+    exhausted = False
+    while True:
+        while not exhausted and len(pending) < prefetch:
+            try:
+                indices = next(source)
+            except StopIteration:
+                exhausted = True
+                break
+            pending.append(submit(indices))
+        if not pending:
+            return
+        yield collect(pending.popleft())
 
 
 def _wait(engine: Any, timeout: float) -> list[np.ndarray]:
