@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings/numpy_convert.h"
+#include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "hdf5/h5_row_source.h"
@@ -182,10 +183,7 @@ void register_indexed(py::module_& m) {
       .def(
           "set_pin_hooks",
           [](IndexedEngine& e, uintptr_t register_fn, uintptr_t unregister_fn) {
-            PinHooks hooks;
-            hooks.register_fn = reinterpret_cast<decltype(hooks.register_fn)>(register_fn);
-            hooks.unregister_fn = reinterpret_cast<decltype(hooks.unregister_fn)>(unregister_fn);
-            e.allocator().set_pin_hooks(hooks);
+            e.allocator().set_pin_hooks(pin_hooks_from_addresses(register_fn, unregister_fn));
           },
           py::arg("register_fn"), py::arg("unregister_fn"),
           "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning); call before "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "pipeline/stream_engine.h"
@@ -128,8 +129,7 @@ void register_stream(py::module_& m) {
       .def(
           "set_pin_hooks",
           [](StreamPlan& p, uintptr_t register_fn, uintptr_t unregister_fn) {
-            p.pin.register_fn = reinterpret_cast<decltype(p.pin.register_fn)>(register_fn);
-            p.pin.unregister_fn = reinterpret_cast<decltype(p.pin.unregister_fn)>(unregister_fn);
+            p.pin = pin_hooks_from_addresses(register_fn, unregister_fn);
           },
           py::arg("register_fn"), py::arg("unregister_fn"),
           "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).")
