@@ -49,7 +49,7 @@ IndexedEngine::IndexedEngine(std::vector<std::shared_ptr<RowSource>> fields, int
   }
   piece_rows_ = piece_rows > 0 ? piece_rows : default_piece_rows(row_bytes);
   const int n = std::max(1, num_threads);
-  for (int i = 0; i < n; ++i) threads_.spawn([this] { worker(); });
+  for (int i = 0; i < n; ++i) threads_.spawn("chute-read", [this] { worker(); });
 }
 
 IndexedEngine::~IndexedEngine() { close(); }

@@ -158,8 +158,7 @@ void decode_image_row(const FieldPlan& f, const uint8_t* data, size_t size, int 
 
 StreamEngine::StreamEngine(StreamPlan plan)
     : plan_(std::move(plan)),
-      results_(std::max<int64_t>(1, plan_.prefetch_batches)),
-      tasks_(static_cast<size_t>(std::max(1, plan_.prefetch_batches))) {
+      results_(std::max<int64_t>(1, plan_.prefetch_batches)) {
   CHUTE_CHECK(!plan_.urls.empty(), kUsage, "no shards to read");
   CHUTE_CHECK(plan_.batch_size >= 1, kUsage, "batch_size must be >= 1, got " << plan_.batch_size);
   CHUTE_CHECK(plan_.num_streams >= 1, kUsage, "streams must be >= 1");
@@ -177,9 +176,9 @@ StreamEngine::StreamEngine(StreamPlan plan)
     // Two chunks per stream keep the stream thread busy without holding much.
     stream_queues_.push_back(std::make_unique<BoundedQueue<StreamItem>>(2));
   }
-  for (int s = 0; s < streams; ++s) threads_.spawn([this, s] { run_stream(s); });
-  threads_.spawn([this] { run_assembler(); });
-  for (int t = 0; t < plan_.num_threads; ++t) threads_.spawn([this] { run_decoder(); });
+  for (int s = 0; s < streams; ++s) threads_.spawn("chute-stream", [this, s] { run_stream(s); });
+  threads_.spawn("chute-batch", [this] { run_assembler(); });
+  for (int t = 0; t < plan_.num_threads; ++t) threads_.spawn("chute-decode", [this] { run_decoder(); });
 }
 
 StreamEngine::~StreamEngine() {
@@ -190,7 +189,12 @@ StreamEngine::~StreamEngine() {
 void StreamEngine::close() {
   closed_.store(true);
   for (auto& q : stream_queues_) q->close();
-  tasks_.close();
+  {
+    std::lock_guard<std::mutex> lock(decode_mutex_);
+    decode_queue_.clear();
+    decode_input_ended_ = true;
+  }
+  decode_cv_.notify_all();
   results_.close();
 }
 
@@ -426,7 +430,7 @@ void StreamEngine::run_stream(int stream) {
            next_shard(&shard, &shard_pass)) {
       auto job = std::make_unique<ShardJob>(shard, shard_pass);
       ShardJob* raw = job.get();
-      raw->thread = std::thread([this, raw, chunk] {
+      raw->thread = ThreadGroup::named("chute-parse", [this, raw, chunk] {
         parse_shard(*raw, chunk);
         // Whatever way the parser ended, the stream thread must not wait for
         // more: after the last chunk, pop() reports the queue closed.
@@ -545,7 +549,7 @@ void StreamEngine::run_assembler() {
           if (!item) return;  // closed
           if (item->error) {
             fail(item->error);
-            tasks_.close();
+            end_decoding();
             return;
           }
           if (item->end) {
@@ -562,7 +566,7 @@ void StreamEngine::run_assembler() {
           if (!why.empty()) {
             if (plan_.on_error == ErrorPolicy::kRaise) {
               fail(std::make_exception_ptr(Error(ErrorKind::kData, why, __FILE__, __LINE__)));
-              tasks_.close();
+              end_decoding();
               return;
             }
             record_skip(why);
@@ -578,7 +582,7 @@ void StreamEngine::run_assembler() {
           if (!results_.wait_for_slot(sequence)) return;
           task.sequence = sequence++;
           samples_batched_.fetch_add(task.samples.size());
-          if (!tasks_.push(std::move(task))) return;
+          if (!queue_for_decoding(std::move(task))) return;
         }
       }
       if (ended[s] && pending[s].empty()) {
@@ -594,35 +598,103 @@ void StreamEngine::run_assembler() {
   // Stop the stream threads (a capped epoch leaves them mid-shard) and let the
   // decoders drain what was queued.
   for (auto& q : stream_queues_) q->close();
-  tasks_.close();
+  end_decoding();
+}
+
+// One batch being decoded: its pieces of rows are taken by any decode thread,
+// the first to start allocates the batch, the last to finish delivers it.
+struct StreamEngine::DecodeJob {
+  BatchTask task;
+  size_t piece_rows = 1;
+  size_t num_pieces = 0;
+  size_t next_piece = 0;              // guarded by decode_mutex_
+  std::atomic<size_t> remaining{0};   // pieces not finished
+  std::once_flag allocated;
+  Batch batch;
+  std::vector<uint8_t> failed;        // rows dropped under the skip policy
+  // Under the raise policy the batch fails with the error of its first
+  // failing row, whichever thread found it, so the message does not depend on
+  // the thread count. Rows after it need not be decoded.
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  size_t error_row = SIZE_MAX;
+  std::atomic<size_t> skip_from{SIZE_MAX};
+};
+
+bool StreamEngine::queue_for_decoding(BatchTask&& task) {
+  auto job = std::make_shared<DecodeJob>();
+  const size_t n = task.samples.size();
+  // About 64 KiB of encoded input per piece: a few images, or a few hundred
+  // tiny samples (a hand-off per tiny row would cost more than the row).
+  size_t encoded = 0;
+  for (const PlannedSample& s : task.samples) encoded += s.encoded.data.size();
+  const size_t per_row = std::max<size_t>(1, encoded / std::max<size_t>(1, n));
+  job->piece_rows = std::clamp<size_t>((size_t{64} << 10) / per_row, 1, std::max<size_t>(1, n));
+  job->num_pieces = (n + job->piece_rows - 1) / job->piece_rows;
+  job->remaining.store(job->num_pieces);
+  job->task = std::move(task);
+  {
+    std::lock_guard<std::mutex> lock(decode_mutex_);
+    if (closed_.load()) return false;
+    decode_queue_.push_back(std::move(job));
+  }
+  decode_cv_.notify_all();
+  return true;
+}
+
+void StreamEngine::end_decoding() {
+  {
+    std::lock_guard<std::mutex> lock(decode_mutex_);
+    decode_input_ended_ = true;
+  }
+  decode_cv_.notify_all();
 }
 
 void StreamEngine::run_decoder() {
-  while (std::optional<BatchTask> task = tasks_.pop()) {
+  while (true) {
+    std::shared_ptr<DecodeJob> job;
+    size_t piece = 0;
+    {
+      std::unique_lock<std::mutex> lock(decode_mutex_);
+      decode_cv_.wait(lock, [&] { return decode_input_ended_ || !decode_queue_.empty(); });
+      if (decode_queue_.empty()) return;  // ended (or closed) and drained
+      job = decode_queue_.front();
+      piece = job->next_piece++;
+      if (job->next_piece == job->num_pieces) decode_queue_.pop_front();
+    }
     const uint64_t t0 = now_ns();
     try {
-      Batch batch = decode_batch(*task);
-      decode_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-      results_.put(task->sequence, std::move(batch));
+      std::call_once(job->allocated, [&] { allocate_batch(*job); });
+      const size_t n = job->task.samples.size();
+      const size_t begin = piece * job->piece_rows;
+      decode_rows(*job, begin, std::min(n, begin + job->piece_rows));
     } catch (...) {
-      results_.put_error(task->sequence, std::current_exception());
+      // Allocation failed (out of memory): the batch is lost.
+      std::lock_guard<std::mutex> lock(job->error_mutex);
+      if (!job->error) {
+        job->error = std::current_exception();
+        job->error_row = 0;
+      }
+      job->skip_from.store(0);
     }
+    decode_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    if (job->remaining.fetch_sub(1) == 1) finish_batch(*job);
   }
 }
 
-Batch StreamEngine::decode_batch(BatchTask& task) {
+void StreamEngine::allocate_batch(DecodeJob& job) {
+  BatchTask& task = job.task;
   const size_t n = task.samples.size();
-  Batch batch;
+  Batch& batch = job.batch;
   batch.sequence = task.sequence;
   batch.size = static_cast<int64_t>(n);
+  job.failed.assign(n, 0);
   if (plan_.collect_keys) {
     batch.keys.reserve(n);
     for (const PlannedSample& s : task.samples) batch.keys.push_back(s.encoded.key);
   }
   batch.source_index.reserve(n);
   for (const PlannedSample& s : task.samples) batch.source_index.push_back(s.encoded.source_index);
-  std::vector<uint8_t> failed(n, 0);
-  const PlannedSample& first = task.samples.front();
   batch.columns.resize(plan_.fields.size());
   for (size_t fi = 0; fi < plan_.fields.size(); ++fi) {
     const FieldPlan& f = plan_.fields[fi];
@@ -636,18 +708,15 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
     if (f.decoder == FieldDecoder::kRaw) {
       column.kind = ColumnKind::kBytes;
       column.raw.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        const PlannedSample& s = task.samples[i];
-        const int m = s.fields[fi].member;
-        if (m < 0) continue;
-        const SampleMember& member = s.encoded.members[static_cast<size_t>(m)];
-        column.raw[i].assign(reinterpret_cast<const char*>(s.encoded.data.data() + member.data_begin),
-                             member.data_size);
-      }
+      continue;
+    }
+    column.kind = f.stack ? ColumnKind::kStacked : ColumnKind::kList;
+    if (!f.stack) {
+      column.items.resize(n);
       continue;
     }
     // The first present row fixes the stacked shape (the assembler checked the rest).
-    const PlannedSample* shape_source = &first;
+    const PlannedSample* shape_source = &task.samples.front();
     for (const PlannedSample& s : task.samples) {
       if (s.fields[fi].member >= 0) {
         shape_source = &s;
@@ -655,28 +724,34 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
       }
     }
     const ProbedField& p0 = shape_source->fields[fi];
-    const bool stacked = f.stack;
-    column.kind = stacked ? ColumnKind::kStacked : ColumnKind::kList;
-    size_t row_bytes = 0;
-    if (stacked) {
-      std::vector<int64_t> shape = row_shape(f, p0);
-      const DType dtype = row_dtype(f, p0);
-      shape.insert(shape.begin(), static_cast<int64_t>(n));
-      column.stacked = make_tensor(allocator_, dtype, std::move(shape));
-      row_bytes = n ? column.stacked.nbytes() / n : 0;
-      if (any_absent) std::memset(column.stacked.data(), 0, column.stacked.nbytes());
-    } else {
-      column.items.resize(n);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const PlannedSample& s = task.samples[i];
+    std::vector<int64_t> shape = row_shape(f, p0);
+    shape.insert(shape.begin(), static_cast<int64_t>(n));
+    column.stacked = make_tensor(allocator_, row_dtype(f, p0), std::move(shape));
+    if (any_absent) std::memset(column.stacked.data(), 0, column.stacked.nbytes());
+  }
+  if (plan_.keep_other_members) batch.other_members.resize(n);
+}
+
+void StreamEngine::decode_rows(DecodeJob& job, size_t begin, size_t end) {
+  BatchTask& task = job.task;
+  Batch& batch = job.batch;
+  const size_t n = task.samples.size();
+  for (size_t i = begin; i < end && i < job.skip_from.load(std::memory_order_relaxed); ++i) {
+    const PlannedSample& s = task.samples[i];
+    for (size_t fi = 0; fi < plan_.fields.size() && !job.failed[i]; ++fi) {
+      const FieldPlan& f = plan_.fields[fi];
       const ProbedField& p = s.fields[fi];
-      if (p.member < 0 || failed[i]) continue;
+      if (p.member < 0) continue;
       const SampleMember& member = s.encoded.members[static_cast<size_t>(p.member)];
       const uint8_t* data = s.encoded.data.data() + member.data_begin;
+      Column& column = batch.columns[fi];
+      if (f.decoder == FieldDecoder::kRaw) {
+        column.raw[i].assign(reinterpret_cast<const char*>(data), member.data_size);
+        continue;
+      }
       uint8_t* out;
-      if (stacked) {
-        out = column.stacked.data() + i * row_bytes;
+      if (column.kind == ColumnKind::kStacked) {
+        out = column.stacked.data() + i * (column.stacked.nbytes() / n);
       } else {
         column.items[i] = make_tensor(allocator_, row_dtype(f, p), row_shape(f, p));
         out = column.items[i].data();
@@ -701,16 +776,20 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
           }
         });
       } catch (const Error& e) {
-        if (plan_.on_error == ErrorPolicy::kRaise) throw;
+        if (plan_.on_error == ErrorPolicy::kRaise) {
+          std::lock_guard<std::mutex> lock(job.error_mutex);
+          if (i < job.error_row) {
+            job.error = std::current_exception();
+            job.error_row = i;
+            job.skip_from.store(i + 1);
+          }
+          return;
+        }
         record_skip(e.message());
-        failed[i] = 1;
+        job.failed[i] = 1;
       }
     }
-  }
-  if (plan_.keep_other_members) {
-    batch.other_members.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const PlannedSample& s = task.samples[i];
+    if (plan_.keep_other_members && !job.failed[i]) {
       for (size_t m = 0; m < s.encoded.members.size(); ++m) {
         bool claimed = false;
         for (const ProbedField& p : s.fields) claimed |= p.member == static_cast<int>(m);
@@ -723,6 +802,16 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
       }
     }
   }
+}
+
+void StreamEngine::finish_batch(DecodeJob& job) {
+  if (job.error) {
+    results_.put_error(job.task.sequence, job.error);
+    return;
+  }
+  Batch& batch = job.batch;
+  const std::vector<uint8_t>& failed = job.failed;
+  const size_t n = job.task.samples.size();
   const size_t kept = n - static_cast<size_t>(std::count(failed.begin(), failed.end(), 1));
   if (kept != n) {
     // Rows whose body failed to decode (header was fine) are dropped; the
@@ -759,7 +848,10 @@ Batch StreamEngine::decode_batch(BatchTask& task) {
     if (!batch.other_members.empty()) batch.other_members.resize(kept);
     batch.size = static_cast<int64_t>(kept);
   }
-  return batch;
+  // The encoded samples are no longer needed; free them here, on a decode
+  // thread, not when the job's last reference goes.
+  job.task.samples.clear();
+  results_.put(job.task.sequence, std::move(batch));
 }
 
 StreamStats StreamEngine::stats() const {

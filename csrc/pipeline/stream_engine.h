@@ -10,7 +10,10 @@
 //     round-robin order, numbers the batch, checks that stacked fields agree
 //     in shape, and queues it;
 //   decode threads: decode every field of a batch straight into its row of
-//     the batch buffers;
+//     the batch buffers; a batch is cut into pieces of rows that any decode
+//     thread may take, so all of them work on the oldest batch first (the
+//     first batch arrives sooner, and the last one does not leave threads
+//     idle);
 //   consumer (Python, in next()): receives batches in number order.
 //
 // Order depends only on the plan (seed, epoch, streams), never on how many
@@ -18,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -97,11 +101,18 @@ class StreamEngine {
   };
 
   struct ShardJob;
+  struct DecodeJob;
   void run_stream(int stream);
   void parse_shard(ShardJob& job, size_t chunk_size);
   void run_assembler();
+  // False once the engine closed (the task is dropped).
+  bool queue_for_decoding(BatchTask&& task);
+  // No more tasks: decoders finish what is queued, then return.
+  void end_decoding();
   void run_decoder();
-  Batch decode_batch(BatchTask& task);
+  void allocate_batch(DecodeJob& job);
+  void decode_rows(DecodeJob& job, size_t begin, size_t end);
+  void finish_batch(DecodeJob& job);
   void probe(PlannedSample& sample) const;
   // Empty when compatible, else why not.
   std::string incompatibility(const PlannedSample& first, const PlannedSample& other) const;
@@ -112,8 +123,14 @@ class StreamEngine {
   BatchAllocator allocator_;
   OrderedResults results_;
   std::vector<std::unique_ptr<BoundedQueue<StreamItem>>> stream_queues_;
-  BoundedQueue<BatchTask> tasks_;
   std::atomic<bool> closed_{false};
+
+  // Batches with pieces not yet taken, oldest first. The assembler's
+  // results_.wait_for_slot bounds how many there are.
+  std::mutex decode_mutex_;
+  std::condition_variable decode_cv_;
+  std::deque<std::shared_ptr<DecodeJob>> decode_queue_;
+  bool decode_input_ended_ = false;
 
   mutable std::mutex skip_mutex_;
   std::deque<std::string> skip_messages_;
