@@ -375,6 +375,40 @@ def test_bad_images_in_batches_drop_rows_not_batches(tmp_path: Path) -> None:
     assert ds.stats()["samples_skipped"] == 2
 
 
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_batch_error_names_its_first_bad_row_whatever_the_thread_count(
+    tmp_path: Path, threads: int
+) -> None:
+    # Decode threads share a batch's rows; the error must still be the first
+    # failing row's, not whichever thread failed first.
+    rng = np.random.default_rng(3)
+    samples: list[dict[str, object]] = [
+        {"__key__": f"im{i:02d}", "jpg": jpeg_bytes(rng, 480, 480), "cls": str(i)}
+        for i in range(32)
+    ]
+    # Row 5 fails late (cut near its end), row 6 at once (cut right after its
+    # scan header): with several threads, row 6's failure is found first. The
+    # images are large enough (> 64 KiB) to be decoded one row per piece.
+    late = jpeg_bytes(rng, 480, 480)
+    early = jpeg_bytes(rng, 480, 480)
+    assert min(len(late), len(early)) > 64 << 10
+    samples[5]["jpg"] = late[: len(late) * 19 // 20]
+    samples[6]["jpg"] = early[: early.index(b"\xff\xda") + 40]
+    samples[30]["jpg"] = early[: early.index(b"\xff\xda") + 40]
+    url = write_shards(tmp_path, samples, 32, prefix="rows")[0]
+    offset = member_offsets(Path(url))["im05.jpg"]
+    ds = (
+        chute.WebDataset([url], shardshuffle=False, threads=threads)
+        .decode("rgb8")
+        .to_tuple("jpg", "cls")
+        .batched(32)
+    )
+    for _ in range(5):
+        with pytest.raises(chute.DataError) as info:
+            list(ds)
+        assert_names(str(info.value), url, f"member 'im05.jpg' at offset {offset}")
+
+
 # ---------------------------------------------------------------- npy
 
 

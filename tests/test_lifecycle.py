@@ -107,6 +107,30 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.monotonic() - start
 
 
+def thread_names() -> list[str]:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+    return names
+
+
+def test_engine_threads_are_named_for_top_and_profilers(baseline, tiny_shards, h5_file) -> None:
+    before = thread_names()
+    it = iter(chute.DataLoader(stream(tiny_shards), batch_size=None, num_workers=3))
+    next(it)
+    names = thread_names()
+    assert names.count("chute-decode") == 3
+    assert names.count("chute-stream") == 1 and names.count("chute-batch") == 1
+    del it
+    it2 = iter(chute.DataLoader(chute.H5Dataset(h5_file, {"x": "x"}), batch_size=8, num_workers=2))
+    next(it2)
+    assert thread_names().count("chute-read") == 2
+    del it2
+    settle(*baseline)
+    assert not [n for n in thread_names() if n.startswith("chute-")], before
+
+
 # ---------------------------------------------------------------- ending early
 
 

@@ -1,7 +1,10 @@
 #include "memory/batch_allocator.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <new>
+
+#include <sys/mman.h>
 
 #include "core/error.h"
 
@@ -18,26 +21,64 @@ size_t round_up_pow2(size_t n) {
   return size;
 }
 
+// Arenas of at least this size are mapped on 2 MiB boundaries and offered to
+// transparent huge pages: a fresh 16 MiB batch buffer then costs 8 page
+// faults instead of 4096 (measured on 2 cores: the faults of the first
+// batches of an epoch were a few percent of a JPEG epoch's CPU time). Where
+// THP is off, madvise is refused silently and 4 KiB pages are used.
+constexpr size_t kHugePage = size_t{2} << 20;
+
+uint8_t* map_arena(size_t size) {
+  // Over-map by one huge page and cut the ends off, leaving an aligned range.
+  const size_t span = size + kHugePage;
+  void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (base + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  if (aligned > base) ::munmap(p, aligned - base);
+  const uintptr_t tail = base + span - (aligned + size);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+#ifdef MADV_HUGEPAGE
+  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
+#endif
+  return reinterpret_cast<uint8_t*>(aligned);
+}
+
+uint8_t* new_arena(size_t size) {
+  if (size >= kHugePage) return map_arena(size);
+  void* p = nullptr;
+  return posix_memalign(&p, kAlignment, size) == 0 ? static_cast<uint8_t*>(p) : nullptr;
+}
+
+// Sizes are powers of two, so `size` alone says which way it was made.
+void delete_arena(uint8_t* data, size_t size) {
+  if (size >= kHugePage) {
+    ::munmap(data, size);
+  } else {
+    std::free(data);
+  }
+}
+
 }  // namespace
 
 struct BatchAllocator::Pool {
   explicit Pool(size_t max_cached) : max_cached_bytes(max_cached) {}
   ~Pool() {
     for (auto& entry : free_lists) {
-      for (uint8_t* p : entry.second) free_arena(p);
+      for (uint8_t* p : entry.second) free_arena(p, entry.first);
     }
   }
 
-  void free_arena(uint8_t* data) {
+  void free_arena(uint8_t* data, size_t size) {
     if (hooks.enabled()) hooks.unregister_fn(data);
-    std::free(data);
+    delete_arena(data, size);
   }
 
   void release(uint8_t* data, size_t size) {
     std::lock_guard<std::mutex> lock(mutex);
     stats.bytes_in_use -= size;
     if (closed || cached_bytes + size > max_cached_bytes) {
-      free_arena(data);
+      free_arena(data, size);
       stats.bytes_reserved -= size;
       if (hooks.enabled()) stats.bytes_pinned -= size;
       return;
@@ -65,7 +106,7 @@ BatchAllocator::~BatchAllocator() {
   pool_->closed = true;
   for (auto& entry : pool_->free_lists) {
     for (uint8_t* p : entry.second) {
-      pool_->free_arena(p);
+      pool_->free_arena(p, entry.first);
       pool_->stats.bytes_reserved -= entry.first;
       if (pool_->hooks.enabled()) pool_->stats.bytes_pinned -= entry.first;
     }
@@ -87,10 +128,9 @@ std::shared_ptr<Block> BatchAllocator::allocate(size_t bytes) {
     }
   }
   if (data == nullptr) {
-    void* p = nullptr;
-    CHUTE_CHECK(posix_memalign(&p, kAlignment, size) == 0, kIo,
+    data = new_arena(size);
+    CHUTE_CHECK(data != nullptr, kIo,
                 "out of memory allocating a batch buffer of " << size << " bytes");
-    data = static_cast<uint8_t*>(p);
     PinHooks hooks;
     {
       std::lock_guard<std::mutex> lock(pool_->mutex);
@@ -98,7 +138,7 @@ std::shared_ptr<Block> BatchAllocator::allocate(size_t bytes) {
     }
     if (hooks.enabled()) {
       const int status = hooks.register_fn(data, size, 0);
-      if (status != 0) std::free(data);
+      if (status != 0) delete_arena(data, size);
       CHUTE_CHECK(status == 0, kIo,
                   "cudaHostRegister of a " << size << "-byte batch buffer failed with error " << status);
     }

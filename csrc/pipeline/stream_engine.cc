@@ -327,6 +327,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     SampleReader reader(open_source(plan_.urls[job.shard], options), job.shard);
     shards_opened_.fetch_add(1);
     PlannedSample sample;
+    sample.encoded.data = payload_buffers_.take();
     while (!closed_.load(std::memory_order_relaxed) && reader.next(sample.encoded)) {
       samples_read_.fetch_add(1, std::memory_order_relaxed);
       encoded_bytes_.fetch_add(sample.encoded.data.size(), std::memory_order_relaxed);
@@ -339,6 +340,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
       }
       buffer.push_back(std::move(sample));
       sample = PlannedSample();
+      sample.encoded.data = payload_buffers_.take();
       if (buffer.size() >= chunk_size) {
         read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
         if (!flush()) return;
@@ -848,8 +850,9 @@ void StreamEngine::finish_batch(DecodeJob& job) {
     if (!batch.other_members.empty()) batch.other_members.resize(kept);
     batch.size = static_cast<int64_t>(kept);
   }
-  // The encoded samples are no longer needed; free them here, on a decode
-  // thread, not when the job's last reference goes.
+  // The encoded samples are no longer needed: their buffers go back to the
+  // parse threads.
+  for (PlannedSample& s : job.task.samples) payload_buffers_.give(std::move(s.encoded.data));
   job.task.samples.clear();
   results_.put(job.task.sequence, std::move(batch));
 }

@@ -31,6 +31,7 @@
 
 #include "decode/npy.h"
 #include "memory/batch_allocator.h"
+#include "memory/byte_buffer_pool.h"
 #include "pipeline/batch.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/ordered_results.h"
@@ -121,6 +122,7 @@ class StreamEngine {
 
   const StreamPlan plan_;
   BatchAllocator allocator_;
+  ByteBufferPool payload_buffers_{size_t{64} << 20, size_t{4} << 20};
   OrderedResults results_;
   std::vector<std::unique_ptr<BoundedQueue<StreamItem>>> stream_queues_;
   std::atomic<bool> closed_{false};
