@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from chute import DataError, ReadError
+from chute import DataError, ReadError, _core
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
@@ -396,7 +396,7 @@ def test_contiguous_rows_through_cached_blocks(tmp_path):
     b = rng.standard_normal((1234, 7)).astype(">f8")
     _write(tmp_path / "a.h5", "x", a)
     _write(tmp_path / "b.h5", "x", b)
-    ds = H5Dataset([tmp_path / "a.h5", tmp_path / "b.h5"], ["x"])
+    ds = H5Dataset([tmp_path / "a.h5", tmp_path / "b.h5"], ["x"], mmap=False)
     ref = np.concatenate([a, b.astype("=f8")])
     _check(ds, {"x": ref}, rng)
     s = ds.stats()
@@ -435,10 +435,59 @@ def test_unfiltered_data_larger_than_cache_share_reads_directly(tmp_path):
     _check(ds, {"x": data}, rng)
 
 
+def test_contiguous_rows_through_the_mapping(tmp_path):
+    # The default for contiguous data: rows copied out of a file mapping, no
+    # chunk cache. Rows of odd sizes, small and large, two files, one of them
+    # big-endian, a third empty.
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((3001, 7))
+    b = rng.standard_normal((999, 7)).astype(">f8")
+    big = rng.integers(-(2**31), 2**31, (4000, 1031), dtype="i4")  # rows of 4,124 bytes
+    _write(tmp_path / "a.h5", "x", a)
+    _write(tmp_path / "a.h5", "big", big[:3001])
+    _write(tmp_path / "b.h5", "x", b)
+    _write(tmp_path / "b.h5", "big", big[3001:])
+    _write(tmp_path / "e.h5", "x", np.empty((0, 7)))
+    _write(tmp_path / "e.h5", "big", np.empty((0, 1031), dtype="i4"))
+    files = [tmp_path / "a.h5", tmp_path / "e.h5", tmp_path / "b.h5"]
+    ds = H5Dataset(files, ["x", "big"])
+    _check(ds, {"x": np.concatenate([a, b.astype("=f8")]), "big": big}, rng)
+    s = ds.stats()
+    assert s["chunk_cache_misses"] == 0 and s["chunk_cache_bytes"] == 0
+    # the same rows through pread
+    plain = H5Dataset(files, ["x", "big"], mmap=False)
+    for i in (0, 3000, 3001, 3999):
+        assert all(torch.equal(ds[i][k], plain[i][k]) for k in ("x", "big"))
+
+
+def test_mapped_range_past_the_end_of_the_file_raises_instead_of_crashing(tmp_path):
+    # A file truncated while its rows are being copied out of a mapping makes
+    # the kernel send SIGBUS; the copy turns it into ReadError. (The fstat
+    # check before each read catches truncation that happened earlier; this
+    # is the race it cannot see, driven directly.)
+    path = tmp_path / "short.bin"
+    path.write_bytes(bytes(range(256)) * 32)  # 8 KiB
+    assert _core._mapped_read(str(path), 100, 50) == (bytes(range(256)) * 32)[100:150]
+    with pytest.raises(ReadError, match=r"short\.bin.*ends inside"):
+        _core._mapped_read(str(path), 0, 64 << 10)
+    # the process is fine and so is the next copy
+    assert _core._mapped_read(str(path), 8000, 192) == (bytes(range(256)) * 32)[8000:]
+
+
+def test_file_truncated_after_open_while_mapped(tmp_path):
+    path = tmp_path / "m.h5"
+    _write(path, "x", np.arange(40000, dtype="f4").reshape(10000, 4))
+    ds = H5Dataset(path, ["x"])
+    assert float(ds[9999]["x"][0]) == 39996
+    os.truncate(path, os.path.getsize(path) // 2)
+    with pytest.raises(ReadError, match=r"m\.h5.*changed.*row 9999"):
+        ds[9999]
+
+
 def test_file_truncated_after_blocks_were_cached(tmp_path):
     path = tmp_path / "t.h5"
     _write(path, "x", np.arange(40000, dtype="f4").reshape(10000, 4))
-    ds = H5Dataset(path, ["x"])
+    ds = H5Dataset(path, ["x"], mmap=False)
     np.testing.assert_array_equal(ds.__getitems__(list(range(10000)))[-1]["x"].numpy()[0], 39996)
     assert ds.stats()["chunk_cache_bytes"] == 160000
     os.truncate(path, os.path.getsize(path) // 2)

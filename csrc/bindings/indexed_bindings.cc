@@ -5,6 +5,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +18,8 @@
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "hdf5/h5_row_source.h"
+#include "io/mapped_region.h"
+#include "io/unique_fd.h"
 #include "pipeline/indexed_engine.h"
 #include "pipeline/memory_row_source.h"
 
@@ -146,7 +152,8 @@ void register_indexed(py::module_& m) {
 
   py::class_<H5Context, std::shared_ptr<H5Context>>(
       m, "H5Context", "Open-file pool and decompressed-chunk cache shared by HDF5 sources.")
-      .def(py::init<size_t, size_t>(), py::arg("chunk_cache_bytes"), py::arg("max_open_files"))
+      .def(py::init<size_t, size_t, bool>(), py::arg("chunk_cache_bytes"),
+           py::arg("max_open_files"), py::arg("map_files") = true)
       .def("stats", [](H5Context& c) {
         const h5::ChunkCacheStats s = c.cache().stats();
         py::dict d;
@@ -159,6 +166,29 @@ void register_indexed(py::module_& m) {
         d["open_files"] = c.files().open_count();
         return d;
       });
+
+  m.def(
+      "_mapped_read",
+      [](const std::string& path, uint64_t offset, size_t size) {
+        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        CHUTE_CHECK(fd.valid(), kIo, "cannot open '" << path << "': " << std::strerror(errno));
+        std::string out(size, '\0');
+        size_t done = 0;
+        {
+          py::gil_scoped_release release;
+          MappedRegion region(fd.get(), offset, size, path);
+          CopySpan span{reinterpret_cast<uint8_t*>(out.data()), region.data(), size};
+          done = copy_from_mapping(&span, 1);
+        }
+        CHUTE_CHECK(done == 1, kIo,
+                    "'" << path << "' ends inside bytes [" << offset << ", " << offset + size
+                        << ") of the mapping");
+        return py::bytes(out);
+      },
+      py::arg("path"), py::arg("offset"), py::arg("size"),
+      "Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping "
+      "path that contiguous HDF5 rows take; a range past the end of the file raises ReadError "
+      "instead of killing the process with SIGBUS.");
 
   py::class_<H5RowSource, RowSource, std::shared_ptr<H5RowSource>>(
       m, "H5Source", "One HDF5 dataset over one or more files, read natively.")

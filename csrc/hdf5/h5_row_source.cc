@@ -61,6 +61,7 @@ void H5RowSource::plan_plain_caching() {
   for (size_t fi = 0; fi < files_.size(); ++fi) {
     const File& f = files_[fi];
     const H5Layout& l = f.layout;
+    if (f.mapping != nullptr) continue;  // read from the page cache through the mapping
     if (l.kind == H5Layout::Kind::kContiguous) {
       bytes += static_cast<uint64_t>(l.num_rows) * row_bytes_;
     } else if (f.direct && f.chunk_bytes <= kMaxCachedPlainChunkBytes) {
@@ -169,7 +170,27 @@ H5RowSource::H5RowSource(std::shared_ptr<H5Context> context, std::string name,
     f.layout = std::move(layout);
     files_.push_back(std::move(f));
   }
+  map_contiguous_files();
   plan_plain_caching();
+}
+
+void H5RowSource::map_contiguous_files() {
+  if (!context_->map_files()) return;
+  for (File& f : files_) {
+    const H5Layout& l = f.layout;
+    if (l.kind != H5Layout::Kind::kContiguous || l.num_rows == 0 || row_bytes_ == 0) continue;
+    const uint64_t bytes = static_cast<uint64_t>(l.num_rows) * row_bytes_;
+    // A layout that claims bytes past the end of the file is left to the
+    // pread path, whose short-read error names the offset.
+    if (l.offset + bytes > l.file_size) continue;
+    try {
+      std::shared_ptr<h5::OpenFile> file = context_->files().acquire(f.file_id);
+      f.mapping = std::make_unique<MappedRegion>(file->fd(), l.offset, static_cast<size_t>(bytes),
+                                                 file->path());
+    } catch (const Error&) {
+      f.mapping.reset();  // e.g. a file system without mmap: pread still works
+    }
+  }
 }
 
 void H5RowSource::read_rows(const int64_t* rows, size_t n, uint8_t* out) {
@@ -217,7 +238,9 @@ void H5RowSource::read_file_rows(size_t fi, const Want* wants, size_t m, uint8_t
     // open before any of its bytes are used.
     h5::check_unchanged(*file, context_->files().identity(f.file_id), l.dataset, wants[0].first,
                         l.kind == H5Layout::Kind::kContiguous ? row_offset(f, first_local) : 0);
-    if (f.blocked) {
+    if (f.mapping != nullptr) {
+      read_mapped_rows(fi, *file, wants, m, out);
+    } else if (f.blocked) {
       read_blocked_rows(fi, *file, wants, m, out);
     } else if (l.kind == H5Layout::Kind::kContiguous || f.direct) {
       read_plain_rows(fi, *file, wants, m, out);
@@ -230,6 +253,29 @@ void H5RowSource::read_file_rows(size_t fi, const Want* wants, size_t m, uint8_t
       byteswap_inplace(out + wants[k].second * row_bytes_, row_bytes_, elem_size_);
     }
   }
+}
+
+void H5RowSource::read_mapped_rows(size_t fi, const h5::OpenFile& file, const Want* wants,
+                                   size_t m, uint8_t* out) {
+  const File& f = files_[fi];
+  const size_t rb = row_bytes_;
+  const uint8_t* base = f.mapping->data();
+  thread_local std::vector<CopySpan> spans;
+  spans.resize(m);
+  for (size_t k = 0; k < m; ++k) {
+    const auto local = static_cast<size_t>(wants[k].first - starts_[fi]);
+    spans[k] = CopySpan{out + static_cast<size_t>(wants[k].second) * rb, base + local * rb, rb};
+  }
+  const size_t done = copy_from_mapping(spans.data(), m);
+  if (done < m) {
+    const uint64_t offset =
+        f.layout.offset + static_cast<uint64_t>(wants[done].first - starts_[fi]) * rb;
+    CHUTE_CHECK(false, kIo,
+                "'" << file.path() << "' dataset '" << f.layout.dataset << "' row "
+                    << wants[done].first << ": the file ends before byte offset " << offset
+                    << ": it was truncated after open");
+  }
+  bytes_read_.fetch_add(m * rb, std::memory_order_relaxed);
 }
 
 void H5RowSource::read_plain_rows(size_t fi, const h5::OpenFile& file, const Want* wants, size_t m,

@@ -12,6 +12,7 @@
 
 #include "hdf5/chunk_cache.h"
 #include "hdf5/file_pool.h"
+#include "io/mapped_region.h"
 #include "hdf5/h5_layout.h"
 #include "pipeline/row_source.h"
 
@@ -21,8 +22,11 @@ namespace chute {
 // decompressed-chunk cache, both bounded by the user's settings.
 class H5Context {
  public:
-  H5Context(size_t chunk_cache_bytes, size_t max_open_files)
-      : files_(max_open_files), cache_(chunk_cache_bytes) {}
+  // map_files: contiguous datasets are read through a memory mapping of the
+  // file (io/mapped_region.h) instead of pread through cached blocks.
+  H5Context(size_t chunk_cache_bytes, size_t max_open_files, bool map_files = true)
+      : files_(max_open_files), cache_(chunk_cache_bytes), map_files_(map_files) {}
+  bool map_files() const { return map_files_; }
   h5::FilePool& files() { return files_; }
   h5::ChunkCache& cache() { return cache_; }
   uint64_t new_source_id() { return next_source_id_.fetch_add(1); }
@@ -38,6 +42,7 @@ class H5Context {
  private:
   h5::FilePool files_;
   h5::ChunkCache cache_;
+  const bool map_files_;
   std::atomic<uint64_t> next_source_id_{1};
   std::atomic<uint64_t> plain_reserved_{0};
 };
@@ -72,14 +77,20 @@ class H5RowSource : public RowSource {
     bool direct = false;            // and no filter: rows are pread straight from the file
     bool blocked = false;           // contiguous, read through the cache in fixed blocks
     bool fill_zero = true;
+    // Contiguous data mapped (see io/mapped_region.h); null when the kernel
+    // refused the mapping, and rows are then read with pread.
+    std::unique_ptr<MappedRegion> mapping;
   };
   // A row to read: its global index and its slot in the output.
   using Want = std::pair<int64_t, uint32_t>;
 
   void read_file_rows(size_t fi, const Want* wants, size_t m, uint8_t* out);
+  void map_contiguous_files();
   // File offset of a local row where rows are plain bytes (contiguous, or
   // direct chunks); UINT64_MAX when the row's storage is unallocated.
   uint64_t row_offset(const File& f, int64_t local) const;
+  void read_mapped_rows(size_t fi, const h5::OpenFile& file, const Want* wants, size_t m,
+                        uint8_t* out);
   void read_plain_rows(size_t fi, const h5::OpenFile& file, const Want* wants, size_t m,
                        uint8_t* out);
   void read_blocked_rows(size_t fi, const h5::OpenFile& file, const Want* wants, size_t m,

@@ -404,7 +404,7 @@ class H5Context:
     """
     Open-file pool and decompressed-chunk cache shared by HDF5 sources.
     """
-    def __init__(self, chunk_cache_bytes: typing.SupportsInt | typing.SupportsIndex, max_open_files: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def __init__(self, chunk_cache_bytes: typing.SupportsInt | typing.SupportsIndex, max_open_files: typing.SupportsInt | typing.SupportsIndex, map_files: bool = True) -> None:
         ...
     def stats(self) -> dict[str, typing.Any]:
         ...
@@ -447,6 +447,10 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
+    """
+    Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
+    """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
     Decode a JPEG or PNG (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').

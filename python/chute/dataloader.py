@@ -26,6 +26,7 @@ import torch
 import torch.utils.data
 from torch.utils.data import default_convert
 
+from chute.index_batches import array_index_batches
 from chute.shards import rank_and_world_size
 from chute.webdataset import WebDataset
 
@@ -251,7 +252,9 @@ class DataLoader:
         }
         # torch's iterator creates the sampler iterator, then draws its base
         # seed from `generator`, and only then runs the sampler: same here.
-        index_batches = iter(self._torch._index_sampler)
+        index_batches: Iterator[Any] = array_index_batches(self._torch._index_sampler) or iter(
+            self._torch._index_sampler
+        )
         torch.empty((), dtype=torch.int64).random_(generator=generator)
         if position["batches"]:
             index_batches = islice(index_batches, position["batches"], None)

@@ -145,6 +145,8 @@ class IndexedDataset(Dataset[Batch]):
 
     def _as_indices(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size == 0 or idx.min() >= 0:  # the usual case, without a copy
+            return idx
         n = len(self)
         # Python's negative indices; anything still out of range keeps its
         # original value so the engine's error names what the caller passed.
