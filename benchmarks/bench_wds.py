@@ -176,6 +176,36 @@ def decode_limit_round(payloads: list[bytes]) -> float:
     return rate(decode_chute, payloads, 2.0) * (os.cpu_count() or 1)
 
 
+def concurrent_decode_round(payloads: list[bytes], seconds: float = 2.0) -> float:
+    """For reference, not the issue's limit: the same decoder on every core at
+    once (GIL released while decoding), images/s. Where it falls short of the
+    single-thread rate times the cores, the machine itself (shared caches,
+    clocks, neighbours) is what no loader can get back."""
+    import threading
+
+    from decode_limit import decode_chute
+
+    threads = os.cpu_count() or 1
+    counts = [0] * threads
+    start = time.perf_counter()
+    stop = start + seconds
+
+    def work(k: int) -> None:
+        i, done = k, 0
+        while time.perf_counter() < stop:
+            decode_chute(payloads[i % len(payloads)])
+            i += threads
+            done += 1
+        counts[k] = done
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return sum(counts) / (time.perf_counter() - start)
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -235,12 +265,14 @@ def main() -> None:
                     run["fraction_of_decode_limit"] = (
                         run["samples_per_s"] / run["decode_limit_after"]
                     )
+                    run["concurrent_decode_after"] = concurrent_decode_round(payloads)
                 runs.append(run)
                 print(
                     f"  {job:5s} {run['loader']:30s} workers={workers}: "
                     f"{run['samples_per_s']:,.0f} samples/s"
                     + (
-                        f" (decode limit right after: {run['decode_limit_after']:,.0f}/s)"
+                        f" (decode limit right after: {run['decode_limit_after']:,.0f}/s;"
+                        f" all cores at once: {run['concurrent_decode_after']:,.0f}/s)"
                         if "decode_limit_after" in run
                         else ""
                     ),
@@ -287,6 +319,10 @@ def main() -> None:
             "rounds": paired,
             "fraction_median": fractions[len(fractions) // 2],
             "fractions": fractions,
+            "concurrent_rounds": [r["concurrent_decode_after"] for r in chute_runs["jpeg"]],
+            "fractions_of_concurrent": sorted(
+                r["samples_per_s"] / r["concurrent_decode_after"] for r in chute_runs["jpeg"]
+            ),
         }
     summary: dict[str, Any] = {}
     for job in args.jobs.split(","):
@@ -340,6 +376,10 @@ def main() -> None:
             + ", ".join(f"{x:,.0f}" for x in limit["rounds"])
             + "; fractions "
             + ", ".join(f"{100 * x:.0f}%" for x in limit["fractions"])
+            + "\nfor reference, the bare decoder on all cores at once: "
+            + ", ".join(f"{x:,.0f}/s" for x in limit["concurrent_rounds"])
+            + "; chute's fractions of it "
+            + ", ".join(f"{100 * x:.0f}%" for x in limit["fractions_of_concurrent"])
         )
     payload: dict[str, Any] = {"rows": rows, "summary": summary, "decode_limit": limit}
     if scaling:
