@@ -332,19 +332,18 @@ def main() -> None:
         print(json.dumps(run_config(json.loads(args.run))))
         return
     files = make_data(args.quick)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
     results = []
+    failed: list[str] = []
     t0 = time.perf_counter()
     for cfg in configs(files, args.quick):
         proc = subprocess.run(
             [sys.executable, __file__, "--run", json.dumps(cfg)],
             capture_output=True,
             text=True,
-            env=env,
         )
         if proc.returncode != 0:
             print(f"{label(cfg)}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr)
+            failed.append(label(cfg))
             continue
         res = json.loads(proc.stdout.strip().splitlines()[-1])
         res.update(label=label(cfg), config={k: v for k, v in cfg.items() if k != "path"})
@@ -401,6 +400,8 @@ def main() -> None:
             indent=1,
         )
     print(f"saved {out_path}")
+    if failed:
+        sys.exit(f"{len(failed)} configuration(s) failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
