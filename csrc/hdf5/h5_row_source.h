@@ -12,8 +12,8 @@
 
 #include "hdf5/chunk_cache.h"
 #include "hdf5/file_pool.h"
-#include "io/mapped_region.h"
 #include "hdf5/h5_layout.h"
+#include "io/mapped_region.h"
 #include "pipeline/row_source.h"
 
 namespace chute {

@@ -3,9 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csetjmp>
-#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <mutex>
@@ -14,8 +14,7 @@
 
 namespace chute {
 
-MappedRegion::MappedRegion(int fd, uint64_t offset, size_t size, const std::string& path)
-    : size_(size) {
+MappedRegion::MappedRegion(int fd, uint64_t offset, size_t size, const std::string& path) {
   if (size == 0) return;
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t start = offset / page * page;

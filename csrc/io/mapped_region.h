@@ -6,8 +6,8 @@
 // cores: for 256-byte rows the lock and hash of a block cache cost more than
 // the copy; for 63 KB rows pread's per-page lookups cost ~15%). Touching a
 // mapped page past the end of a file that was truncated after mapping raises
-// SIGBUS; copy_from_mapping turns that into a `false` return on the copying
-// thread instead of killing the process.
+// SIGBUS; copy_from_mapping reports it to the copying thread (how far it got)
+// instead of killing the process.
 #pragma once
 
 #include <cstddef>
@@ -27,13 +27,11 @@ class MappedRegion {
 
   // The byte at `offset` of the file.
   const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
 
  private:
   void* base_ = nullptr;  // page-aligned start of the mapping
   size_t mapped_ = 0;
   const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
 };
 
 struct CopySpan {
@@ -42,7 +40,7 @@ struct CopySpan {
   size_t bytes;
 };
 
-// Copies every span in order. Returns spans.size() when all were copied, or
+// Copies every span in order. Returns `count` when all were copied, or
 // the index of the span whose source page no longer exists (SIGBUS). Installs
 // a process-wide SIGBUS handler on first use; signals that do not come from
 // inside this function go on to the handler that was there before.
