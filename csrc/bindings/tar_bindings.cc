@@ -87,7 +87,7 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples) {
     py::dict fields;
     for (const SampleMember& m : s.members) {
       fields[decode_name(m.extension)] = py::bytes(
-          reinterpret_cast<const char*>(s.data.data() + m.data_begin), m.data_size);
+          reinterpret_cast<const char*>(s.bytes() + m.data_begin), m.data_size);
     }
     result.append(py::make_tuple(decode_name(s.key), fields, s.offset));
   }

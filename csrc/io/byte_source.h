@@ -32,6 +32,8 @@
 
 namespace chute {
 
+class MappedFile;
+
 class ByteSource {
  public:
   virtual ~ByteSource() = default;
@@ -45,6 +47,12 @@ class ByteSource {
   // found its content valid. A caching source publishes its cache entry only
   // then, so a pipe that exits 0 after sending a truncated tar is not cached.
   virtual void mark_complete() {}
+  // The whole source mapped for reading in place, or nullptr where it cannot
+  // be (a pipe, a cache being written, a file the kernel will not map). A
+  // reader that uses the mapping calls will_read() as it advances instead of
+  // read(), so that a local file keeps its readahead hints.
+  virtual std::shared_ptr<MappedFile> map_file() { return nullptr; }
+  virtual void will_read(uint64_t /*offset*/) {}
 };
 
 struct SourceOptions {

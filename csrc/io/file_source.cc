@@ -1,10 +1,12 @@
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 
 #include "core/error.h"
+#include "io/mapped_region.h"
 #include "io/sources.h"
 #include "io/unique_fd.h"
 
@@ -44,6 +46,17 @@ class FileSource final : public ByteSource {
   }
 
   const std::string& url() const override { return url_; }
+
+  std::shared_ptr<MappedFile> map_file() override {
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) return nullptr;
+    return MappedFile::map(fd_.get(), static_cast<uint64_t>(st.st_size));
+  }
+
+  void will_read(uint64_t offset) override {
+    offset_ = offset;
+    if (readahead_ > 0 && offset_ + readahead_ / 2 >= advised_until_) advise();
+  }
 
  private:
   std::string path_note() const { return path_ == url_ ? std::string() : " (file '" + path_ + "')"; }

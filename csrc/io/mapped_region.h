@@ -1,5 +1,6 @@
-// A read-only view of a file range through mmap, and copies out of it that
-// survive the file shrinking underneath.
+// Read-only views of files through mmap that survive the file shrinking
+// underneath: a range with guarded copies out of it (HDF5 rows), and a whole
+// file read in place (tar shards).
 //
 // Rows of contiguous HDF5 datasets are copied straight out of the page cache
 // through a mapping: no syscall and no cache lookup per row (measured on 2
@@ -10,8 +11,10 @@
 // instead of killing the process.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace chute {
@@ -45,5 +48,36 @@ struct CopySpan {
 // a process-wide SIGBUS handler on first use; signals that do not come from
 // inside this function go on to the handler that was there before.
 size_t copy_from_mapping(const CopySpan* spans, size_t count);
+
+// A whole file mapped so that tar shards are parsed and decoded where they lie
+// in the page cache: no copy into process memory, no page faults on fresh
+// payload buffers (together ~7% of a 2-core JPEG epoch, measured with perf).
+// If the file shrinks while mapped, a page past its new end reads as zeros
+// instead of raising SIGBUS, and truncated() turns true for good: a reader
+// checks it after reading and throws away what it read.
+class MappedFile {
+ public:
+  // nullptr when the kernel refuses the mapping or too many files are mapped
+  // at once; the caller then reads the file instead.
+  static std::shared_ptr<MappedFile> map(int fd, uint64_t size);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool truncated() const { return truncated_.load(std::memory_order_acquire); }
+
+  // Drops the pages that lie wholly inside [begin, end) from this process's
+  // memory (RSS). They stay in the page cache; reading them again maps them.
+  void release(uint64_t begin, uint64_t end) const;
+
+ private:
+  MappedFile(uint8_t* data, uint64_t size, int slot) : data_(data), size_(size), slot_(slot) {}
+  uint8_t* data_;
+  uint64_t size_;
+  int slot_;  // in the SIGBUS handler's table of zero-fill ranges
+  std::atomic<bool> truncated_{false};
+};
 
 }  // namespace chute

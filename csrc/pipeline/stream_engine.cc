@@ -42,18 +42,46 @@ std::string member_location(const StreamPlan& plan, const EncodedSample& sample,
   return os.str();
 }
 
-// Runs fn; a chute::Error from it is rethrown with the location in front.
-// The location is built only on failure: formatting it for every sample
-// would cost more than decoding a small one.
+[[noreturn]] void throw_lost(const StreamPlan& plan, const EncodedSample& sample) {
+  // kData, as a tar archive found truncated when read (this one was cut while mapped).
+  CHUTE_CHECK(false, kData, (sample.key.empty() ? "shard '" + plan.urls[sample.source_index] + "'"
+                                              : member_location(plan, sample, nullptr))
+                              << ": truncated tar archive: the file shrank while it was being read"
+                              << " (cut or rewritten in place), so this sample's bytes are gone");
+  std::abort();  // not reached
+}
+
+// Runs fn, which reads `sample`; a chute::Error from it is rethrown with the
+// location in front. The location is built only on failure: formatting it
+// for every sample would cost more than decoding a small one. A sample read
+// in place from a file that shrank meanwhile fails as such, whatever fn made
+// of the zeros it read (see MappedFile).
 template <typename Fn>
-void with_context(const StreamPlan& plan, const EncodedSample& sample, const SampleMember& member,
+void with_context(const StreamPlan& plan, const EncodedSample& sample, const SampleMember* member,
                   Fn&& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    throw Error(e.kind(), member_location(plan, sample, &member) + ": " + e.message(), __FILE__,
-                __LINE__);
+    if (!sample.lost()) {
+      throw Error(e.kind(), member_location(plan, sample, member) + ": " + e.message(), __FILE__,
+                  __LINE__);
+    }
   }
+  if (sample.lost()) throw_lost(plan, sample);
+}
+
+// reader.next(), reporting a file that shrank under its mapping as such: the
+// zeros read from it parse as a bad header or as the end of the archive.
+bool next_sample(const StreamPlan& plan, SampleReader& reader, EncodedSample& out) {
+  bool more = false;
+  try {
+    more = reader.next(out);
+  } catch (const Error&) {
+    if (out.lost()) throw_lost(plan, out);
+    throw;
+  }
+  if (out.lost()) throw_lost(plan, out);
+  return more;
 }
 
 int image_channels(const FieldPlan& f) { return f.color == ColorMode::kGray ? 1 : 3; }
@@ -253,8 +281,8 @@ void StreamEngine::probe(PlannedSample& sample) const {
                                     << "; sample has " << names.str() << ")");
     }
     const SampleMember& member = enc.members[static_cast<size_t>(p.member)];
-    const uint8_t* data = enc.data.data() + member.data_begin;
-    with_context(plan_, enc, member, [&] {
+    const uint8_t* data = enc.bytes() + member.data_begin;
+    with_context(plan_, enc, &member, [&] {
       switch (f.decoder) {
         case FieldDecoder::kImage: {
           const ImageInfo info = probe_image(data, member.data_size, kNoWhere);
@@ -324,13 +352,19 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     uint64_t t0 = now_ns();
     SourceOptions options = plan_.source;
     options.cancel = &closed_;
-    SampleReader reader(open_source(plan_.urls[job.shard], options), job.shard);
+    // Samples that wait in a shuffle buffer are copied: views would keep the
+    // pages of every shard they came from mapped for as long as they wait.
+    SampleReader reader(open_source(plan_.urls[job.shard], options), job.shard,
+                        /*in_place=*/plan_.shuffle_capacity == 0);
     shards_opened_.fetch_add(1);
+    auto payload_buffer = [&] {
+      return reader.in_place() ? std::vector<uint8_t>() : payload_buffers_.take();
+    };
     PlannedSample sample;
-    sample.encoded.data = payload_buffers_.take();
-    while (!closed_.load(std::memory_order_relaxed) && reader.next(sample.encoded)) {
+    sample.encoded.data = payload_buffer();
+    while (!closed_.load(std::memory_order_relaxed) && next_sample(plan_, reader, sample.encoded)) {
       samples_read_.fetch_add(1, std::memory_order_relaxed);
-      encoded_bytes_.fetch_add(sample.encoded.data.size(), std::memory_order_relaxed);
+      encoded_bytes_.fetch_add(sample.encoded.payload_bytes, std::memory_order_relaxed);
       try {
         probe(sample);
       } catch (const Error& e) {
@@ -340,7 +374,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
       }
       buffer.push_back(std::move(sample));
       sample = PlannedSample();
-      sample.encoded.data = payload_buffers_.take();
+      sample.encoded.data = payload_buffer();
       if (buffer.size() >= chunk_size) {
         read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
         if (!flush()) return;
@@ -629,7 +663,7 @@ bool StreamEngine::queue_for_decoding(BatchTask&& task) {
   // About 64 KiB of encoded input per piece: a few images, or a few hundred
   // tiny samples (a hand-off per tiny row would cost more than the row).
   size_t encoded = 0;
-  for (const PlannedSample& s : task.samples) encoded += s.encoded.data.size();
+  for (const PlannedSample& s : task.samples) encoded += s.encoded.payload_bytes;
   const size_t per_row = std::max<size_t>(1, encoded / std::max<size_t>(1, n));
   job->piece_rows = std::clamp<size_t>((size_t{64} << 10) / per_row, 1, std::max<size_t>(1, n));
   job->num_pieces = (n + job->piece_rows - 1) / job->piece_rows;
@@ -740,26 +774,28 @@ void StreamEngine::decode_rows(DecodeJob& job, size_t begin, size_t end) {
   const size_t n = task.samples.size();
   for (size_t i = begin; i < end && i < job.skip_from.load(std::memory_order_relaxed); ++i) {
     const PlannedSample& s = task.samples[i];
-    for (size_t fi = 0; fi < plan_.fields.size() && !job.failed[i]; ++fi) {
-      const FieldPlan& f = plan_.fields[fi];
-      const ProbedField& p = s.fields[fi];
-      if (p.member < 0) continue;
-      const SampleMember& member = s.encoded.members[static_cast<size_t>(p.member)];
-      const uint8_t* data = s.encoded.data.data() + member.data_begin;
-      Column& column = batch.columns[fi];
-      if (f.decoder == FieldDecoder::kRaw) {
-        column.raw[i].assign(reinterpret_cast<const char*>(data), member.data_size);
-        continue;
-      }
-      uint8_t* out;
-      if (column.kind == ColumnKind::kStacked) {
-        out = column.stacked.data() + i * (column.stacked.nbytes() / n);
-      } else {
-        column.items[i] = make_tensor(allocator_, row_dtype(f, p), row_shape(f, p));
-        out = column.items[i].data();
-      }
-      try {
-        with_context(plan_, s.encoded, member, [&] {
+    try {
+      for (size_t fi = 0; fi < plan_.fields.size(); ++fi) {
+        const FieldPlan& f = plan_.fields[fi];
+        const ProbedField& p = s.fields[fi];
+        if (p.member < 0) continue;
+        const SampleMember& member = s.encoded.members[static_cast<size_t>(p.member)];
+        const uint8_t* data = s.encoded.bytes() + member.data_begin;
+        Column& column = batch.columns[fi];
+        if (f.decoder == FieldDecoder::kRaw) {
+          with_context(plan_, s.encoded, &member, [&] {
+            column.raw[i].assign(reinterpret_cast<const char*>(data), member.data_size);
+          });
+          continue;
+        }
+        uint8_t* out;
+        if (column.kind == ColumnKind::kStacked) {
+          out = column.stacked.data() + i * (column.stacked.nbytes() / n);
+        } else {
+          column.items[i] = make_tensor(allocator_, row_dtype(f, p), row_shape(f, p));
+          out = column.items[i].data();
+        }
+        with_context(plan_, s.encoded, &member, [&] {
           switch (f.decoder) {
             case FieldDecoder::kImage:
               decode_image_row(f, data, member.data_size, p.height, p.width,
@@ -777,31 +813,33 @@ void StreamEngine::decode_rows(DecodeJob& job, size_t begin, size_t end) {
               break;
           }
         });
-      } catch (const Error& e) {
-        if (plan_.on_error == ErrorPolicy::kRaise) {
-          std::lock_guard<std::mutex> lock(job.error_mutex);
-          if (i < job.error_row) {
-            job.error = std::current_exception();
-            job.error_row = i;
-            job.skip_from.store(i + 1);
+      }
+      if (plan_.keep_other_members) {
+        with_context(plan_, s.encoded, nullptr, [&] {
+          for (size_t m = 0; m < s.encoded.members.size(); ++m) {
+            bool claimed = false;
+            for (const ProbedField& p : s.fields) claimed |= p.member == static_cast<int>(m);
+            if (claimed) continue;
+            const SampleMember& member = s.encoded.members[m];
+            batch.other_members[i].emplace_back(
+                member.extension,
+                std::string(reinterpret_cast<const char*>(s.encoded.bytes() + member.data_begin),
+                            member.data_size));
           }
-          return;
+        });
+      }
+    } catch (const Error& e) {
+      if (plan_.on_error == ErrorPolicy::kRaise) {
+        std::lock_guard<std::mutex> lock(job.error_mutex);
+        if (i < job.error_row) {
+          job.error = std::current_exception();
+          job.error_row = i;
+          job.skip_from.store(i + 1);
         }
-        record_skip(e.message());
-        job.failed[i] = 1;
+        return;
       }
-    }
-    if (plan_.keep_other_members && !job.failed[i]) {
-      for (size_t m = 0; m < s.encoded.members.size(); ++m) {
-        bool claimed = false;
-        for (const ProbedField& p : s.fields) claimed |= p.member == static_cast<int>(m);
-        if (claimed) continue;
-        const SampleMember& member = s.encoded.members[m];
-        batch.other_members[i].emplace_back(
-            member.extension,
-            std::string(reinterpret_cast<const char*>(s.encoded.data.data() + member.data_begin),
-                        member.data_size));
-      }
+      record_skip(e.message());
+      job.failed[i] = 1;
     }
   }
 }
@@ -851,10 +889,38 @@ void StreamEngine::finish_batch(DecodeJob& job) {
     batch.size = static_cast<int64_t>(kept);
   }
   // The encoded samples are no longer needed: their buffers go back to the
-  // parse threads.
+  // parse threads, and pages of their shards that held only them leave RSS.
+  release_mapped_pages(job.task.samples);
   for (PlannedSample& s : job.task.samples) payload_buffers_.give(std::move(s.encoded.data));
   job.task.samples.clear();
   results_.put(job.task.sequence, std::move(batch));
+}
+
+// Samples read in place keep their shard mapped; once decoded, the pages
+// that lie wholly inside them are dropped from RSS, so the resident part of
+// a large shard stays about the batches in flight. Consecutive samples of a
+// shard (the usual batch) make one range and one madvise.
+void StreamEngine::release_mapped_pages(const std::vector<PlannedSample>& samples) {
+  const MappedFile* file = nullptr;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  auto flush = [&] {
+    if (file != nullptr) file->release(begin, end);
+  };
+  for (const PlannedSample& s : samples) {
+    const MappedFile* f = s.encoded.mapping.get();
+    if (f == nullptr) continue;
+    // The next sample's headers start at the 512-byte boundary after this one's end.
+    if (f == file && s.encoded.offset >= end && s.encoded.offset <= end + 512) {
+      end = s.encoded.end_offset;
+      continue;
+    }
+    flush();
+    file = f;
+    begin = s.encoded.offset;
+    end = s.encoded.end_offset;
+  }
+  flush();
 }
 
 StreamStats StreamEngine::stats() const {

@@ -114,6 +114,7 @@ class StreamEngine {
   void allocate_batch(DecodeJob& job);
   void decode_rows(DecodeJob& job, size_t begin, size_t end);
   void finish_batch(DecodeJob& job);
+  static void release_mapped_pages(const std::vector<PlannedSample>& samples);
   void probe(PlannedSample& sample) const;
   // Empty when compatible, else why not.
   std::string incompatibility(const PlannedSample& first, const PlannedSample& other) const;

@@ -72,8 +72,8 @@ struct SampleReader::Impl {
   size_t data_hint = 0;
   size_t members_hint = 0;
 
-  Impl(std::unique_ptr<ByteSource> source, uint32_t index)
-      : stream(std::move(source)), source_index(index) {}
+  Impl(std::unique_ptr<ByteSource> source, uint32_t index, bool in_place)
+      : stream(std::move(source), size_t{1} << 20, in_place), source_index(index) {}
 
   // Advances to the next member that webdataset would keep.
   bool advance() {
@@ -91,8 +91,11 @@ struct SampleReader::Impl {
   }
 };
 
-SampleReader::SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_index)
-    : impl_(std::make_unique<Impl>(std::move(source), source_index)) {}
+SampleReader::SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_index,
+                           bool in_place)
+    : impl_(std::make_unique<Impl>(std::move(source), source_index, in_place)) {}
+
+bool SampleReader::in_place() const { return impl_->stream.mapping() != nullptr; }
 
 SampleReader::~SampleReader() = default;
 
@@ -101,13 +104,15 @@ bool SampleReader::next(EncodedSample& out) {
   out.key.clear();
   out.members.clear();
   out.data.clear();
+  out.mapping = s.stream.mapping();
+  out.payload_bytes = 0;
   out.source_index = s.source_index;
   if (!s.has_pending) s.has_pending = s.advance();
   if (!s.has_pending) return false;
 
   out.key.assign(s.pending.name, 0, s.pending_key_len);
   out.offset = s.pending.header_offset;
-  out.data.reserve(s.data_hint);
+  if (!out.mapping) out.data.reserve(s.data_hint);
   out.members.reserve(s.members_hint);
   do {
     SampleMember m;
@@ -125,11 +130,18 @@ bool SampleReader::next(EncodedSample& out) {
                                                        << "' (sample at offset " << out.offset << ")");
     m.name = s.pending.name;
     m.header_offset = s.pending.header_offset;
-    m.data_begin = out.data.size();
     m.data_size = static_cast<size_t>(s.pending.size);
-    const size_t need = out.data.size() + static_cast<size_t>(std::min(s.pending.size, kMaxReserve));
-    if (need > out.data.capacity()) out.data.reserve(need);
-    s.stream.read_payload(out.data);
+    if (out.mapping) {
+      m.data_begin = static_cast<size_t>(s.pending.data_offset);
+      s.stream.payload_in_place();
+    } else {
+      m.data_begin = out.data.size();
+      const size_t need = out.data.size() + static_cast<size_t>(std::min(s.pending.size, kMaxReserve));
+      if (need > out.data.capacity()) out.data.reserve(need);
+      s.stream.read_payload(out.data);
+    }
+    out.payload_bytes += m.data_size;
+    out.end_offset = s.pending.data_offset + s.pending.size;
     out.members.push_back(std::move(m));
     s.has_pending = s.advance();
   } while (s.has_pending && s.pending_matches(out.key));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/byte_source.h"
+#include "io/mapped_region.h"
 
 namespace chute {
 
@@ -19,7 +20,7 @@ struct SampleMember {
   std::string extension;    // lowercased, e.g. "jpg", "nsdgeneral.npy"
   std::string name;         // full member path, for error messages
   uint64_t header_offset;   // byte offset of the member's (first) header in the shard
-  size_t data_begin;        // payload range inside EncodedSample::data
+  size_t data_begin;        // payload range inside EncodedSample::bytes()
   size_t data_size;
 };
 
@@ -27,16 +28,26 @@ struct EncodedSample {
   std::string key;
   uint32_t source_index = 0;   // index of the shard in the engine's url list
   uint64_t offset = 0;         // byte offset of the sample's first header
+  uint64_t end_offset = 0;     // byte offset just past the last payload
   std::vector<SampleMember> members;
-  std::vector<uint8_t> data;   // all payloads, back to back
+  // The payloads: copied back to back into `data`, or, read in place, left
+  // in the shard's mapping (data_begin is then the offset in the file).
+  std::vector<uint8_t> data;
+  std::shared_ptr<MappedFile> mapping;
+  size_t payload_bytes = 0;
 
+  const uint8_t* bytes() const { return mapping ? mapping->data() : data.data(); }
+  // The shard shrank while this sample was mapped: what was read of it may be zeros.
+  bool lost() const { return mapping && mapping->truncated(); }
   const SampleMember* find(const std::string& extension) const;
-  size_t encoded_bytes() const { return data.size() + key.size() + members.size() * 64; }
+  size_t encoded_bytes() const { return payload_bytes + key.size() + members.size() * 64; }
 };
 
 class SampleReader {
  public:
-  SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_index);
+  // With `in_place`, samples of a local file point into its mapping instead
+  // of holding copies (see MappedFile); other sources are copied as ever.
+  SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_index, bool in_place = false);
   ~SampleReader();
   SampleReader(const SampleReader&) = delete;
   SampleReader& operator=(const SampleReader&) = delete;
@@ -45,6 +56,8 @@ class SampleReader {
   // zero blocks or a clean EOF on a block boundary). A truncated archive, a bad
   // header checksum or a non-tar file throws kData naming url and offset.
   bool next(EncodedSample& out);
+
+  bool in_place() const;
 
  private:
   struct Impl;

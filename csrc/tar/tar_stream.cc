@@ -10,6 +10,7 @@
 #endif
 
 #include "core/error.h"
+#include "io/mapped_region.h"
 
 namespace chute {
 namespace {
@@ -127,10 +128,14 @@ struct PaxOverrides {
 
 struct TarStream::Impl {
   std::unique_ptr<ByteSource> src;
-  std::vector<uint8_t> buf;
-  size_t pos = 0;  // next unread byte in buf
-  size_t end = 0;  // end of valid bytes in buf
-  uint64_t base = 0;  // stream offset of buf[0]
+  std::vector<uint8_t> buf;  // what read() filled, unless the file is mapped
+  // The bytes being parsed: buf, or the whole mapped file.
+  std::shared_ptr<MappedFile> mapping;
+  const uint8_t* win = nullptr;
+  size_t cap = 0;
+  size_t pos = 0;  // next unread byte in win
+  size_t end = 0;  // end of valid bytes in win
+  uint64_t base = 0;  // stream offset of win[0]
   bool eof = false;
   bool done = false;
 
@@ -150,7 +155,7 @@ struct TarStream::Impl {
   size_t avail() const { return end - pos; }
 
   void compact() {
-    if (pos == 0) return;
+    if (pos == 0 || mapping) return;
     std::memmove(buf.data(), buf.data() + pos, end - pos);
     base += pos;
     end -= pos;
@@ -181,7 +186,7 @@ struct TarStream::Impl {
 
   bool fill(size_t need) {
     if (avail() >= need) return true;
-    if (pos + need > buf.size()) compact();
+    if (pos + need > cap) compact();
     while (avail() < need) {
       if (!read_more()) return false;
     }
@@ -213,7 +218,7 @@ struct TarStream::Impl {
     // Small remainders go through the buffer; large ones are read straight
     // into dst, growing it no faster than the bytes arrive.
     while (n > 0) {
-      if (avail() == 0 && n >= buf.size() / 2) {
+      if (avail() == 0 && n >= cap / 2) {
         reset_if_empty();
         while (n > 0) {
           const size_t step = static_cast<size_t>(std::min(n, kGrowStep));
@@ -236,7 +241,7 @@ struct TarStream::Impl {
       }
       if (avail() == 0 && !read_more()) truncated(name, header_offset, declared, what);
       const size_t k = static_cast<size_t>(std::min<uint64_t>(n, avail()));
-      dst.insert(dst.end(), buf.data() + pos, buf.data() + pos + k);
+      dst.insert(dst.end(), win + pos, win + pos + k);
       pos += k;
       n -= k;
     }
@@ -262,9 +267,9 @@ struct TarStream::Impl {
                                 << header_offset << " declares " << size
                                 << " bytes; refusing more than " << kMaxExtensionBytes);
     const uint64_t padded = size + padding(size);
-    if (fill(static_cast<size_t>(std::min<uint64_t>(padded, buf.size())))) {
+    if (fill(static_cast<size_t>(std::min<uint64_t>(padded, cap)))) {
       if (padded <= avail()) {  // the common case: no copy beyond the record itself
-        record.assign(reinterpret_cast<const char*>(buf.data() + pos), static_cast<size_t>(size));
+        record.assign(reinterpret_cast<const char*>(win + pos), static_cast<size_t>(size));
         pos += static_cast<size_t>(padded);
         return;
       }
@@ -327,6 +332,7 @@ struct TarStream::Impl {
     uint64_t first = 0;
     local.clear();
     has_long_name = false;
+    if (mapping) src->will_read(offset());
     for (;;) {
       const uint64_t off = offset();
       if (!fill(kBlock)) {
@@ -345,7 +351,7 @@ struct TarStream::Impl {
         src->mark_complete();
         return false;
       }
-      const uint8_t* h = buf.data() + pos;
+      const uint8_t* h = win + pos;
       const uint32_t total = byte_sum(h);
       if (total == 0) {
         CHUTE_CHECK(!in_chain, kData,
@@ -429,10 +435,21 @@ struct TarStream::Impl {
   }
 };
 
-TarStream::TarStream(std::unique_ptr<ByteSource> source, size_t buffer_bytes)
+TarStream::TarStream(std::unique_ptr<ByteSource> source, size_t buffer_bytes, bool in_place)
     : impl_(std::make_unique<Impl>()) {
-  impl_->src = std::move(source);
-  impl_->buf.resize(std::max<size_t>(buffer_bytes, 4 * kBlock));
+  Impl& s = *impl_;
+  s.src = std::move(source);
+  if (in_place) s.mapping = s.src->map_file();
+  if (s.mapping) {
+    // All of it is "in the buffer" from the start; read() is never called.
+    s.win = s.mapping->data();
+    s.cap = s.end = static_cast<size_t>(s.mapping->size());
+    s.eof = true;
+  } else {
+    s.buf.resize(std::max<size_t>(buffer_bytes, 4 * kBlock));
+    s.win = s.buf.data();
+    s.cap = s.buf.size();
+  }
 }
 
 TarStream::~TarStream() = default;
@@ -451,6 +468,23 @@ void TarStream::read_payload(std::vector<uint8_t>& dst) {
   s.copy_out(dst, s.cur.size, s.cur.name, s.cur.header_offset, s.cur.size, "data");
   s.skip(padding(s.cur.size), s.cur.name, s.cur.header_offset, s.cur.size, "padding");
 }
+
+const uint8_t* TarStream::payload_in_place() {
+  Impl& s = *impl_;
+  CHUTE_CHECK(s.mapping && s.have_cur && !s.payload_read, kUsage,
+              "tar archive '" << s.url() << "': payload_in_place without a mapping or a current unread member");
+  s.payload_read = true;
+  if (s.cur.size > s.avail()) {
+    s.pos = s.end;
+    s.truncated(s.cur.name, s.cur.header_offset, s.cur.size, "data");
+  }
+  const uint8_t* payload = s.win + s.pos;
+  s.pos += static_cast<size_t>(s.cur.size);
+  s.skip(padding(s.cur.size), s.cur.name, s.cur.header_offset, s.cur.size, "padding");
+  return payload;
+}
+
+const std::shared_ptr<MappedFile>& TarStream::mapping() const { return impl_->mapping; }
 
 const std::string& TarStream::url() const { return impl_->url(); }
 

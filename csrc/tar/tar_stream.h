@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/byte_source.h"
+#include "io/mapped_region.h"
 
 namespace chute {
 
@@ -27,7 +28,10 @@ struct TarMember {
 
 class TarStream {
  public:
-  explicit TarStream(std::unique_ptr<ByteSource> source, size_t buffer_bytes = size_t{1} << 20);
+  // With `in_place`, a source that can be mapped (a local file) is parsed
+  // where it lies and its payloads are read with payload_in_place().
+  explicit TarStream(std::unique_ptr<ByteSource> source, size_t buffer_bytes = size_t{1} << 20,
+                     bool in_place = false);
   ~TarStream();
   TarStream(const TarStream&) = delete;
   TarStream& operator=(const TarStream&) = delete;
@@ -42,6 +46,10 @@ class TarStream {
   // bytes arrive (at most 64 MiB ahead of them), so a corrupt size field
   // cannot make us allocate what the stream does not hold.
   void read_payload(std::vector<uint8_t>& dst);
+
+  // The current member's payload inside mapping() (only when it is set).
+  const uint8_t* payload_in_place();
+  const std::shared_ptr<MappedFile>& mapping() const;
 
   const std::string& url() const;
 
