@@ -732,6 +732,15 @@ def test_crop_flip_layout_and_float():
     assert np.array_equal(got.view(np.uint32), (every.astype("f") / 255.0).view(np.uint32))
 
 
+@pytest.mark.parametrize("width", [1, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 95, 96, 97, 257])
+def test_chw_split_every_width(width):
+    # The plane split runs 32, then 16 pixels at a time, then one by one:
+    # widths around those steps exercise every tail.
+    img = noise(3, width, 3, seed=width)
+    out = _core.transform_image(img, 0, 0, crop="none", chw=True)
+    assert np.array_equal(out, img.transpose(2, 0, 1))
+
+
 def test_center_crop_after_cover_resize():
     img = np.full((40, 80, 3), 9, np.uint8)
     out = _core.transform_image(img, 20, 20, crop="center")

@@ -242,6 +242,29 @@ def test_shard_truncated_while_being_read(tmp_path: Path) -> None:
     assert_names(str(info.value), str(path))
 
 
+def test_shard_truncated_while_being_read_is_skipped_without_zeros(tmp_path: Path) -> None:
+    # Unshuffled local shards are read in place from a mapping; pages cut off
+    # by the truncation read as zeros there. Under the skip policy those
+    # samples must be dropped and counted, never delivered.
+    payloads = {f"k{i:04d}": os.urandom(20000) for i in range(200)}
+    samples = [{"__key__": k, "bin": v} for k, v in payloads.items()]
+    path = Path(write_shards(tmp_path, samples, 200)[0])
+    ds = (
+        chute.WebDataset([str(path)], shardshuffle=False, prefetch=1, threads=1, handler=SKIP)
+        .to_tuple("__key__", "bin")
+        .batched(4)
+    )
+    it = iter(ds)
+    delivered = list(zip(*next(it)))
+    os.truncate(path, os.path.getsize(path) // 3)
+    for keys, blobs in it:
+        delivered.extend(zip(keys, blobs))
+    assert 4 <= len(delivered) < 200
+    for key, blob in delivered:
+        assert blob == payloads[key], key
+    assert ds.stats()["samples_skipped"] >= 1
+
+
 # ---------------------------------------------------------------- pipes
 
 

@@ -790,6 +790,8 @@ class WebDataset(_Fluent, IterableDataset[Any]):
                     break
                 if compiled.batch_size is not None:
                     position.batches += 1
+                    if batch.size == 0:
+                        continue  # the handler skipped every row of it
                     out = converter.batch(batch)
                     yield _pin_copy(out) if copy_to_pinned else out
                 else:
