@@ -255,10 +255,10 @@ def test_shard_truncated_while_being_read_is_skipped_without_zeros(tmp_path: Pat
         .batched(4)
     )
     it = iter(ds)
-    delivered = list(zip(*next(it)))
+    delivered = list(zip(*next(it), strict=True))
     os.truncate(path, os.path.getsize(path) // 3)
     for keys, blobs in it:
-        delivered.extend(zip(keys, blobs))
+        delivered.extend(zip(keys, blobs, strict=True))
     assert 4 <= len(delivered) < 200
     for key, blob in delivered:
         assert blob == payloads[key], key
