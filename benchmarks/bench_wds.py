@@ -8,7 +8,9 @@ and its median run is reported. Also measured: this machine's decode limit,
 the single-thread libjpeg-turbo rate on the same JPEGs from memory, times the
 cores, once right after each chute JPEG run; the fraction of the limit is the
 median of those pairs (the VM's speed drifts over minutes, so a limit measured
-at another time says little about a given run).
+at another time says little about a given run). Every configuration runs a
+full garbage collection before its timed loop: importing torch leaves one
+due, and it would otherwise land inside whichever loop runs first.
 
     python benchmarks/bench_wds.py            # full sizes (200,000 / 4,000)
     python benchmarks/bench_wds.py --quick    # a tenth of that
@@ -224,9 +226,11 @@ def main() -> None:
     parser.add_argument(
         "--repeats",
         type=int,
-        default=3,
+        default=5,
         help="chute runs per job (the median is reported); for the JPEG job each is"
-        " followed by a decode-limit round",
+        " followed by a decode-limit round. Five, because the single-thread limit"
+        " itself moves by ~10%% between rounds on this VM, and a median of three"
+        " pairs moved by several points from one benchmark run to the next",
     )
     parser.add_argument(
         "--threads",
