@@ -6,9 +6,11 @@ configuration runs in its own subprocess; the parent samples the RSS of the
 whole process tree (worker processes included). chute runs --repeats times
 and its median run is reported. Also measured: this machine's decode limit,
 the single-thread libjpeg-turbo rate on the same JPEGs from memory, times the
-cores, once right after each chute JPEG run; the fraction of the limit is the
-median of those pairs (the VM's speed drifts over minutes, so a limit measured
-at another time says little about a given run). Every configuration runs a
+cores (a C++ loop, see chute._core._decode_loop), measured before the first
+chute JPEG run and after each; each run is compared with the mean of the
+rounds on its two sides and the fraction of the limit is the median over the
+runs (the VM's speed drifts by ~10% between rounds, so a limit measured at
+another time says little about a given run). Every configuration runs a
 full garbage collection before its timed loop: importing torch leaves one
 due, and it would otherwise land inside whichever loop runs first.
 
@@ -173,44 +175,36 @@ def jpeg_payloads(urls: list[str]) -> list[bytes]:
     return payloads
 
 
-def decode_limit_round(payloads: list[bytes]) -> float:
-    """This machine's decode limit now: the single-thread libjpeg-turbo rate
-    (chute's native decoder) on the benchmark's own JPEGs from memory, times
-    the cores. The machine's speed drifts by 10-20% over minutes (a shared
-    VM), so each chute run is paired with a round measured right after it."""
-    from decode_limit import decode_chute, rate
+def decode_limit_round(payloads: list[bytes], seconds: float = 2.0) -> float:
+    """This machine's decode limit now: libjpeg-turbo's single-thread rate on
+    the benchmark's own JPEGs from memory (a C++ loop over them into one
+    reused buffer, no Python between images), times the cores."""
+    from chute import _core
 
-    return rate(decode_chute, payloads, 2.0) * (os.cpu_count() or 1)
+    return float(_core._decode_loop(payloads, seconds)) * (os.cpu_count() or 1)
 
 
 def concurrent_decode_round(payloads: list[bytes], seconds: float = 2.0) -> float:
-    """For reference, not the issue's limit: the same decoder on every core at
-    once (GIL released while decoding), images/s. Where it falls short of the
-    single-thread rate times the cores, the machine itself (shared caches,
-    clocks, neighbours) is what no loader can get back."""
+    """For reference, not the issue's limit: the same loop on every core at
+    once, images/s in total. Where it falls short of the single-thread rate
+    times the cores, the machine itself (shared caches, clocks, neighbours)
+    is what no loader can get back."""
     import threading
 
-    from decode_limit import decode_chute
+    from chute import _core
 
     threads = os.cpu_count() or 1
-    counts = [0] * threads
-    start = time.perf_counter()
-    stop = start + seconds
+    rates = [0.0] * threads
 
     def work(k: int) -> None:
-        i, done = k, 0
-        while time.perf_counter() < stop:
-            decode_chute(payloads[i % len(payloads)])
-            i += threads
-            done += 1
-        counts[k] = done
+        rates[k] = float(_core._decode_loop(payloads[k::threads], seconds))
 
     pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
     for t in pool:
         t.start()
     for t in pool:
         t.join()
-    return sum(counts) / (time.perf_counter() - start)
+    return sum(rates)
 
 
 # ---------------------------------------------------------------- main
@@ -248,6 +242,10 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     chute_runs: dict[str, list[dict[str, Any]]] = {}
     payloads = jpeg_payloads(jobs["jpeg"]) if "jpeg" in args.jobs else []
+    # The limit brackets each chute JPEG run: measured before the first and
+    # after every run, a run is compared with the mean of the rounds on its
+    # two sides (the VM's speed drifts by ~10% between rounds).
+    last_limit = decode_limit_round(payloads) if "jpeg" in args.jobs else 0.0
     for job in args.jobs.split(","):
         urls = jobs[job]
         configs = [("webdataset", w) for w in (0, 1, 2)] + [("chute", os.cpu_count() or 2)]
@@ -270,17 +268,18 @@ def main() -> None:
                     "rss_after_import_torch_mib": report["rss_after_import_torch"] / 2**20,
                 }
                 if loader == "chute" and job == "jpeg":
-                    run["decode_limit_after"] = decode_limit_round(payloads)
-                    run["fraction_of_decode_limit"] = (
-                        run["samples_per_s"] / run["decode_limit_after"]
-                    )
+                    run["decode_limit_before"] = last_limit
+                    run["decode_limit_after"] = last_limit = decode_limit_round(payloads)
+                    run["decode_limit"] = (run["decode_limit_before"] + last_limit) / 2
+                    run["fraction_of_decode_limit"] = run["samples_per_s"] / run["decode_limit"]
                     run["concurrent_decode_after"] = concurrent_decode_round(payloads)
                 runs.append(run)
                 print(
                     f"  {job:5s} {run['loader']:30s} workers={workers}: "
                     f"{run['samples_per_s']:,.0f} samples/s"
                     + (
-                        f" (decode limit right after: {run['decode_limit_after']:,.0f}/s;"
+                        f" (decode limit before/after: {run['decode_limit_before']:,.0f}"
+                        f"/{run['decode_limit_after']:,.0f}/s;"
                         f" all cores at once: {run['concurrent_decode_after']:,.0f}/s)"
                         if "decode_limit_after" in run
                         else ""
@@ -317,15 +316,17 @@ def main() -> None:
     if "jpeg" in args.jobs:
         from decode_limit import decode_pil, rate
 
-        paired = [r["decode_limit_after"] for r in chute_runs["jpeg"]]
+        rounds = [chute_runs["jpeg"][0]["decode_limit_before"]] + [
+            r["decode_limit_after"] for r in chute_runs["jpeg"]
+        ]
         fractions = sorted(r["fraction_of_decode_limit"] for r in chute_runs["jpeg"])
         cores = os.cpu_count() or 1
         limit = {
-            "native_1thread": max(paired) / cores,
+            "native_1thread": max(rounds) / cores,
             "pillow_1thread": rate(decode_pil, payloads, 2.0),
             "cores": cores,
-            "limit": max(paired),
-            "rounds": paired,
+            "limit": max(rounds),
+            "rounds": rounds,
             "fraction_median": fractions[len(fractions) // 2],
             "fractions": fractions,
             "concurrent_rounds": [r["concurrent_decode_after"] for r in chute_runs["jpeg"]],
@@ -374,7 +375,8 @@ def main() -> None:
         if "fraction_of_decode_limit" in s:
             line += (
                 f", {100 * s['fraction_of_decode_limit']:.0f}% of the decode limit"
-                " (median of the runs, each against the limit measured right after it)"
+                " (median of the runs, each against the mean of the limit rounds"
+                " measured right before and right after it)"
             )
         print(line)
     if limit is not None:
@@ -383,7 +385,7 @@ def main() -> None:
             f"(Pillow {limit['pillow_1thread']:,.0f}/s) x {limit['cores']} cores "
             f"= {limit['limit']:,.0f}/s; rounds "
             + ", ".join(f"{x:,.0f}" for x in limit["rounds"])
-            + "; fractions "
+            + " (in time order; chute ran between each two); fractions "
             + ", ".join(f"{100 * x:.0f}%" for x in limit["fractions"])
             + "\nfor reference, the bare decoder on all cores at once: "
             + ", ".join(f"{x:,.0f}/s" for x in limit["concurrent_rounds"])

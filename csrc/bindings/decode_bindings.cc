@@ -3,6 +3,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -146,6 +148,33 @@ py::array transform_image_py(
   return out;
 }
 
+// Decodes the images in turn, again and again, into one reused buffer until
+// `seconds` have passed; returns images per second. The benchmarks' decode
+// limit: libjpeg-turbo's own rate on one thread, with no Python and no
+// allocation between images.
+double decode_loop_py(const py::list& images, double seconds, const std::string& mode_name) {
+  const ColorMode mode = parse_mode(mode_name);
+  std::vector<Bytes> inputs;
+  for (const py::handle& item : images) inputs.push_back(view(item.cast<py::bytes>()));
+  CHUTE_CHECK(!inputs.empty(), kUsage, "_decode_loop needs at least one image");
+  py::gil_scoped_release release;
+  std::vector<uint8_t> out;
+  for (const Bytes& in : inputs) {
+    const ImageInfo info = probe_image(in.data, in.size, "<bytes>");
+    const size_t bytes = static_cast<size_t>(info.height) * info.width * 3;
+    if (bytes > out.size()) out.resize(bytes);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  uint64_t done = 0;
+  do {
+    for (const Bytes& in : inputs) decode_image(in.data, in.size, mode, out.data(), "<bytes>");
+    done += inputs.size();
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (elapsed < seconds);
+  return static_cast<double>(done) / elapsed;
+}
+
 }  // namespace
 
 void register_decode(py::module_& m) {
@@ -163,6 +192,10 @@ void register_decode(py::module_& m) {
         py::arg("out_w"), py::arg("crop") = "center", py::arg("flip") = false,
         py::arg("chw") = false, py::arg("to_float") = false,
         "Resize/crop/flip/layout one uint8 image as the engine does.");
+  m.def("_decode_loop", &decode_loop_py, py::arg("images"), py::arg("seconds"),
+        py::arg("mode") = "rgb",
+        "Benchmark: decode the images in turn into one buffer, on this thread with the GIL "
+        "released, until `seconds` pass; images per second.");
 }
 
 }  // namespace chute::bindings
