@@ -116,15 +116,22 @@ BatchAllocator::~BatchAllocator() {
 }
 
 std::shared_ptr<Block> BatchAllocator::allocate(size_t bytes) {
-  const size_t size = round_up_pow2(bytes);
+  size_t size = round_up_pow2(bytes);
   uint8_t* data = nullptr;
   {
     std::lock_guard<std::mutex> lock(pool_->mutex);
-    auto it = pool_->free_lists.find(size);
-    if (it != pool_->free_lists.end() && !it->second.empty()) {
+    // An idle arena up to two size classes larger serves too: the partial
+    // last batch of an epoch then reuses a full batch's pages, already
+    // faulted in, instead of touching fresh ones (first touches are what
+    // batch memory costs).
+    for (auto it = pool_->free_lists.lower_bound(size);
+         it != pool_->free_lists.end() && it->first <= size * 4; ++it) {
+      if (it->second.empty()) continue;
       data = it->second.back();
       it->second.pop_back();
+      size = it->first;
       pool_->cached_bytes -= size;
+      break;
     }
   }
   if (data == nullptr) {

@@ -447,6 +447,10 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing.SupportsIndex, mode: str = 'rgb') -> float:
+    """
+    Benchmark: decode the images in turn into one buffer, on this thread with the GIL released, until `seconds` pass; images per second.
+    """
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """
     Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.

@@ -793,7 +793,12 @@ class WebDataset(_Fluent, IterableDataset[Any]):
                     if batch.size == 0:
                         continue  # the handler skipped every row of it
                     out = converter.batch(batch)
+                    # While the next batch is awaited only the caller keeps
+                    # this one alive: once it lets go, its buffer is free for
+                    # the batches being decoded.
+                    del batch
                     yield _pin_copy(out) if copy_to_pinned else out
+                    del out
                 else:
                     for i, row in enumerate(converter.rows(batch)):
                         if i < skip_rows:
