@@ -286,11 +286,11 @@ def main() -> None:
                     ),
                     flush=True,
                 )
+            if loader == "chute":
+                chute_runs[job] = list(runs)  # in time order
             # The median run stands for the configuration.
             runs.sort(key=lambda r: r["samples_per_s"])
             rows.append(runs[len(runs) // 2])
-            if loader == "chute":
-                chute_runs[job] = runs
     # Thread scaling (opt-in): chute alone at each count; the rows above and
     # their keys stay exactly as without the flag.
     scaling: list[dict[str, Any]] = []
@@ -319,7 +319,7 @@ def main() -> None:
         rounds = [chute_runs["jpeg"][0]["decode_limit_before"]] + [
             r["decode_limit_after"] for r in chute_runs["jpeg"]
         ]
-        fractions = sorted(r["fraction_of_decode_limit"] for r in chute_runs["jpeg"])
+        fractions = [r["fraction_of_decode_limit"] for r in chute_runs["jpeg"]]
         cores = os.cpu_count() or 1
         limit = {
             "native_1thread": max(rounds) / cores,
@@ -327,12 +327,12 @@ def main() -> None:
             "cores": cores,
             "limit": max(rounds),
             "rounds": rounds,
-            "fraction_median": fractions[len(fractions) // 2],
+            "fraction_median": sorted(fractions)[len(fractions) // 2],
             "fractions": fractions,
             "concurrent_rounds": [r["concurrent_decode_after"] for r in chute_runs["jpeg"]],
-            "fractions_of_concurrent": sorted(
+            "fractions_of_concurrent": [
                 r["samples_per_s"] / r["concurrent_decode_after"] for r in chute_runs["jpeg"]
-            ),
+            ],
         }
     summary: dict[str, Any] = {}
     for job in args.jobs.split(","):
@@ -385,7 +385,9 @@ def main() -> None:
             f"(Pillow {limit['pillow_1thread']:,.0f}/s) x {limit['cores']} cores "
             f"= {limit['limit']:,.0f}/s; rounds "
             + ", ".join(f"{x:,.0f}" for x in limit["rounds"])
-            + " (in time order; chute ran between each two); fractions "
+            + " (in time order; chute ran between each two); chute's runs "
+            + ", ".join(f"{r['samples_per_s']:,.0f}" for r in chute_runs["jpeg"])
+            + "/s; fractions "
             + ", ".join(f"{100 * x:.0f}%" for x in limit["fractions"])
             + "\nfor reference, the bare decoder on all cores at once: "
             + ", ".join(f"{x:,.0f}/s" for x in limit["concurrent_rounds"])
