@@ -229,26 +229,54 @@ def test_shard_deleted_between_construction_and_iteration(tmp_path: Path) -> Non
     assert skipping.stats()["samples_skipped"] == 1
 
 
-def test_shard_truncated_while_being_read(tmp_path: Path) -> None:
-    samples = [{"__key__": f"k{i:04d}", "bin": os.urandom(20000)} for i in range(200)]
-    path = Path(write_shards(tmp_path, samples, 200)[0])
+# Local shards read without a shuffle are parsed and decoded in place from a
+# mapping. A cut leaves whole pages past the new end (SIGBUS, caught) and one
+# page the end falls in, whose rest reads as zeros without any signal: small
+# samples lie wholly inside it. The cut is never on a page boundary here.
+TRUNCATION_CASES = [(200, 20000), (900, 300)]
+
+
+@pytest.mark.parametrize(("count", "size"), TRUNCATION_CASES)
+def test_shard_truncated_while_being_read(tmp_path: Path, count: int, size: int) -> None:
+    samples = [{"__key__": f"k{i:04d}", "bin": os.urandom(size)} for i in range(count)]
+    path = Path(write_shards(tmp_path, samples, count)[0])
     ds = chute.WebDataset([str(path)], shardshuffle=False, prefetch=1, threads=1)
     it = iter(ds.to_tuple("__key__", "bin").batched(4))
     next(it)
-    os.truncate(path, os.path.getsize(path) // 3)
+    os.truncate(path, os.path.getsize(path) // 3 + 100)
     with pytest.raises(chute.DataError, match="truncated") as info:
         for _ in it:
             pass
     assert_names(str(info.value), str(path))
 
 
-def test_shard_truncated_while_being_read_is_skipped_without_zeros(tmp_path: Path) -> None:
-    # Unshuffled local shards are read in place from a mapping; pages cut off
-    # by the truncation read as zeros there. Under the skip policy those
-    # samples must be dropped and counted, never delivered.
-    payloads = {f"k{i:04d}": os.urandom(20000) for i in range(200)}
+def test_shard_cut_at_a_header_while_being_read_is_not_a_clean_end(tmp_path: Path) -> None:
+    # Cut where a header begins (not on a page boundary): the rest of that page
+    # reads as a zero block, which must not pass for the end of the archive.
+    samples = [{"__key__": f"k{i:04d}", "bin": os.urandom(300)} for i in range(900)]
+    path = Path(write_shards(tmp_path, samples, 900)[0])
+    size = os.path.getsize(path)
+    cut = min(o for o in member_offsets(path).values() if o > size // 3 and o % 4096 != 0)
+    ds = chute.WebDataset([str(path)], shardshuffle=False, prefetch=1, threads=1)
+    it = iter(ds.to_tuple("__key__", "bin").batched(4))
+    next(it)
+    os.truncate(path, cut)
+    with pytest.raises(chute.DataError, match="truncated") as info:
+        for _ in it:
+            pass
+    assert_names(str(info.value), str(path))
+
+
+@pytest.mark.parametrize(("count", "size"), TRUNCATION_CASES)
+def test_shard_truncated_while_being_read_is_skipped_without_zeros(
+    tmp_path: Path, count: int, size: int
+) -> None:
+    # Under the skip policy the samples whose bytes were cut off are dropped
+    # and counted, never delivered as zeros, and the shard does not end
+    # silently where the zeros begin.
+    payloads = {f"k{i:04d}": os.urandom(size) for i in range(count)}
     samples = [{"__key__": k, "bin": v} for k, v in payloads.items()]
-    path = Path(write_shards(tmp_path, samples, 200)[0])
+    path = Path(write_shards(tmp_path, samples, count)[0])
     ds = (
         chute.WebDataset([str(path)], shardshuffle=False, prefetch=1, threads=1, handler=SKIP)
         .to_tuple("__key__", "bin")
@@ -256,10 +284,10 @@ def test_shard_truncated_while_being_read_is_skipped_without_zeros(tmp_path: Pat
     )
     it = iter(ds)
     delivered = list(zip(*next(it), strict=True))
-    os.truncate(path, os.path.getsize(path) // 3)
+    os.truncate(path, os.path.getsize(path) // 3 + 100)
     for keys, blobs in it:
         delivered.extend(zip(keys, blobs, strict=True))
-    assert 4 <= len(delivered) < 200
+    assert 4 <= len(delivered) < count
     for key, blob in delivered:
         assert blob == payloads[key], key
     assert ds.stats()["samples_skipped"] >= 1
@@ -378,6 +406,31 @@ def test_bad_image(tmp_path: Path, name: str) -> None:
     # No silent zero rows: every delivered image is a real decode.
     assert all(r[1].shape == (12, 10, 3) and r[1].any() for r in rows)
     assert ds.stats()["samples_skipped"] == 1
+
+
+def test_handler_stop_on_a_batch_of_only_bad_rows(tmp_path: Path) -> None:
+    # Every row of the first batch fails to decode: the batch is empty and is
+    # not yielded, but the handler still sees the failures and its "stop"
+    # ends the iteration before the good second batch.
+    cut = _good_jpeg()[: len(_good_jpeg()) * 2 // 3]  # header intact: fails when decoded
+    samples = [
+        {"__key__": f"im{i:02d}", "jpg": cut if i < 4 else _good_jpeg(), "cls": i} for i in range(8)
+    ]
+    urls = write_shards(tmp_path, samples, 8)
+    seen: list[str] = []
+
+    def stop_at_first(exn: Exception) -> bool:
+        seen.append(str(exn))
+        return False
+
+    ds = (
+        chute.WebDataset(urls, shardshuffle=False, handler=stop_at_first, threads=1, prefetch=1)
+        .decode("rgb8")
+        .to_tuple("jpg", "cls")
+        .batched(4)
+    )
+    assert list(ds) == []
+    assert len(seen) == 1 and "im00" in seen[0]
 
 
 def test_bad_images_in_batches_drop_rows_not_batches(tmp_path: Path) -> None:

@@ -154,8 +154,13 @@ py::array transform_image_py(
 // allocation between images.
 double decode_loop_py(const py::list& images, double seconds, const std::string& mode_name) {
   const ColorMode mode = parse_mode(mode_name);
+  // Our own references: the list may change while the GIL is released.
+  std::vector<py::bytes> held;
   std::vector<Bytes> inputs;
-  for (const py::handle& item : images) inputs.push_back(view(item.cast<py::bytes>()));
+  for (const py::handle& item : images) {
+    held.push_back(item.cast<py::bytes>());
+    inputs.push_back(view(held.back()));
+  }
   CHUTE_CHECK(!inputs.empty(), kUsage, "_decode_loop needs at least one image");
   py::gil_scoped_release release;
   std::vector<uint8_t> out;

@@ -1,6 +1,8 @@
 #include "io/mapped_region.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,40 +44,71 @@ namespace {
 thread_local sigjmp_buf* t_guard = nullptr;
 
 // Mapped files whose lost pages the handler replaces with zeros. The handler
-// reads the table without a lock: a slot's `begin` is published last and
-// cleared first, and a file leaves the table only when nothing reads it.
+// reads a slot without a lock, as a sequence lock: `seq` is odd while the
+// slot is claimed or freed (under the mutex), and a read that saw it change
+// is repeated. A slot being rewritten is skipped: no thread can fault in a
+// file that is not yet mapped or no longer read.
 struct ZeroFillSlot {
+  std::atomic<uint32_t> seq{0};
   std::atomic<uintptr_t> begin{0};
   std::atomic<uintptr_t> end{0};
-  std::atomic<std::atomic<bool>*> truncated{nullptr};
+  std::atomic<std::atomic<uint64_t>*> valid_size{nullptr};
 };
 constexpr int kZeroFillSlots = 256;
 ZeroFillSlot g_zero_fill[kZeroFillSlots];
-std::mutex g_zero_fill_mutex;  // serialises claiming and freeing slots
+std::mutex g_zero_fill_mutex;  // serialises the writers of the slots
+
+void write_slot(ZeroFillSlot& slot, uintptr_t begin, uintptr_t end,
+                std::atomic<uint64_t>* valid_size) {
+  const uint32_t seq = slot.seq.load(std::memory_order_relaxed);
+  slot.seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.begin.store(begin, std::memory_order_relaxed);
+  slot.end.store(end, std::memory_order_relaxed);
+  slot.valid_size.store(valid_size, std::memory_order_relaxed);
+  slot.seq.store(seq + 2, std::memory_order_release);
+}
 
 struct sigaction g_previous;
 std::once_flag g_installed;
 uintptr_t g_page_size = 4096;  // set before the handler is installed
 
+void lower_to(std::atomic<uint64_t>& value, uint64_t bound) {
+  uint64_t current = value.load(std::memory_order_relaxed);
+  while (bound < current && !value.compare_exchange_weak(current, bound)) {
+  }
+}
+
 // Maps a zero page over the lost page at `addr` when it belongs to a
-// registered file. mmap is not on POSIX's async-signal-safe list, but it is a
-// plain system call with no user-space state, which is what that list guards.
+// registered file, and lowers that file's valid size to the page. mmap is
+// not on POSIX's async-signal-safe list, but it is a plain system call with
+// no user-space state, which is what that list guards.
 bool zero_fill(uintptr_t addr) {
   for (ZeroFillSlot& slot : g_zero_fill) {
-    const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
-    if (begin == 0 || addr < begin || addr >= slot.end.load(std::memory_order_relaxed)) continue;
-    // Flag first: a thread that reads the zero page afterwards must find it set.
-    slot.truncated.load(std::memory_order_relaxed)->store(true, std::memory_order_seq_cst);
-    void* at = reinterpret_cast<void*>(addr / g_page_size * g_page_size);
-    return ::mmap(at, g_page_size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
+    for (;;) {
+      const uint32_t seq = slot.seq.load(std::memory_order_acquire);
+      if ((seq & 1) != 0) break;
+      const uintptr_t begin = slot.begin.load(std::memory_order_relaxed);
+      const uintptr_t end = slot.end.load(std::memory_order_relaxed);
+      std::atomic<uint64_t>* valid_size = slot.valid_size.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (slot.seq.load(std::memory_order_relaxed) != seq) continue;
+      if (begin == 0 || addr < begin || addr >= end) break;
+      const uintptr_t page = addr / g_page_size * g_page_size;
+      // First: a thread that reads the zero page afterwards must see it.
+      lower_to(*valid_size, page - begin);
+      return ::mmap(reinterpret_cast<void*>(page), g_page_size, PROT_READ,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
+    }
   }
   return false;
 }
 
 void on_sigbus(int sig, siginfo_t* info, void* context) {
   if (t_guard != nullptr) siglongjmp(*t_guard, 1);
-  // The faulting load is retried on return and now reads zeros.
-  if (zero_fill(reinterpret_cast<uintptr_t>(info->si_addr))) return;
+  // A page past the end of a file that shrank (not a memory error): the
+  // faulting load is retried on return and now reads zeros.
+  if (info->si_code == BUS_ADRERR && zero_fill(reinterpret_cast<uintptr_t>(info->si_addr))) return;
   // Not ours: do what would have happened without us.
   if ((g_previous.sa_flags & SA_SIGINFO) != 0 && g_previous.sa_sigaction != nullptr) {
     g_previous.sa_sigaction(sig, info, context);
@@ -132,6 +165,10 @@ size_t copy_from_mapping(const CopySpan* spans, size_t count) {
 
 std::shared_ptr<MappedFile> MappedFile::map(int fd, uint64_t size) {
   if (size == 0 || size > SIZE_MAX) return nullptr;
+  // Our own descriptor: samples outlive the reader that opened the file, and
+  // check_size() must still look at this file (not whatever the path names).
+  UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!own.valid()) return nullptr;
   std::call_once(g_installed, install_handler);
   void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return nullptr;
@@ -141,25 +178,32 @@ std::shared_ptr<MappedFile> MappedFile::map(int fd, uint64_t size) {
   for (int i = 0; i < kZeroFillSlots; ++i) {
     ZeroFillSlot& slot = g_zero_fill[i];
     if (slot.begin.load(std::memory_order_relaxed) != 0) continue;
-    std::shared_ptr<MappedFile> file(new MappedFile(static_cast<uint8_t*>(p), size, i));
-    slot.truncated.store(&file->truncated_, std::memory_order_relaxed);
-    slot.end.store(reinterpret_cast<uintptr_t>(p) + size, std::memory_order_relaxed);
-    slot.begin.store(reinterpret_cast<uintptr_t>(p), std::memory_order_release);
+    std::shared_ptr<MappedFile> file(
+        new MappedFile(static_cast<uint8_t*>(p), size, i, std::move(own)));
+    write_slot(slot, reinterpret_cast<uintptr_t>(p), reinterpret_cast<uintptr_t>(p) + size,
+               &file->valid_size_);
     return file;
   }
   ::munmap(p, static_cast<size_t>(size));
   return nullptr;
 }
 
+MappedFile::MappedFile(uint8_t* data, uint64_t size, int slot, UniqueFd fd)
+    : data_(data), size_(size), slot_(slot), fd_(std::move(fd)), valid_size_(size) {}
+
 MappedFile::~MappedFile() {
   {
     std::lock_guard<std::mutex> lock(g_zero_fill_mutex);
-    ZeroFillSlot& slot = g_zero_fill[slot_];
-    slot.begin.store(0, std::memory_order_release);
-    slot.end.store(0, std::memory_order_relaxed);
-    slot.truncated.store(nullptr, std::memory_order_relaxed);
+    write_slot(g_zero_fill[slot_], 0, 0, nullptr);
   }
   ::munmap(data_, static_cast<size_t>(size_));
+}
+
+void MappedFile::check_size() {
+  struct stat st {};
+  // A file we cannot even stat any more is treated as gone.
+  const uint64_t now = ::fstat(fd_.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  lower_to(valid_size_, now);
 }
 
 void MappedFile::release(uint64_t begin, uint64_t end) const {

@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 
+#include "io/unique_fd.h"
+
 namespace chute {
 
 class MappedRegion {
@@ -52,9 +54,10 @@ size_t copy_from_mapping(const CopySpan* spans, size_t count);
 // A whole file mapped so that tar shards are parsed and decoded where they lie
 // in the page cache: no copy into process memory, no page faults on fresh
 // payload buffers (together ~7% of a 2-core JPEG epoch, measured with perf).
-// If the file shrinks while mapped, a page past its new end reads as zeros
-// instead of raising SIGBUS, and truncated() turns true for good: a reader
-// checks it after reading and throws away what it read.
+// If the file shrinks while mapped, pages past its new end read as zeros
+// instead of raising SIGBUS (the kernel already zero-fills the rest of the
+// page the new end falls in). A reader therefore checks, after reading, that
+// the bytes it read lie below valid_size(), calling check_size() first.
 class MappedFile {
  public:
   // nullptr when the kernel refuses the mapping or too many files are mapped
@@ -66,18 +69,26 @@ class MappedFile {
 
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
-  bool truncated() const { return truncated_.load(std::memory_order_acquire); }
+
+  // Bytes [0, valid_size()) held the file's data when last checked: the
+  // mapped size, lowered by a fault past the end and by check_size().
+  uint64_t valid_size() const { return valid_size_.load(std::memory_order_acquire); }
+  bool truncated() const { return valid_size() < size_; }
+  // Looks at the file's size now (one fstat). Bytes read before this call
+  // and below the valid size after it were the file's.
+  void check_size();
 
   // Drops the pages that lie wholly inside [begin, end) from this process's
   // memory (RSS). They stay in the page cache; reading them again maps them.
   void release(uint64_t begin, uint64_t end) const;
 
  private:
-  MappedFile(uint8_t* data, uint64_t size, int slot) : data_(data), size_(size), slot_(slot) {}
+  MappedFile(uint8_t* data, uint64_t size, int slot, UniqueFd fd);
   uint8_t* data_;
   uint64_t size_;
   int slot_;  // in the SIGBUS handler's table of zero-fill ranges
-  std::atomic<bool> truncated_{false};
+  UniqueFd fd_;
+  std::atomic<uint64_t> valid_size_;
 };
 
 }  // namespace chute

@@ -42,45 +42,64 @@ std::string member_location(const StreamPlan& plan, const EncodedSample& sample,
   return os.str();
 }
 
-[[noreturn]] void throw_lost(const StreamPlan& plan, const EncodedSample& sample) {
-  // kData, as a tar archive found truncated when read (this one was cut while mapped).
-  CHUTE_CHECK(false, kData, (sample.key.empty() ? "shard '" + plan.urls[sample.source_index] + "'"
-                                              : member_location(plan, sample, nullptr))
-                              << ": truncated tar archive: the file shrank while it was being read"
-                              << " (cut or rewritten in place), so this sample's bytes are gone");
-  std::abort();  // not reached
+// kData, as for a tar archive found truncated when read (this one was cut
+// while mapped).
+Error lost_error(const StreamPlan& plan, const EncodedSample& sample) {
+  std::ostringstream os;
+  if (sample.key.empty()) {
+    os << "shard '" << plan.urls[sample.source_index] << "'";
+  } else {
+    os << member_location(plan, sample, nullptr);
+  }
+  os << ": truncated tar archive: the file shrank while it was being read (cut or rewritten in"
+     << " place; it now ends at offset " << sample.mapping->valid_size()
+     << "), so the samples past that are gone";
+  return Error(ErrorKind::kData, os.str(), __FILE__, __LINE__);
+}
+
+// Whether bytes this thread read of `sample` in place were zeros from a file
+// that shrank; looks at the file's size now.
+bool read_lost(const EncodedSample& sample) {
+  if (!sample.mapping) return false;
+  sample.mapping->check_size();
+  return sample.lost();
 }
 
 // Runs fn, which reads `sample`; a chute::Error from it is rethrown with the
 // location in front. The location is built only on failure: formatting it
 // for every sample would cost more than decoding a small one. A sample read
 // in place from a file that shrank meanwhile fails as such, whatever fn made
-// of the zeros it read (see MappedFile).
+// of the zeros it read (see MappedFile). Success is checked by the caller,
+// once for many samples.
 template <typename Fn>
 void with_context(const StreamPlan& plan, const EncodedSample& sample, const SampleMember* member,
                   Fn&& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    if (!sample.lost()) {
-      throw Error(e.kind(), member_location(plan, sample, member) + ": " + e.message(), __FILE__,
-                  __LINE__);
-    }
+    if (read_lost(sample)) throw lost_error(plan, sample);
+    throw Error(e.kind(), member_location(plan, sample, member) + ": " + e.message(), __FILE__,
+                __LINE__);
   }
-  if (sample.lost()) throw_lost(plan, sample);
 }
 
 // reader.next(), reporting a file that shrank under its mapping as such: the
-// zeros read from it parse as a bad header or as the end of the archive.
+// zeros read from it parse as a bad header or as the end of the archive. (A
+// sample's own bytes are checked after it is decoded.)
 bool next_sample(const StreamPlan& plan, SampleReader& reader, EncodedSample& out) {
   bool more = false;
+  auto shrank = [&] {
+    if (!out.mapping) return false;
+    out.mapping->check_size();
+    return out.mapping->truncated();
+  };
   try {
     more = reader.next(out);
   } catch (const Error&) {
-    if (out.lost()) throw_lost(plan, out);
+    if (shrank()) throw lost_error(plan, out);
     throw;
   }
-  if (out.lost()) throw_lost(plan, out);
+  if (!more && shrank()) throw lost_error(plan, out);
   return more;
 }
 
@@ -772,8 +791,36 @@ void StreamEngine::decode_rows(DecodeJob& job, size_t begin, size_t end) {
   BatchTask& task = job.task;
   Batch& batch = job.batch;
   const size_t n = task.samples.size();
+  // A failing row: under raise the batch fails with its first failing row
+  // (whichever thread finds it) and later rows need no decoding; under skip
+  // the row is dropped and counted.
+  auto fail_row = [&](size_t i, std::exception_ptr error, const std::string& message) {
+    if (plan_.on_error == ErrorPolicy::kRaise) {
+      std::lock_guard<std::mutex> lock(job.error_mutex);
+      if (i < job.error_row) {
+        job.error = std::move(error);
+        job.error_row = i;
+        job.skip_from.store(i + 1);
+      }
+      return;
+    }
+    record_skip(message);
+    job.failed[i] = 1;
+  };
+  size_t stop = begin;  // rows [begin, stop) were read
   for (size_t i = begin; i < end && i < job.skip_from.load(std::memory_order_relaxed); ++i) {
     const PlannedSample& s = task.samples[i];
+    stop = i + 1;
+    // Outside the try below: a failed allocation loses the batch (see
+    // run_decoder), it does not make this sample bad.
+    for (size_t fi = 0; fi < plan_.fields.size(); ++fi) {
+      const FieldPlan& f = plan_.fields[fi];
+      const ProbedField& p = s.fields[fi];
+      Column& column = batch.columns[fi];
+      if (p.member >= 0 && f.decoder != FieldDecoder::kRaw && column.kind == ColumnKind::kList) {
+        column.items[i] = make_tensor(allocator_, row_dtype(f, p), row_shape(f, p));
+      }
+    }
     try {
       for (size_t fi = 0; fi < plan_.fields.size(); ++fi) {
         const FieldPlan& f = plan_.fields[fi];
@@ -788,13 +835,9 @@ void StreamEngine::decode_rows(DecodeJob& job, size_t begin, size_t end) {
           });
           continue;
         }
-        uint8_t* out;
-        if (column.kind == ColumnKind::kStacked) {
-          out = column.stacked.data() + i * (column.stacked.nbytes() / n);
-        } else {
-          column.items[i] = make_tensor(allocator_, row_dtype(f, p), row_shape(f, p));
-          out = column.items[i].data();
-        }
+        uint8_t* out = column.kind == ColumnKind::kStacked
+                           ? column.stacked.data() + i * (column.stacked.nbytes() / n)
+                           : column.items[i].data();
         with_context(plan_, s.encoded, &member, [&] {
           switch (f.decoder) {
             case FieldDecoder::kImage:
@@ -829,17 +872,24 @@ void StreamEngine::decode_rows(DecodeJob& job, size_t begin, size_t end) {
         });
       }
     } catch (const Error& e) {
-      if (plan_.on_error == ErrorPolicy::kRaise) {
-        std::lock_guard<std::mutex> lock(job.error_mutex);
-        if (i < job.error_row) {
-          job.error = std::current_exception();
-          job.error_row = i;
-          job.skip_from.store(i + 1);
-        }
-        return;
-      }
-      record_skip(e.message());
-      job.failed[i] = 1;
+      fail_row(i, std::current_exception(), e.message());
+      if (plan_.on_error == ErrorPolicy::kRaise) break;
+    }
+  }
+  // Rows read in place are real only if their shard still held their bytes
+  // after the reads: one fstat per shard for the whole piece.
+  const MappedFile* checked = nullptr;
+  for (size_t i = begin; i < stop; ++i) {
+    const EncodedSample& s = task.samples[i].encoded;
+    if (!s.mapping || job.failed[i]) continue;
+    if (s.mapping.get() != checked) {
+      s.mapping->check_size();
+      checked = s.mapping.get();
+    }
+    if (s.lost()) {
+      Error error = lost_error(plan_, s);
+      const std::string message = error.message();
+      fail_row(i, std::make_exception_ptr(std::move(error)), message);
     }
   }
 }

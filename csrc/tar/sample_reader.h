@@ -37,8 +37,9 @@ struct EncodedSample {
   size_t payload_bytes = 0;
 
   const uint8_t* bytes() const { return mapping ? mapping->data() : data.data(); }
-  // The shard shrank while this sample was mapped: what was read of it may be zeros.
-  bool lost() const { return mapping && mapping->truncated(); }
+  // Read in place, and the shard now ends before this sample does: what was
+  // read of it may be zeros (see MappedFile; call its check_size() first).
+  bool lost() const { return mapping && end_offset > mapping->valid_size(); }
   const SampleMember* find(const std::string& extension) const;
   size_t encoded_bytes() const { return payload_bytes + key.size() + members.size() * 64; }
 };

@@ -790,8 +790,10 @@ class WebDataset(_Fluent, IterableDataset[Any]):
                     break
                 if compiled.batch_size is not None:
                     position.batches += 1
-                    if batch.size == 0:
-                        continue  # the handler skipped every row of it
+                    if batch.size == 0:  # the handler skipped every row of it
+                        if stop:
+                            break
+                        continue
                     out = converter.batch(batch)
                     # While the next batch is awaited only the caller keeps
                     # this one alive: once it lets go, its buffer is free for
