@@ -52,8 +52,9 @@ struct CopySpan {
 size_t copy_from_mapping(const CopySpan* spans, size_t count);
 
 // A whole file mapped so that tar shards are parsed and decoded where they lie
-// in the page cache: no copy into process memory, no page faults on fresh
-// payload buffers (together ~7% of a 2-core JPEG epoch, measured with perf).
+// in the page cache: no copy into process memory and no page faults on fresh
+// payload buffers (measured on the 2-core JPEG benchmark: tar parsing went
+// from 3-5% of the epoch's CPU to about 1%, page faults from 12,700 to 2,300).
 // If the file shrinks while mapped, pages past its new end read as zeros
 // instead of raising SIGBUS (the kernel already zero-fills the rest of the
 // page the new end falls in). A reader therefore checks, after reading, that
