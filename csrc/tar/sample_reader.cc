@@ -132,8 +132,7 @@ bool SampleReader::next(EncodedSample& out) {
     m.header_offset = s.pending.header_offset;
     m.data_size = static_cast<size_t>(s.pending.size);
     if (out.mapping) {
-      m.data_begin = static_cast<size_t>(s.pending.data_offset);
-      s.stream.payload_in_place();
+      m.data_begin = static_cast<size_t>(s.stream.payload_in_place() - out.mapping->data());
     } else {
       m.data_begin = out.data.size();
       const size_t need = out.data.size() + static_cast<size_t>(std::min(s.pending.size, kMaxReserve));
