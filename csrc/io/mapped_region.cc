@@ -199,15 +199,16 @@ MappedFile::~MappedFile() {
   ::munmap(data_, static_cast<size_t>(size_));
 }
 
-void MappedFile::check_size() {
+bool MappedFile::check_size() {
   struct stat st {};
   // A file we cannot even stat any more is treated as gone.
   const uint64_t now = ::fstat(fd_.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   lower_to(valid_size_, now);
+  return truncated();
 }
 
 void MappedFile::release(uint64_t begin, uint64_t end) const {
-  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t page = g_page_size;  // set by map(), before this file existed
   const uint64_t first = (begin + page - 1) / page * page;
   const uint64_t last = std::min(end, size_) / page * page;
   if (first >= last) return;

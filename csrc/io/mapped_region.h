@@ -75,9 +75,9 @@ class MappedFile {
   // mapped size, lowered by a fault past the end and by check_size().
   uint64_t valid_size() const { return valid_size_.load(std::memory_order_acquire); }
   bool truncated() const { return valid_size() < size_; }
-  // Looks at the file's size now (one fstat). Bytes read before this call
-  // and below the valid size after it were the file's.
-  void check_size();
+  // Looks at the file's size now (one fstat); returns truncated(). Bytes read
+  // before this call and below the valid size after it were the file's.
+  bool check_size();
 
   // Drops the pages that lie wholly inside [begin, end) from this process's
   // memory (RSS). They stay in the page cache; reading them again maps them.

@@ -88,18 +88,13 @@ void with_context(const StreamPlan& plan, const EncodedSample& sample, const Sam
 // sample's own bytes are checked after it is decoded.)
 bool next_sample(const StreamPlan& plan, SampleReader& reader, EncodedSample& out) {
   bool more = false;
-  auto shrank = [&] {
-    if (!out.mapping) return false;
-    out.mapping->check_size();
-    return out.mapping->truncated();
-  };
   try {
     more = reader.next(out);
   } catch (const Error&) {
-    if (shrank()) throw lost_error(plan, out);
+    if (out.mapping && out.mapping->check_size()) throw lost_error(plan, out);
     throw;
   }
-  if (!more && shrank()) throw lost_error(plan, out);
+  if (!more && out.mapping && out.mapping->check_size()) throw lost_error(plan, out);
   return more;
 }
 
