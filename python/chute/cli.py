@@ -13,12 +13,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+from chute.rss import PeakRss
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -424,50 +425,6 @@ def cmd_index(args: argparse.Namespace, out: TextIO) -> int:
 # ---------------------------------------------------------------- bench
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of a process and its descendants (torch workers), from /proc."""
-    total = 0
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return total
-
-
-class _PeakRss:
-    """Samples the tree RSS every 20 ms on a thread; falls back to getrusage
-    where /proc is missing."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, _tree_rss(os.getpid()))
-            self._stop.wait(0.02)
-
-    def __enter__(self) -> _PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        if self.peak == 0:
-            import resource
-
-            self.peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 class _Progress:
     """tqdm when installed, else one self-overwriting stderr line."""
 
@@ -566,7 +523,7 @@ def _run_one(config: dict[str, Any]) -> dict[str, Any]:
     samples = 0
     first: float | None = None
     limit = config["limit"]
-    with _PeakRss() as rss:
+    with PeakRss() as rss:
         start = time.perf_counter()
         for batch in loader:
             if first is None:
