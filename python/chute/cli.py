@@ -234,7 +234,7 @@ def _peek_sample(
 def inspect_hdf5(path: str) -> dict[str, Any]:
     import h5py
 
-    from chute.h5 import _describe_dataset
+    from chute.h5layout import describe_dataset as _describe_dataset
 
     st = os.stat(path)
     datasets: list[dict[str, Any]] = []
