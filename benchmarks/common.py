@@ -4,70 +4,36 @@ included) while it runs, and collect what it reports."""
 
 from __future__ import annotations
 
-import itertools
+import importlib.util
 import json
 import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-    except OSError:
-        pass
-    return out
+def _load_rss() -> ModuleType:
+    """chute's RSS sampler (chute/rss.py), loaded from its file without
+    importing chute: a worker's baseline RSS, and the runs of other loaders,
+    must not include chute."""
+    package = importlib.util.find_spec("chute")
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("chute is not installed (or on PYTHONPATH)")
+    path = Path(list(package.submodule_search_locations)[0]) / "rss.py"
+    spec = importlib.util.spec_from_file_location("chute_rss_standalone", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _statm_rss(pid: int) -> int:
-    # statm is one short line; status formats dozens. The sampler runs beside
-    # the benchmark on the same 2 cores, so its own cost matters.
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def tree_pids(pid: int) -> list[int]:
-    """A process and all its descendants."""
-    out: list[int] = []
-    stack = [pid]
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        stack.extend(_children(p))
-    return out
-
-
-def tree_rss(pids: list[int]) -> int:
-    """RSS of the processes (shared pages counted in each, as a user's `top`
-    would add them up)."""
-    return sum(_statm_rss(p) for p in pids)
+rss = _load_rss()
 
 
 def run_config(script: str, config: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
@@ -80,36 +46,18 @@ def run_config(script: str, config: dict[str, Any], timeout: float = 900) -> dic
         stderr=subprocess.PIPE,
         text=True,
     )
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        pids: list[int] = []
-        for tick in itertools.count():
-            if done.is_set():
-                return
-            if tick % 10 == 0:
-                pids = tree_pids(proc.pid)
-            peak = max(peak, tree_rss(pids))
-            time.sleep(0.01)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
+    with rss.PeakRss(proc.pid, interval=0.01, relist_every=10) as sampled:
         out, err = proc.communicate(timeout=timeout)
-    finally:
-        done.set()
-        sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark config {config} failed:\n{err[-3000:]}")
     report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    report["peak_tree_rss"] = peak
+    report["peak_tree_rss"] = sampled.peak
     return report
 
 
 def current_rss() -> int:
-    return _rss_bytes(os.getpid())
+    """RSS of this process, in bytes."""
+    return int(rss.process_rss(os.getpid()))
 
 
 def machine() -> dict[str, Any]:

@@ -11,7 +11,7 @@ import chute
 import chute.dataloader
 import chute.indexed
 import chute.pinning
-import chute.webdataset
+import chute.wds.native
 import numpy as np
 import pytest
 import torch
@@ -58,7 +58,7 @@ def hooks(monkeypatch: pytest.MonkeyPatch) -> RecordingHooks:
     gc.collect()  # batches of earlier tests die under their own hooks
     recording = RecordingHooks()
     _ALIVE.append(recording)
-    monkeypatch.setattr(chute.webdataset, "pin_hooks", recording.addresses)
+    monkeypatch.setattr(chute.wds.native, "pin_hooks", recording.addresses)
     monkeypatch.setattr(chute.indexed, "pin_hooks", recording.addresses)
     return recording
 

@@ -9,7 +9,7 @@ from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
 from chute.splits import create_loader
 from chute.validate import ValidationError, validate_batch, validate_first_batch
-from chute.webdataset import WebDataset, WebLoader
+from chute.wds import WebDataset, WebLoader
 
 __all__ = [
     "ArrayDataset",

@@ -52,7 +52,7 @@ class ArrayDataset(IndexedDataset):
     def __len__(self) -> int:
         return self._len
 
-    def _field_names(self) -> list[str]:
+    def field_names(self) -> list[str]:
         return list(self._arrays)
 
     def _native_field_names(self) -> list[str]:

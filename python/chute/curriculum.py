@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from chute.indexed import Batch, IndexedDataset, _wait, submitted_ahead
+from chute.indexed import Batch, BatchReader, IndexedDataset, submitted_ahead
 from chute.shards import rank_and_world_size
 
 GroupKey = Any  # str for named groups, or any hashable label of a label array
@@ -303,11 +303,11 @@ class MixedDataset(IndexedDataset):
                     "map-style dataset; for other datasets use torch's ConcatDataset with "
                     "chute.Curriculum(groups=...)"
                 )
-        fields = parts[0]._field_names()
+        fields = parts[0].field_names()
         for name, d in zip(names, parts, strict=True):
-            if d._field_names() != fields:
+            if d.field_names() != fields:
                 raise ValueError(
-                    f"MixedDataset: dataset {name!r} has fields {d._field_names()}, "
+                    f"MixedDataset: dataset {name!r} has fields {d.field_names()}, "
                     f"dataset {names[0]!r} has {fields}"
                 )
         self.names = names
@@ -320,8 +320,8 @@ class MixedDataset(IndexedDataset):
     def __len__(self) -> int:
         return int(self.cumulative_sizes[-1])
 
-    def _field_names(self) -> list[str]:
-        return self.datasets[0]._field_names()
+    def field_names(self) -> list[str]:
+        return self.datasets[0].field_names()
 
     def ranges(self) -> dict[GroupKey, range]:
         """Dataset name → its index range in the concatenation."""
@@ -372,7 +372,7 @@ class MixedDataset(IndexedDataset):
         if len(parts) == 1 and parts[0][0].size == n:
             return parts[0][1]  # one dataset and positions 0..n-1 in order: no copy
         out: Batch = {}
-        for name in self._field_names():
+        for name in self.field_names():
             first = parts[0][1][name]
             for _, batch in parts[1:]:
                 t = batch[name]
@@ -387,8 +387,8 @@ class MixedDataset(IndexedDataset):
             out[name] = column
         return out
 
-    def _read_batch(self, idx: np.ndarray) -> Batch:
-        parts = [(pos, self.datasets[d]._read_batch(local)) for d, pos, local in self._split(idx)]
+    def read_batch(self, idx: np.ndarray) -> Batch:
+        parts = [(pos, self.datasets[d].read_batch(local)) for d, pos, local in self._split(idx)]
         return self._gather(int(idx.size), parts)
 
     def iter_batches(
@@ -402,30 +402,22 @@ class MixedDataset(IndexedDataset):
         """As `IndexedDataset.iter_batches`; one engine per dataset, each fed
         the parts of the batches that touch it, in order. The parts are
         gathered into a new batch, which is pinned by a copy when asked."""
-        from chute import _core
-
         prefetch = max(1, int(prefetch))
-        engines: dict[int, Any] = {}
+        readers: dict[int, BatchReader] = {}
         Split = tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]
 
         def submit(indices: Sequence[int]) -> Split:
             idx = self._as_indices(indices)
             split = self._split(idx)
             for d, _, local in split:
-                if d not in engines:
-                    state = self.datasets[d]._state()
-                    engines[d] = _core.IndexedEngine(
-                        state.sources, max(1, int(num_threads)), prefetch
-                    )
-                engines[d].submit(local)
+                if d not in readers:
+                    readers[d] = self.datasets[d].open_reader(num_threads, prefetch)
+                readers[d].submit(local)
             return int(idx.size), split
 
         def collect(submitted: Split) -> Batch:
             n, split = submitted
-            parts = []
-            for d, pos, local in split:
-                arrays = _wait(engines[d], float(timeout))
-                parts.append((pos, self.datasets[d]._assemble(arrays, local)))
+            parts = [(pos, readers[d].collect(local, float(timeout))) for d, pos, local in split]
             self._totals["batches"] += 1
             self._totals["rows"] += n
             batch = self._gather(n, parts)
@@ -436,9 +428,9 @@ class MixedDataset(IndexedDataset):
         try:
             yield from submitted_ahead(index_batches, prefetch, submit, collect)
         finally:
-            for engine in engines.values():
-                self._totals["bytes"] += int(engine.stats()["bytes"])
-                engine.close()
+            for reader in readers.values():
+                self._totals["bytes"] += reader.bytes_delivered()
+                reader.close()
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self._totals)

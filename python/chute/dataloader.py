@@ -1,12 +1,15 @@
 """``chute.DataLoader``: torch's DataLoader signature, run on the engine.
 
-- chute's map-style datasets (``H5Dataset``, ``ArrayDataset``): torch's own
-  sampler machinery produces the index batches (so the order is torch's,
-  including the base-seed draw from ``generator`` that every torch iterator
-  makes first), and the engine reads each index batch on native threads.
-- chute's ``WebDataset``: iterated in this process; ``num_workers`` becomes
-  the number of native decode threads instead of worker processes.
-- Any other dataset is handed to ``torch.utils.data.DataLoader`` unchanged.
+Datasets that implement ``chute.loading.EngineDataset`` run on the engine:
+
+- index-driven ones (``H5Dataset``, ``ArrayDataset``): torch's own sampler
+  machinery produces the index batches (so the order is torch's, including
+  the base-seed draw from ``generator`` that every torch iterator makes
+  first), and the engine reads each index batch on native threads.
+- the others (``WebDataset``): iterated in this process; ``num_workers``
+  becomes the number of native decode threads instead of worker processes.
+
+Any other dataset is handed to ``torch.utils.data.DataLoader`` unchanged.
 
 Argument checking and ``len()`` are torch's: a torch DataLoader is built with
 the same arguments (that spawns nothing until iterated) and consulted.
@@ -24,26 +27,20 @@ from typing import Any
 
 import torch
 import torch.utils.data
-from torch.utils.data import default_convert
 
 from chute.index_batches import array_index_batches
+from chute.loading import EngineDataset, LoaderSettings
 from chute.shards import rank_and_world_size
-from chute.webdataset import WebDataset
 
 logger = logging.getLogger("chute")
-# torch ships default_convert without annotations.
-_default_convert: Callable[[Any], Any] = default_convert
 _told_fallback = False
 
 
-def _native_kind(dataset: object) -> str | None:
-    from chute.indexed import IndexedDataset
-
-    if isinstance(dataset, WebDataset):
-        return "stream"
-    if isinstance(dataset, IndexedDataset):
-        return "indexed"
-    return None
+def _state_kind(native: EngineDataset | None) -> str | None:
+    """The tag of a loader's state dict: whose position it holds."""
+    if native is None:
+        return None
+    return "indexed" if native.index_driven else "stream"
 
 
 class DataLoader:
@@ -85,7 +82,8 @@ class DataLoader:
         progress: bool = False,
     ) -> None:
         global _told_fallback
-        if distributed and _native_kind(dataset) != "stream":
+        native = dataset if isinstance(dataset, EngineDataset) else None
+        if distributed and (native is None or native.index_driven):
             # The partition of torch's DistributedSampler, by construction: rank
             # and world size from torch.distributed, else RANK/WORLD_SIZE.
             if sampler is not None or batch_sampler is not None:
@@ -106,7 +104,7 @@ class DataLoader:
             shuffle = None
         self.distributed = distributed
         with warnings.catch_warnings():
-            if _native_kind(dataset) is not None:
+            if native is not None:
                 # For chute's datasets num_workers counts native threads, not
                 # processes: torch's "too many worker processes" advice is moot.
                 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -139,10 +137,10 @@ class DataLoader:
         self.generator = generator
         self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
         self.progress = progress
-        self._kind = _native_kind(dataset)
+        self._native = native
         self._position: dict[str, Any] | None = None  # the running iteration's
         self._resume: dict[str, Any] | None = None
-        if self._kind is None and not _told_fallback:
+        if native is None and not _told_fallback:
             _told_fallback = True
             logger.info(
                 "chute.DataLoader: %s is not a chute dataset; using torch.utils.data.DataLoader",
@@ -174,11 +172,23 @@ class DataLoader:
                 reached.append(target)
                 fn(epoch)
 
+    def _settings(self) -> LoaderSettings:
+        return LoaderSettings(
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            collate_fn=self.collate_fn,
+            threads=self.threads,
+            prefetch=self.threads * self.prefetch_factor,
+            timeout=float(self.timeout),
+            pin_memory=self.pin_memory,
+        )
+
     def __iter__(self) -> Iterator[Any]:
-        if self._kind == "stream":
-            items = self._iterate_stream()
-        elif self._kind == "indexed" and self._torch._auto_collation:
-            items = self._iterate_indexed()
+        native = self._native
+        if native is not None and not native.index_driven:
+            items = self._iterate_self_driven(native)
+        elif native is not None and self._torch._auto_collation:
+            items = self._iterate_indexed(native)
         else:
             if self._resume is not None:
                 raise ValueError("load_state_dict() resumes chute datasets only")
@@ -194,50 +204,13 @@ class DataLoader:
             return False
         return True
 
-    def _iterate_stream(self) -> Iterator[Any]:
-        dataset: WebDataset = self.dataset
+    def _iterate_self_driven(self, native: EngineDataset) -> Iterator[Any]:
         if self._resume is not None:
-            dataset.load_state_dict(self._resume["dataset"])
+            native.load_loader_state(self._resume["dataset"])
             self._resume = None
-        # With the default collate the dataset batches (natively when it can);
-        # a custom collate_fn gets lists of items (the slow path).
-        torch_batch = (
-            (self.batch_size, self.drop_last)
-            if self.batch_size is not None and self.collate_fn is None
-            else None
-        )
-        native_collate = torch_batch is not None
-        items = dataset.iterate(
-            threads=self.threads,
-            prefetch=self.threads * self.prefetch_factor,
-            timeout=float(self.timeout),
-            pin_memory=self.pin_memory,
-            torch_batch=torch_batch,
-        )
-        self._position = {"kind": "stream"}
-        try:
-            if self.batch_size is None:
-                for item in items:
-                    yield _default_convert(item)
-            elif native_collate:
-                yield from items
-            else:
-                assert self.collate_fn is not None
-                batch: list[Any] = []
-                for item in items:
-                    batch.append(item)
-                    if len(batch) == self.batch_size:
-                        yield self.collate_fn(batch)
-                        batch = []
-                if batch and not self.drop_last:
-                    yield self.collate_fn(batch)
-        finally:
-            self._position = None
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
+        yield from native.loader_batches(self._settings(), None)
 
-    def _iterate_indexed(self) -> Iterator[Any]:
+    def _iterate_indexed(self, native: EngineDataset) -> Iterator[Any]:
         resume, self._resume = self._resume, None
         generator = self.generator
         if resume is not None:
@@ -259,32 +232,24 @@ class DataLoader:
         if position["batches"]:
             index_batches = islice(index_batches, position["batches"], None)
         self._position = position
-        batches = self.dataset.iter_batches(
-            index_batches,
-            num_threads=self.threads,
-            prefetch=self.threads * self.prefetch_factor,
-            timeout=float(self.timeout),
-            pin_memory=self.pin_memory,
-        )
+        batches = native.loader_batches(self._settings(), index_batches)
         try:
             for batch in batches:
                 position["batches"] += 1
-                if self.collate_fn is None:
-                    yield batch
-                    continue
-                # A custom collate_fn: the documented slow path, rows one by one.
-                n = len(next(iter(batch.values()))) if batch else 0
-                yield self.collate_fn([{k: v[i] for k, v in batch.items()} for i in range(n)])
+                yield batch
         finally:
             self._position = None
-            batches.close()
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
     def state_dict(self) -> dict[str, Any]:
         """The running iteration's position (or the start of the next epoch)."""
-        if self._kind == "stream":
-            return {"kind": "stream", "dataset": self.dataset.state_dict()}
-        if self._kind != "indexed":
+        native = self._native
+        if native is None:
             raise ValueError("state_dict() covers chute datasets only")
+        if not native.index_driven:
+            return {"kind": "stream", "dataset": native.loader_state()}
         if self._position is not None:
             return dict(self._position)
         return {
@@ -296,7 +261,7 @@ class DataLoader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The next iteration resumes where `state` was taken."""
-        expected = self._kind if self._kind in ("stream", "indexed") else None
+        expected = _state_kind(self._native)
         if state.get("kind") != expected:
             raise ValueError(
                 f"state of a {state.get('kind')!r} loader given to a {expected!r} loader"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import pickle
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,16 @@ from typing import Any
 import numpy as np
 
 from chute import _core
+from chute.extensions import (
+    IMAGE_EXTENSIONS,
+    INT_EXTENSIONS,
+    JSON_EXTENSIONS,
+    NATIVE_IMAGE_EXTENSIONS,
+    NPY_EXTENSION,
+    PICKLE_EXTENSIONS,
+    TEXT_EXTENSIONS,
+    last_extension,
+)
 
 # webdataset's image specs: (array type, element type, mode).
 IMAGE_SPECS: dict[str, tuple[str, str | None, str]] = {
@@ -37,23 +46,6 @@ IMAGE_SPECS: dict[str, tuple[str, str | None, str]] = {
     "pilrgb": ("pil", None, "rgb"),
     "pilrgba": ("pil", None, "rgba"),
 }
-
-# Extensions webdataset hands to its image decoder (Pillow's formats).
-IMAGE_EXTENSIONS = frozenset(
-    (
-        "blp bmp dib bufr cur pcx dcx dds ps eps fit fits fli flc ftc ftu gbr gif grib h5 hdf "
-        "png apng jp2 j2k jpc jpf jpx j2c icns ico im iim tif tiff jfif jpe jpg jpeg mpg mpeg "
-        "mpo msp palm pcd pxr pbm pgm ppm pnm psd bw rgb rgba sgi ras tga icb vda vst webp wmf "
-        "emf xbm xpm"
-    ).split()
-)
-# The image formats the engine decodes natively (others go through Pillow).
-NATIVE_IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png"})
-INT_EXTENSIONS = frozenset({"cls", "cls2", "index", "inx", "id"})
-
-
-def last_extension(name: str) -> str:
-    return re.sub(r".*[.]", "", name)
 
 
 @dataclass(frozen=True)
@@ -78,7 +70,7 @@ def native_decode_for(name: str, image_spec: str | None) -> NativeDecode | None:
         if ext in NATIVE_IMAGE_EXTENSIONS and atype != "pil" and mode != "rgba":
             return NativeDecode(_core.FieldDecoder.IMAGE, image_spec)
         return None
-    if ext == "npy":
+    if ext == NPY_EXTENSION:
         return NativeDecode(_core.FieldDecoder.NPY)
     if ext in INT_EXTENSIONS:
         return NativeDecode(_core.FieldDecoder.INT)
@@ -117,22 +109,21 @@ def _npz(data: bytes) -> Any:
     return dict(np.load(io.BytesIO(data)))
 
 
+def _utf8(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def _npy(data: bytes) -> Any:
+    return np.lib.format.read_array(io.BytesIO(data))
+
+
 _BASIC: dict[str, Callable[[bytes], Any]] = {
-    "txt": lambda d: d.decode("utf-8"),
-    "text": lambda d: d.decode("utf-8"),
-    "transcript": lambda d: d.decode("utf-8"),
-    "cls": lambda d: int(d),
-    "cls2": lambda d: int(d),
-    "index": lambda d: int(d),
-    "inx": lambda d: int(d),
-    "id": lambda d: int(d),
-    "json": json.loads,
-    "jsn": json.loads,
-    "pkl": pickle.loads,
-    "pickle": pickle.loads,
-    "pyd": pickle.loads,
+    **dict.fromkeys(TEXT_EXTENSIONS, _utf8),
+    **dict.fromkeys(INT_EXTENSIONS, int),
+    **dict.fromkeys(JSON_EXTENSIONS, json.loads),
+    **dict.fromkeys(PICKLE_EXTENSIONS, pickle.loads),
     "pth": _torch_load,
-    "npy": lambda d: np.lib.format.read_array(io.BytesIO(d)),
+    NPY_EXTENSION: _npy,
     "npz": _npz,
 }
 

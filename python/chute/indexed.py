@@ -3,8 +3,9 @@
 `IndexedDataset` is the base of `H5Dataset` and `ArrayDataset`. It gives them
 torch's map-style protocol (`__len__`, `__getitem__`, and `__getitems__` so
 that torch's own DataLoader hands over whole index batches), and
-`iter_batches`, the entry point `chute.DataLoader` uses: index batches go down
-to native threads, finished batches come back in submission order as
+`iter_batches`, the entry point `chute.DataLoader` uses (through
+`loader_batches`, see `chute.loading`): index batches go down to native
+threads, finished batches come back in submission order as
 `{field: tensor[n, ...]}` whose memory the engine wrote once.
 
 Processes: native state (engine threads, open files, caches) belongs to the
@@ -17,16 +18,17 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from chute import _core
+from chute.engine import default_threads, wait_batch
+from chute.loading import EngineDataset, LoaderSettings
 from chute.pinning import pin_hooks
 
 Batch = dict[str, torch.Tensor]
@@ -37,13 +39,10 @@ Batch = dict[str, torch.Tensor]
 # here for the life of the process.
 _ABANDONED: list[object] = []
 
-# How long one native wait lasts before Python regains control, so that
-# Ctrl-C and timeouts are noticed while the engine works.
-_WAIT_SLICE_S = 0.1
 
-
-class _ProcessState:
-    """Everything native a dataset holds in one process."""
+class ProcessState:
+    """Everything native a dataset holds in one process (subclasses keep
+    their own native objects in `extra`)."""
 
     def __init__(self, sources: list[Any], extra: dict[str, Any]) -> None:
         self.pid = os.getpid()
@@ -57,26 +56,28 @@ class _ProcessState:
         self.idle: dict[tuple[int, int, tuple[int, int] | None], Any] = {}
 
 
-class IndexedDataset(Dataset[Batch]):
+class IndexedDataset(Dataset[Batch], EngineDataset):
     """Base for map-style datasets read by the native engine.
 
-    Subclasses provide `_field_names()` (output order), `_open_native()`
+    Subclasses provide `field_names()` (output order), `_open_native()`
     (the native sources for the engine-read fields, built in this process)
     and, for fields the engine cannot read, `_read_slow(name, indices)`.
     """
 
-    _proc: _ProcessState | None
+    index_driven: ClassVar[bool] = True
+    _proc: ProcessState | None
     _num_threads: int
     _totals: dict[str, int]
 
     def _init_indexed(self, num_threads: int | None) -> None:
         self._proc = None
-        self._num_threads = _default_threads() if num_threads is None else max(1, int(num_threads))
+        self._num_threads = default_threads() if num_threads is None else max(1, int(num_threads))
         self._totals = {"batches": 0, "rows": 0, "bytes": 0, "slow_path_rows": 0}
 
     # -- subclass hooks ------------------------------------------------------------
 
-    def _field_names(self) -> list[str]:
+    def field_names(self) -> list[str]:
+        """The fields of a batch, in order."""
         raise NotImplementedError
 
     def _native_field_names(self) -> list[str]:
@@ -89,19 +90,19 @@ class IndexedDataset(Dataset[Batch]):
     def _read_slow(self, name: str, indices: np.ndarray) -> np.ndarray:
         raise NotImplementedError(name)
 
-    def _native_stats(self, state: _ProcessState) -> dict[str, int]:
+    def _native_stats(self, state: ProcessState) -> dict[str, int]:
         return {}
 
     # -- process-local native state -------------------------------------------------
 
-    def _state(self) -> _ProcessState:
+    def _state(self) -> ProcessState:
         state = self._proc
         if state is not None and state.pid == os.getpid():
             return state
         if state is not None:
             _ABANDONED.append(state)
         sources, extra = self._open_native()
-        self._proc = _ProcessState(sources, extra)
+        self._proc = ProcessState(sources, extra)
         return self._proc
 
     def __getstate__(self) -> dict[str, Any]:
@@ -124,7 +125,7 @@ class IndexedDataset(Dataset[Batch]):
             i += n
         if not 0 <= i < n:
             raise IndexError(f"index {index} is out of range for a dataset of length {n}")
-        batch = self._read_batch(np.array([i], dtype=np.int64))
+        batch = self.read_batch(np.array([i], dtype=np.int64))
         return {name: t[0] for name, t in batch.items()}
 
     def __getitems__(self, indices: Sequence[int]) -> list[Batch]:
@@ -134,7 +135,7 @@ class IndexedDataset(Dataset[Batch]):
         each row tensor is a view into the one batch the engine wrote, so the
         only copy left is collate's stack.
         """
-        batch = self._read_batch(self._as_indices(indices))
+        batch = self.read_batch(self._as_indices(indices))
         names = list(batch)
         columns = [batch[name].unbind(0) for name in names]
         return (
@@ -152,20 +153,21 @@ class IndexedDataset(Dataset[Batch]):
         # original value so the engine's error names what the caller passed.
         return np.where((idx < 0) & (idx >= -n), idx + n, idx)
 
-    def _read_batch(self, idx: np.ndarray) -> Batch:
+    def read_batch(self, idx: np.ndarray) -> Batch:
+        """The rows `idx` (int64, in range) as one batch, read by the shared engine."""
         state = self._state()
         with state.lock:
             if state.engine is None:
                 threads = 1 if torch.utils.data.get_worker_info() is not None else self._num_threads
                 state.engine = _core.IndexedEngine(state.sources, threads, 1)
             state.engine.submit(idx)
-            arrays = _wait(state.engine, 0.0)
+            arrays = wait_batch(state.engine, 0.0)
         return self._assemble(arrays, idx)
 
     def _assemble(self, arrays: list[np.ndarray], idx: np.ndarray) -> Batch:
         native = dict(zip(self._native_field_names(), arrays, strict=True))
         out: Batch = {}
-        for name in self._field_names():
+        for name in self.field_names():
             if name in native:
                 out[name] = torch.from_numpy(native[name])
             else:
@@ -213,7 +215,7 @@ class IndexedDataset(Dataset[Batch]):
             return idx
 
         def collect(idx: np.ndarray) -> Batch:
-            batch = self._assemble(_wait(engine, float(timeout)), idx)
+            batch = self._assemble(wait_batch(engine, float(timeout)), idx)
             if copy_to_pinned:
                 batch = {k: v.pin_memory() for k, v in batch.items()}
             return batch
@@ -228,6 +230,35 @@ class IndexedDataset(Dataset[Batch]):
                 state.idle[key] = engine
             else:
                 engine.close()
+
+    def loader_batches(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
+    ) -> Iterator[Any]:
+        assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
+        batches = self.iter_batches(
+            index_batches,
+            num_threads=settings.threads,
+            prefetch=settings.prefetch,
+            timeout=settings.timeout,
+            pin_memory=settings.pin_memory,
+        )
+        try:
+            for batch in batches:
+                if settings.collate_fn is None:
+                    yield batch
+                    continue
+                # A custom collate_fn: the documented slow path, rows one by one.
+                n = len(next(iter(batch.values()))) if batch else 0
+                yield settings.collate_fn([{k: v[i] for k, v in batch.items()} for i in range(n)])
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def open_reader(self, num_threads: int, prefetch: int) -> BatchReader:
+        """A new engine over this dataset's native sources, driven batch by
+        batch (for datasets composed of others); close it when done."""
+        return BatchReader(self, num_threads, prefetch)
 
     # -- stats -------------------------------------------------------------------------------
 
@@ -253,6 +284,30 @@ class IndexedDataset(Dataset[Batch]):
         out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
         out.update(self._native_stats(state))
         return out
+
+
+class BatchReader:
+    """One engine over a dataset's native sources: `submit` index batches,
+    `collect` them back as batches in submission order."""
+
+    def __init__(self, dataset: IndexedDataset, num_threads: int, prefetch: int) -> None:
+        self._dataset = dataset
+        self._engine = _core.IndexedEngine(
+            dataset._state().sources, max(1, int(num_threads)), prefetch
+        )
+
+    def submit(self, idx: np.ndarray) -> None:
+        self._engine.submit(idx)
+
+    def collect(self, idx: np.ndarray, timeout: float) -> Batch:
+        """The batch of the oldest submitted `idx`."""
+        return self._dataset._assemble(wait_batch(self._engine, timeout), idx)
+
+    def bytes_delivered(self) -> int:
+        return int(self._engine.stats()["bytes"])
+
+    def close(self) -> None:
+        self._engine.close()
 
 
 _Submitted = TypeVar("_Submitted")
@@ -281,25 +336,3 @@ def submitted_ahead(
         if not pending:
             return
         yield collect(pending.popleft())
-
-
-def _wait(engine: Any, timeout: float) -> list[np.ndarray]:
-    """engine.next() in short native waits, so signals get handled between them."""
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    while True:
-        slice_s = _WAIT_SLICE_S
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no batch within {timeout} s")
-            slice_s = min(slice_s, remaining)
-        arrays = engine.next(slice_s)
-        if arrays is not None:
-            return list(arrays)
-
-
-def _default_threads() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any
+from urllib.parse import urlparse
 
 import torch.distributed as dist
 import torch.utils.data
@@ -48,6 +49,12 @@ def _expand_braces(url: str) -> list[str]:
     for i in range(lo, hi + 1):
         out.extend(_expand_braces(f"{prefix}{i:0{width}d}{suffix}"))
     return out
+
+
+def local_path(url: str) -> str | None:
+    """webdataset's ``__local_path__``: the path of a plain-file url, else None."""
+    parsed = urlparse(url)
+    return parsed.path if parsed.scheme in ("", "file") else None
 
 
 def rank_and_world_size(group: object = None) -> tuple[int, int]:

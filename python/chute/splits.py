@@ -207,8 +207,8 @@ class _RowView(IndexedDataset):
     def __len__(self) -> int:
         return int(self.rows.size)
 
-    def _field_names(self) -> list[str]:
-        return self.base._field_names()
+    def field_names(self) -> list[str]:
+        return self.base.field_names()
 
     def _map(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         idx = self._as_indices(indices)
@@ -220,8 +220,8 @@ class _RowView(IndexedDataset):
         mapped: np.ndarray = self.rows[idx]
         return mapped
 
-    def _read_batch(self, idx: np.ndarray) -> Batch:
-        return self.base._read_batch(self._map(idx))
+    def read_batch(self, idx: np.ndarray) -> Batch:
+        return self.base.read_batch(self._map(idx))
 
     def iter_batches(
         self,

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from chute import _core
+from chute.extensions import SAMPLE_FIELDS
 
 INDEX_SUFFIX = ".idx.json"
 FORMAT = "chute-tar-index"
@@ -88,9 +89,7 @@ def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
         if current is None or current["key"] != key:
             current = {"key": key, "offset": int(header_offset), "members": []}
             samples.append(current)
-        if extension in ("__key__", "__url__") or any(
-            m[0] == extension for m in current["members"]
-        ):
+        if extension in SAMPLE_FIELDS or any(m[0] == extension for m in current["members"]):
             raise ValueError(
                 f"{path}: member {name!r} at offset {header_offset} repeats extension"
                 f" {extension!r} of sample {key!r}"

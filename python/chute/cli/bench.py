@@ -1,0 +1,255 @@
+"""``chute bench``: streams tar shards with chute (and, to compare, torch's
+DataLoader over webdataset), each in a fresh interpreter, and reports
+samples/s, MB/s, time to the first batch and peak RSS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
+from chute.rss import PeakRss
+
+
+class _Progress:
+    """tqdm when installed, else one self-overwriting stderr line."""
+
+    def __init__(self, label: str, total: int | None, enabled: bool) -> None:
+        self.enabled = enabled
+        self.count = 0
+        self._bar: Any = None
+        self._start = time.perf_counter()
+        self._last = 0.0
+        self.label = label
+        self.total = total
+        if not enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self._bar = tqdm(total=total, desc=label, unit="sample", unit_scale=True, file=sys.stderr)
+
+    def update(self, n: int) -> None:
+        self.count += n
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        now = time.perf_counter()
+        if now - self._last >= 0.5:
+            self._last = now
+            rate = self.count / max(now - self._start, 1e-9)
+            of = f"/{self.total}" if self.total else ""
+            sys.stderr.write(f"\r{self.label}: {self.count}{of} samples, {rate:,.0f}/s ")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.close()
+        else:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _batch_len(batch: Any) -> int:
+    if isinstance(batch, dict):
+        value = batch.get("__key__", next(iter(batch.values()), []))
+        return len(value)
+    if isinstance(batch, (tuple, list)) and batch:
+        return len(batch[0])
+    return len(batch)
+
+
+def _known_sample_count(paths: list[str]) -> int | None:
+    """From sidecar indexes, when every shard has a current one (for the bar's total)."""
+    from chute.tarindex import read_index
+
+    total = 0
+    for p in paths:
+        try:
+            total += len(read_index(p)["samples"])
+        except (OSError, ValueError):
+            return None
+    return total
+
+
+def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
+    ds = module.WebDataset(config["paths"], shardshuffle=False)
+    decode = config["decode"]
+    if decode != "raw":
+        ds = ds.decode(decode) if decode else ds.decode()
+    if config["to_tuple"]:
+        ds = ds.to_tuple(*config["to_tuple"])
+    return ds.batched(config["batch_size"])
+
+
+def _run_one(config: dict[str, Any]) -> dict[str, Any]:
+    """Streams the shards once with one loader and measures it (in this process)."""
+    import torch.utils.data
+
+    module: Any
+    loader_cls: Any
+    if config["loader"] == "chute":
+        import chute
+        import chute.wds
+
+        module, loader_cls, label = chute.wds, chute.DataLoader, "chute"
+    else:
+        import webdataset
+
+        module, loader_cls, label = webdataset, torch.utils.data.DataLoader, "torch+webdataset"
+    loader: Any = loader_cls(
+        _build_pipeline(module, config), batch_size=None, num_workers=config["workers"]
+    )
+    progress = _Progress(label, config["total"], config["progress"])
+    samples = 0
+    first: float | None = None
+    limit = config["limit"]
+    with PeakRss() as rss:
+        start = time.perf_counter()
+        for batch in loader:
+            if first is None:
+                first = time.perf_counter() - start
+            n = _batch_len(batch)
+            samples += n
+            progress.update(n)
+            if limit and samples >= limit:
+                break
+        seconds = time.perf_counter() - start
+    progress.close()
+    # Input bytes: the whole shards when read to the end, else pro rata.
+    total_bytes = sum(os.path.getsize(p) for p in config["paths"])
+    if limit and samples >= limit and config["total"]:
+        total_bytes = int(total_bytes * samples / config["total"])
+    return {
+        "loader": label,
+        "workers": config["workers"],
+        "samples": samples,
+        "seconds": seconds,
+        "samples_per_s": samples / seconds if seconds > 0 else 0.0,
+        "mb_per_s": total_bytes / 1e6 / seconds if seconds > 0 else 0.0,
+        "first_batch_s": first,
+        "peak_rss_mib": rss.peak / 2**20,
+    }
+
+
+def _run_in_subprocess(config: dict[str, Any]) -> dict[str, Any]:
+    # Each loader runs in a fresh interpreter so that its peak RSS and its
+    # start-up (first batch) are its own, not left over from the other.
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "bench", "--_config", json.dumps(config)],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{config['loader']} run failed (exit {proc.returncode})")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    if args._config:
+        print(json.dumps(_run_one(json.loads(args._config))))
+        return EXIT_OK
+    if not args.paths:
+        raise UsageError("bench needs at least one tar shard")
+    from chute.decoders import IMAGE_SPECS
+
+    paths = expand(args.paths)
+    for p in paths:
+        if kind_of(p) != "tar":
+            raise UsageError(f"{p}: bench streams tar shards; this is not one")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, not {args.batch_size}")
+    if args.workers < 0:
+        raise UsageError(f"--workers must be >= 0, not {args.workers}")
+    decode = args.decode
+    if decode not in ("", "raw") and decode.lower() not in IMAGE_SPECS:
+        raise UsageError(
+            f"--decode {decode!r}: use 'raw', '' (no image decoding) or one of "
+            + ", ".join(sorted(IMAGE_SPECS))
+        )
+    if args.compare:
+        try:
+            import webdataset  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(
+                "--compare needs webdataset installed (pip install webdataset)"
+            ) from exc
+    to_tuple = args.to_tuple.split() if args.to_tuple else []
+    config: dict[str, Any] = {
+        "paths": [str(Path(p).resolve()) for p in paths],
+        "batch_size": args.batch_size,
+        "workers": args.workers,
+        "decode": decode.lower(),
+        "to_tuple": to_tuple,
+        "limit": args.limit,
+        "total": _known_sample_count(paths),
+        "progress": not args.no_progress,
+    }
+    loaders = ["chute", "torch"] if args.compare else ["chute"]
+    results = []
+    for loader in loaders:
+        try:
+            results.append(_run_in_subprocess({**config, "loader": loader}))
+        except RuntimeError as exc:
+            print(f"chute bench: {exc}", file=sys.stderr)
+            return EXIT_PROBLEMS
+    if args.json:
+        json.dump(results, out, indent=2)
+        out.write("\n")
+        return EXIT_OK
+    header = f"{'loader':<18} {'workers':>7} {'samples':>9} {'samples/s':>11} {'MB/s':>8}"
+    header += f" {'first batch':>12} {'peak RSS':>10}"
+    print(header, file=out)
+    for r in results:
+        first = "-" if r["first_batch_s"] is None else f"{r['first_batch_s']:.3f} s"
+        print(
+            f"{r['loader']:<18} {r['workers']:>7} {r['samples']:>9} {r['samples_per_s']:>11,.0f}"
+            f" {r['mb_per_s']:>8.1f} {first:>12} {r['peak_rss_mib']:>6.0f} MiB",
+            file=out,
+        )
+    if len(results) == 2 and results[1]["samples_per_s"] > 0:
+        ratio = results[0]["samples_per_s"] / results[1]["samples_per_s"]
+        print(f"chute / torch+webdataset: {ratio:.2f}x samples/s", file=out)
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Adds the ``bench`` command to the subparsers `sub`."""
+    p = sub.add_parser("bench", help="stream tar shards with chute (and torch) and time it")
+    p.add_argument("paths", nargs="*", metavar="PATH")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="chute: native threads; torch: worker processes",
+    )
+    p.add_argument(
+        "--decode",
+        default="",
+        metavar="SPEC",
+        help="webdataset image spec (e.g. torchrgb8, rgb8), '' for no image"
+        " decoding, 'raw' for no decode stage at all",
+    )
+    p.add_argument(
+        "--to-tuple", default="", metavar="KEYS", help="space-separated fields, e.g. 'jpg cls'"
+    )
+    p.add_argument("--compare", action="store_true", help="also run torch DataLoader + webdataset")
+    p.add_argument("--limit", type=int, default=0, help="stop after about this many samples")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--_config", help=argparse.SUPPRESS)
+    p.set_defaults(func=run)

@@ -1,0 +1,56 @@
+"""What the commands share: exit codes, usage errors, path checks, sizes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A bad path or argument: reported as ``chute: error: ...`` with exit 2."""
+
+
+def kind_of(path: str) -> str:
+    """'tar' or 'hdf5' by content (extensions lie), else UsageError."""
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory (pass the shard or HDF5 files in it)")
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return "hdf5"
+    # ustar magic at 257 ("ustar\0" POSIX, "ustar  " GNU); also accept an empty
+    # archive (all-zero first block), which tar writes for zero members.
+    if len(head) == 512 and (head[257:262] == b"ustar" or head == bytes(512)):
+        return "tar"
+    if path.endswith((".h5", ".hdf5", ".hdf")):
+        # HDF5 may start at a 512-byte multiple (user block); let h5py decide.
+        import h5py
+
+        if h5py.is_hdf5(path):
+            return "hdf5"
+    raise UsageError(f"{path}: neither a tar shard nor an HDF5 file")
+
+
+def expand(paths: Sequence[str]) -> list[str]:
+    """The paths with brace patterns expanded; UsageError when there are none."""
+    from chute.shards import expand_urls
+
+    out = expand_urls(list(paths))
+    if not out:
+        raise UsageError("no paths given")
+    return out
+
+
+def human_size(n: float) -> str:
+    """A byte count for people: "512 B", "1.5 MiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

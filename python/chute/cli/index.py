@@ -1,0 +1,48 @@
+"""``chute index``: a sidecar index per tar shard (see ``chute.tarindex``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from chute import _core
+    from chute.tarindex import index_path, write_index
+
+    paths = expand(args.shards)
+    for p in paths:
+        if kind_of(p) != "tar":
+            raise UsageError(f"{p}: not a tar shard (index works on tar shards)")
+    status = EXIT_OK
+    for p in paths:
+        target = index_path(p)
+        if (
+            target.exists()
+            and not args.force
+            and target.stat().st_mtime_ns >= os.stat(p).st_mtime_ns
+        ):
+            print(f"{target}: up to date", file=out)
+            continue
+        try:
+            written = write_index(p)
+        except (_core.DataError, _core.ReadError, ValueError) as exc:
+            print(f"chute index: {p}: {exc}", file=sys.stderr)
+            status = EXIT_PROBLEMS
+            continue
+        doc = json.loads(written.read_text(encoding="utf-8"))
+        print(f"{written}: {len(doc['samples'])} samples", file=out)
+    return status
+
+
+def register(sub: Any) -> None:
+    """Adds the ``index`` command to the subparsers `sub`."""
+    p = sub.add_parser("index", help="write a sidecar index (<shard>.idx.json) per tar shard")
+    p.add_argument("shards", nargs="+", metavar="SHARD")
+    p.add_argument("--force", action="store_true", help="rewrite indexes that look current")
+    p.set_defaults(func=run)

@@ -1,0 +1,341 @@
+"""``chute inspect``: what is inside tar shards and HDF5 files, and what is
+wrong with them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, expand, human_size, kind_of
+from chute.extensions import (
+    INT_EXTENSIONS,
+    JSON_EXTENSIONS,
+    NATIVE_IMAGE_EXTENSIONS,
+    NPY_EXTENSION,
+    TEXT_EXTENSIONS,
+    last_extension,
+)
+
+
+@dataclass
+class _ExtensionStats:
+    members: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class TarReport:
+    path: str
+    size: int
+    samples: int = 0
+    members: int = 0
+    skipped_members: list[str] = field(default_factory=list)
+    first_key: str | None = None
+    last_key: str | None = None
+    extensions: dict[str, _ExtensionStats] = field(default_factory=dict)
+    first_samples: list[dict[str, Any]] = field(default_factory=list)
+    # problems make the exit status 1; notes are worth knowing but legitimate
+    # (e.g. some samples carry a png where others carry a jpg).
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": "tar",
+            "size": self.size,
+            "samples": self.samples,
+            "members": self.members,
+            "skipped_members": self.skipped_members,
+            "first_key": self.first_key,
+            "last_key": self.last_key,
+            "extensions": {
+                k: {"members": v.members, "bytes": v.bytes} for k, v in self.extensions.items()
+            },
+            "first_samples": self.first_samples,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
+
+
+def _describe_payload(extension: str, data: bytes, where: str) -> dict[str, Any]:
+    from chute import _core
+
+    last = last_extension(extension)
+    info: dict[str, Any] = {"bytes": len(data)}
+    if last == NPY_EXTENSION:
+        array = _core.decode_npy(data, where)
+        info.update(type="npy", dtype=str(array.dtype), shape=list(array.shape))
+    elif last in NATIVE_IMAGE_EXTENSIONS:
+        fmt, width, height = _core.probe_image(data, where)
+        info.update(type="image", format=fmt, width=width, height=height)
+    elif last in INT_EXTENSIONS:
+        info.update(type="int", value=_core.parse_int_label(data, where))
+    elif last in TEXT_EXTENSIONS or last in JSON_EXTENSIONS:
+        text = data.decode("utf-8")
+        if last in JSON_EXTENSIONS:
+            json.loads(text)
+        info.update(type=last, chars=len(text))
+    return info
+
+
+def inspect_tar(path: str, first: int = 3) -> TarReport:
+    from chute import _core
+    from chute.tarindex import split_member_name
+
+    report = TarReport(path=path, size=os.path.getsize(path))
+    try:
+        members = _core.list_tar_payloads(path)
+    except (_core.DataError, _core.ReadError) as exc:
+        report.problems.append(f"unreadable: {exc}")
+        # Keep what came before the damage: the engine stops at the same place.
+        return report
+    keys_seen: dict[str, int] = {}
+    sample_exts: list[frozenset[str]] = []
+    current_key: str | None = None
+    current: list[tuple[str, int, int]] = []
+
+    def finish() -> None:
+        if current_key is None:
+            return
+        sample_exts.append(frozenset(e for e, _, _ in current))
+        if len(report.first_samples) < first:
+            report.first_samples.append(_peek_sample(path, current_key, current, report))
+
+    for name, header_offset, data_offset, size in members:
+        split = split_member_name(name)
+        report.members += 1
+        if split is None:
+            report.skipped_members.append(name)
+            continue
+        key, ext = split
+        if key != current_key:
+            finish()
+            current_key, current = key, []
+            report.samples += 1
+            if key in keys_seen:
+                report.problems.append(
+                    f"key {key!r} appears again at offset {header_offset} (first sample"
+                    f" #{keys_seen[key]}): its members are not adjacent, so readers see"
+                    " two samples"
+                )
+            else:
+                keys_seen[key] = report.samples - 1
+            report.first_key = report.first_key or key
+            report.last_key = key
+        if any(e == ext for e, _, _ in current):
+            report.problems.append(
+                f"sample {key!r}: member {name!r} at offset {header_offset} repeats"
+                f" extension {ext!r} (readers raise on it)"
+            )
+        current.append((ext, int(data_offset), int(size)))
+        stats = report.extensions.setdefault(ext, _ExtensionStats())
+        stats.members += 1
+        stats.bytes += int(size)
+        if size == 0:
+            report.notes.append(f"sample {key!r}: member {name!r} is empty")
+    finish()
+    if report.samples == 0:
+        report.problems.append("no samples (no member has a key.extension name)")
+    # Fields only some samples have: fine for dict samples, but a to_tuple
+    # over them fails on the samples that lack one.
+    for ext, stats in sorted(report.extensions.items()):
+        if 0 < stats.members < report.samples:
+            example = next((i for i, exts in enumerate(sample_exts) if ext not in exts), None)
+            report.notes.append(
+                f"{ext!r} is in {stats.members} of {report.samples} samples"
+                f" (first without it: sample #{example})"
+            )
+    return report
+
+
+def _peek_sample(
+    path: str, key: str, members: list[tuple[str, int, int]], report: TarReport
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for ext, offset, size in members:
+            where = f"{path}: sample {key!r} member {ext!r}"
+            data = os.pread(fd, size, offset)
+            try:
+                fields[ext] = _describe_payload(ext, data, where)
+            except Exception as exc:  # any decoder error is a finding, not a crash
+                fields[ext] = {"bytes": size, "error": str(exc)}
+                report.problems.append(f"sample {key!r} member {ext!r} does not decode: {exc}")
+    finally:
+        os.close(fd)
+    return {"key": key, "fields": fields}
+
+
+def inspect_hdf5(path: str) -> dict[str, Any]:
+    import h5py
+
+    from chute.h5layout import describe_dataset
+
+    st = os.stat(path)
+    datasets: list[dict[str, Any]] = []
+    problems: list[str] = []
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        return {
+            "path": path,
+            "kind": "hdf5",
+            "size": st.st_size,
+            "datasets": [],
+            "problems": [f"unreadable: {exc}"],
+        }
+    with f:
+
+        def visit(name: str, obj: Any) -> None:
+            if not isinstance(obj, h5py.Dataset):
+                return
+            dcpl = obj.id.get_create_plist()
+            filters = []
+            for i in range(dcpl.get_nfilters()):
+                _, _, _, fname = dcpl.get_filter(i)
+                filters.append(
+                    fname.decode(errors="replace") if isinstance(fname, bytes) else str(fname)
+                )
+            layout = {
+                h5py.h5d.CONTIGUOUS: "contiguous",
+                h5py.h5d.CHUNKED: "chunked",
+                h5py.h5d.COMPACT: "compact",
+            }.get(dcpl.get_layout(), "virtual" if obj.is_virtual else "other")
+            entry: dict[str, Any] = {
+                "name": obj.name,
+                "layout": layout,
+                "dtype": str(obj.dtype),
+                "shape": [int(x) for x in obj.shape],
+                "chunks": None if obj.chunks is None else [int(c) for c in obj.chunks],
+                "filters": filters,
+            }
+            if obj.ndim == 0:
+                entry["read"] = "no: a scalar, not rows"
+            elif obj.dtype.kind not in "biufc" or obj.dtype.fields is not None:
+                entry["read"] = f"no: non-numeric dtype {obj.dtype}"
+            else:
+                try:
+                    _, reason = describe_dataset(obj, path, st)
+                except Exception as exc:
+                    reason = f"cannot describe it: {exc}"
+                    problems.append(f"{obj.name}: {exc}")
+                entry["read"] = "native" if reason is None else f"slow path: {reason}"
+            datasets.append(entry)
+
+        f.visititems(visit)
+    if not datasets:
+        problems.append("no datasets")
+    row_counts = {d["shape"][0] for d in datasets if d["shape"]}
+    return {
+        "path": path,
+        "kind": "hdf5",
+        "size": st.st_size,
+        "datasets": datasets,
+        "row_counts": sorted(row_counts),
+        "problems": problems,
+    }
+
+
+def _print_tar(r: TarReport, out: TextIO) -> None:
+    print(f"{r.path}: tar shard, {human_size(r.size)}", file=out)
+    print(f"  samples: {r.samples}   members: {r.members}", file=out)
+    if r.first_key is not None:
+        print(f"  keys: {r.first_key} ... {r.last_key}", file=out)
+    if r.skipped_members:
+        shown = ", ".join(repr(n) for n in r.skipped_members[:3])
+        more = f" (+{len(r.skipped_members) - 3} more)" if len(r.skipped_members) > 3 else ""
+        print(f"  skipped members (no key.extension name): {shown}{more}", file=out)
+    if r.extensions:
+        print("  extensions:", file=out)
+        width = max(len(e) for e in r.extensions)
+        for ext, s in sorted(r.extensions.items()):
+            print(
+                f"    {ext:<{width}}  {s.members:>8} members  {human_size(s.bytes):>10}"
+                f"  (mean {human_size(s.bytes / max(1, s.members))})",
+                file=out,
+            )
+    for sample in r.first_samples:
+        parts = []
+        for ext, info in sample["fields"].items():
+            kind = info.get("type")
+            if "error" in info:
+                parts.append(f"{ext}: ERROR")
+            elif kind == "npy":
+                parts.append(f"{ext}: {info['dtype']} {tuple(info['shape'])}")
+            elif kind == "image":
+                parts.append(f"{ext}: {info['format']} {info['width']}x{info['height']}")
+            elif kind == "int":
+                parts.append(f"{ext}: int {info['value']}")
+            else:
+                parts.append(f"{ext}: {info['bytes']} bytes")
+        print(f"  sample {sample['key']}: " + ", ".join(parts), file=out)
+    for note in r.notes[:10]:
+        print(f"  note: {note}", file=out)
+    if len(r.notes) > 10:
+        print(f"  ... {len(r.notes) - 10} more notes", file=out)
+    _print_problems(r.problems, out)
+
+
+def _print_hdf5(r: dict[str, Any], out: TextIO) -> None:
+    print(f"{r['path']}: HDF5 file, {human_size(r['size'])}", file=out)
+    for d in r["datasets"]:
+        chunks = d["layout"] if d["chunks"] is None else f"chunks {tuple(d['chunks'])}"
+        filters = "+".join(d["filters"]) or "no filters"
+        print(
+            f"  {d['name']}: {d['dtype']} {tuple(d['shape'])}, {chunks}, {filters} -> {d['read']}",
+            file=out,
+        )
+    if len(r.get("row_counts", [])) > 1:
+        print(f"  note: datasets have different row counts {r['row_counts']}", file=out)
+    _print_problems(r["problems"], out)
+
+
+def _print_problems(problems: list[str], out: TextIO) -> None:
+    if not problems:
+        print("  problems: none", file=out)
+        return
+    print(f"  problems ({len(problems)}):", file=out)
+    for p in problems[:20]:
+        print(f"    - {p}", file=out)
+    if len(problems) > 20:
+        print(f"    ... {len(problems) - 20} more", file=out)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    paths = expand(args.paths)
+    kinds = [(p, kind_of(p)) for p in paths]  # all usage errors before any output
+    reports: list[dict[str, Any]] = []
+    status = EXIT_OK
+    for path, kind in kinds:
+        if kind == "tar":
+            tar = inspect_tar(path, first=args.first)
+            reports.append(tar.as_json())
+            if not args.json:
+                _print_tar(tar, out)
+        else:
+            h5 = inspect_hdf5(path)
+            reports.append(h5)
+            if not args.json:
+                _print_hdf5(h5, out)
+        if reports[-1]["problems"]:
+            status = EXIT_PROBLEMS
+    if args.json:
+        json.dump(reports, out, indent=2)
+        out.write("\n")
+    return status
+
+
+def register(sub: Any) -> None:
+    """Adds the ``inspect`` command to the subparsers `sub`."""
+    p = sub.add_parser("inspect", help="what is inside tar shards or HDF5 files")
+    p.add_argument(
+        "paths", nargs="+", metavar="PATH", help="tar shards (brace patterns ok) or HDF5 files"
+    )
+    p.add_argument("--first", type=int, default=3, help="samples to decode and show per shard")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)

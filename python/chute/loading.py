@@ -1,0 +1,50 @@
+"""The protocol between ``chute.DataLoader`` and the datasets it runs on the
+engine: a dataset that implements `EngineDataset` is iterated by chute; any
+other dataset is handed to torch's DataLoader."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """What ``chute.DataLoader`` asks of one epoch, in torch's terms."""
+
+    batch_size: int | None
+    drop_last: bool
+    collate_fn: Callable[[list[Any]], Any] | None  # None: torch's default collation
+    threads: int  # native threads (the loader's num_workers, at least one)
+    prefetch: int  # batches in flight
+    timeout: float  # seconds to wait for one batch; 0: no limit
+    pin_memory: bool
+
+
+class EngineDataset(ABC):
+    """A dataset ``chute.DataLoader`` iterates on the engine."""
+
+    # True: the loader's sampler draws the index batches and the dataset reads
+    # them (map-style); its position is the sampler's. False: the dataset
+    # orders and splits its samples across ranks itself (streams), keeps its
+    # own position, and ``distributed=True`` adds no DistributedSampler.
+    index_driven: ClassVar[bool]
+
+    @abstractmethod
+    def loader_batches(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
+    ) -> Iterator[Any]:
+        """One epoch of batches, as torch's DataLoader with `settings` would
+        yield them. `index_batches` are the sampler's batches when the dataset
+        is index-driven, else None."""
+
+    def loader_state(self) -> dict[str, Any]:
+        """The dataset's own position in the running epoch, for a loader's
+        ``state_dict()`` (datasets that are not index-driven)."""
+        raise ValueError(f"{type(self).__name__} keeps no position of its own")
+
+    def load_loader_state(self, state: dict[str, Any]) -> None:
+        """Makes the next iteration resume at `state` (from `loader_state`)."""
+        raise ValueError(f"{type(self).__name__} keeps no position of its own")

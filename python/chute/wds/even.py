@@ -1,0 +1,70 @@
+"""Equal batch counts on every DDP rank (``WebDataset(even_batches=...)``).
+
+Under DDP the collective ops of a rank that runs out of batches first hang
+its peers. Each rank counts its samples (a header scan, cached per shard),
+the ranks agree on the fewest ("cap") or the most ("repeat"), and every rank
+then yields that many batches.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import torch.distributed as dist
+
+from chute import _core
+from chute.shards import Splitter, local_path, rank_and_world_size, split_by_node
+
+EVEN_BATCH_MODES = ("cap", "repeat", "off")
+
+_SHARD_SAMPLES: dict[tuple[str, int, int], int] = {}
+
+
+def shard_samples(url: str, cache_dir: str, timeout: float) -> int:
+    """Samples in a shard, scanned once per (url, size, mtime)."""
+    local = local_path(url)
+    stat = os.stat(local) if local is not None and os.path.exists(local) else None
+    key = (url, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
+    if key not in _SHARD_SAMPLES:
+        _SHARD_SAMPLES[key] = int(_core.scan_tar_samples(url, cache_dir, timeout)["samples"])
+    return _SHARD_SAMPLES[key]
+
+
+def even_batch_count(
+    mode: str,
+    batch_size: int,
+    partial: bool,
+    urls: list[str],
+    all_urls: list[str],
+    nodesplitter: Splitter | None,
+    cache_dir: str,
+    pipe_timeout: float,
+) -> int | None:
+    """The batch count every rank yields this epoch under `mode`, or None
+    when ranks need not agree (a single process, or ``"off"``). `urls` are
+    this rank's shards, `all_urls` every rank's before the node split.
+    Without torch.distributed the ranks can agree only when `nodesplitter`
+    is ``split_by_node``, whose split every rank can redo."""
+    rank, world_size = rank_and_world_size()
+    if world_size <= 1 or mode == "off":
+        return None
+    count = functools.partial(shard_samples, cache_dir=cache_dir, timeout=pipe_timeout)
+    reduce_max = mode == "repeat"
+    if dist.is_available() and dist.is_initialized():
+        total = torch.tensor([sum(count(u) for u in urls)], dtype=torch.int64)
+        dist.all_reduce(total, op=dist.ReduceOp.MAX if reduce_max else dist.ReduceOp.MIN)
+        samples = int(total.item())
+    elif nodesplitter is split_by_node:
+        per_rank = [sum(count(u) for u in all_urls[r::world_size]) for r in range(world_size)]
+        samples = max(per_rank) if reduce_max else min(per_rank)
+    else:
+        raise ValueError(
+            f"rank {rank} of {world_size}: cannot agree on a batch count without "
+            "torch.distributed; initialise the process group, use split_by_node, "
+            "or pass even_batches='off'"
+        )
+    if partial:
+        return -(-samples // batch_size)
+    return samples // batch_size
