@@ -69,6 +69,7 @@ struct SourceOptions {
 // How often a blocked pipe read looks at SourceOptions::cancel.
 constexpr int kCancelPollMs = 50;
 
+// A gzip-compressed source is inflated as it is read (see io/gzip_source.h).
 std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options);
 
 // The file name (no directory) under which a `pipe:` url is cached; see above.
