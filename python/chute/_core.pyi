@@ -447,6 +447,14 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+def _batch_keys(arg0: Batch) -> list[typing.Any]:
+    """
+    Batch.keys() with tar names decoded as webdataset decodes them (UTF-8, surrogateescape).
+    """
+def _batch_other_members(arg0: Batch) -> list[typing.Any]:
+    """
+    Batch.other_members() with extensions decoded as webdataset decodes them.
+    """
 def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing.SupportsIndex, mode: str = 'rgb') -> float:
     """
     Benchmark: decode the images in turn into one buffer, on this thread with the GIL released, until `seconds` pass; images per second.
@@ -454,6 +462,10 @@ def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typin
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """
     Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
+    """
+def _take_skip_messages(arg0: StreamEngine) -> list[typing.Any]:
+    """
+    StreamEngine.take_skip_messages() with stray bytes of tar names shown as \\xNN.
     """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """

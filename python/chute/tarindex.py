@@ -74,11 +74,18 @@ def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
     """Scans a shard once (headers only) and returns its index document.
 
     Raises ``chute.DataError`` for a corrupt or truncated shard and
-    ``ValueError`` for a sample that repeats an extension (the engine refuses
-    such shards too).
+    ``ValueError`` for a gzip-compressed shard or a sample that repeats an
+    extension (the engine refuses such shards too).
     """
     path = os.fspath(shard)
     st = os.stat(path)
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            # Offsets into the inflated stream say nothing about the file.
+            raise ValueError(
+                f"{path} is gzip-compressed: an index needs a plain tar for random access "
+                "(gunzip it; streaming it as a WebDataset shard reads it as it is)"
+            )
     samples: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for name, header_offset, data_offset, size in _core.list_tar_payloads(path):

@@ -40,7 +40,7 @@ class BatchConverter:
 
     def _column(self, f: OutputField, batch: Any) -> Any:
         if f.name == KEY_FIELD:
-            return batch.keys()
+            return _core._batch_keys(batch)
         if f.name == URL_FIELD:
             return [self.urls[i] for i in batch.source_indices()]
         column = batch.column(self.native_index[f.name])
@@ -88,13 +88,13 @@ class BatchConverter:
         columns: list[Any] = []
         for f in c.fields:
             if f.name == KEY_FIELD:
-                columns.append(batch.keys())
+                columns.append(_core._batch_keys(batch))
             elif f.name == URL_FIELD:
                 columns.append([self.urls[i] for i in batch.source_indices()])
             else:
                 columns.append(batch.column(self.native_index[f.name]))
-        others = batch.other_members() if c.keep_others else None
-        keys = batch.keys() if not c.tuple_output else None
+        others = _core._batch_other_members(batch) if c.keep_others else None
+        keys = _core._batch_keys(batch) if not c.tuple_output else None
         sources = batch.source_indices() if not c.tuple_output else None
         for i in range(n):
             values: list[Any] = []
@@ -127,7 +127,8 @@ class BatchConverter:
             for ext, payload in others[i].items():
                 if ext in c.renamed_away:
                     continue
-                sample[ext] = python_decode(ext, payload, c.image_spec) if c.decoded else payload
+                decode = c.decoded and (c.decode_only is None or ext in c.decode_only)
+                sample[ext] = python_decode(ext, payload, c.image_spec) if decode else payload
             yield sample
 
 
