@@ -8,5 +8,5 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_tar(m);
   chute::bindings::register_decode(m);
   chute::bindings::register_indexed(m);
-  chute::bindings::register_names(m);
+  chute::bindings::register_dropin(m);
 }

@@ -447,6 +447,20 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+class _MappedFile:
+    """
+    A whole file mapped read-only; pages past a new end read as zeros (see check_size).
+    """
+    def check_size(self) -> bool:
+        """
+        Looks at the file's size now; True when it is shorter than when mapped.
+        """
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def valid_size(self) -> int:
+        ...
 def _batch_keys(arg0: Batch) -> list[typing.Any]:
     """
     Batch.keys() with tar names decoded as webdataset decodes them (UTF-8, surrogateescape).
@@ -458,6 +472,10 @@ def _batch_other_members(arg0: Batch) -> list[typing.Any]:
 def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing.SupportsIndex, mode: str = 'rgb') -> float:
     """
     Benchmark: decode the images in turn into one buffer, on this thread with the GIL released, until `seconds` pass; images per second.
+    """
+def _map_file(path: str) -> _MappedFile:
+    """
+    The file mapped whole, or None when it is empty or cannot be mapped (too many at once).
     """
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """

@@ -93,6 +93,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     def _native_stats(self, state: ProcessState) -> dict[str, int]:
         return {}
 
+    def _check_rows(self, idx: np.ndarray) -> None:
+        """Raises when the rows `idx` the engine just read were not really
+        there (a mapped file cut meanwhile reads as zeros)."""
+
     # -- process-local native state -------------------------------------------------
 
     def _state(self) -> ProcessState:
@@ -165,6 +169,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         return self._assemble(arrays, idx)
 
     def _assemble(self, arrays: list[np.ndarray], idx: np.ndarray) -> Batch:
+        self._check_rows(idx)
         native = dict(zip(self._native_field_names(), arrays, strict=True))
         out: Batch = {}
         for name in self.field_names():

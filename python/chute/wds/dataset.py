@@ -35,7 +35,7 @@ from chute import _core
 from chute.engine import default_threads, next_stream_batch
 from chute.errors import engine_errors
 from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
-from chute.handlers import Handler, reraise_exception
+from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.loading import EngineDataset, LoaderSettings
 from chute.shards import (
     Splitter,
@@ -53,6 +53,7 @@ from chute.wds.compiler import (
     error_handlers,
     native_torch_batch,
 )
+from chute.wds.convert import DROPPED as _DROPPED
 from chute.wds.convert import BatchConverter, pin_copy
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count
 from chute.wds.fluent import Fluent
@@ -407,7 +408,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             timeout=timeout if timeout is not None else self.timeout,
             pin_memory=pin_memory,
         )
-        it = _Iteration(self, epoch, settings, loader, resume)
+        it = _Iteration(_Run(self, epoch, settings, loader, resume))
         self._iterations.append(weakref.ref(it))
         return it
 
@@ -516,6 +517,7 @@ class _Figures:
     """The consumer's side of an iteration's figures."""
 
     python_items: int = 0
+    python_skipped: int = 0  # samples dropped for members Python could not decode
     wait_seconds: float = 0.0
     finished: dict[str, Any] = field(default_factory=dict)  # engines of earlier passes
 
@@ -535,10 +537,47 @@ def _combine(finished: dict[str, Any], current: dict[str, Any]) -> dict[str, Any
 
 
 class _Iteration(Iterator[Any]):
-    """One epoch of a WebDataset: the passes over its shards (one engine
-    each), the Python stages, the epoch's item cap, and torch's batching when
-    a DataLoader asked for it. Owns its engine; holds no batch while it waits
-    for the next one."""
+    """One epoch of a WebDataset, as its user holds it. The work is done by a
+    `_Run` that this iterator owns and that holds no reference back to it, so
+    dropping the iterator ends the run at once: its engine and threads stop."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        self.running = True
+
+    def __next__(self) -> Any:
+        if not self.running:
+            raise StopIteration
+        try:
+            return next(self.run.items)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Ends this iteration now: its engine and threads stop."""
+        if not self.running:
+            return
+        self.running = False
+        # Closing the innermost generator ends its engine (the stages
+        # wrapping it are dropped with it).
+        self.run.source.close()
+        self.run.dataset._finished_stats = self.run.stats()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        return self.run.stats()
+
+    def state(self) -> dict[str, Any]:
+        return self.run.state()
+
+
+class _Run:
+    """The passes of one epoch over the shards (one engine each), the Python
+    stages, the epoch's item cap, and torch's batching when a DataLoader
+    asked for it. Holds no batch while it waits for the next one."""
 
     def __init__(
         self,
@@ -552,7 +591,6 @@ class _Iteration(Iterator[Any]):
         self.settings = settings
         self.figures = _Figures()
         self.engine: Any = None
-        self.running = True
         self.urls, self.worker = dataset._shard_urls()
         self.rank, _ = rank_and_world_size()
         start = resume if resume is not None else StreamPosition(epoch=epoch, shuffle_seed=None)
@@ -593,33 +631,12 @@ class _Iteration(Iterator[Any]):
             items = _as_torch_loader(items, loader, native_batch is not None)
         self.items = items
 
-    def __next__(self) -> Any:
-        if not self.running:
-            raise StopIteration
-        try:
-            return next(self.items)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Ends this iteration now: its engine and threads stop."""
-        if not self.running:
-            return
-        self.running = False
-        # Closing the innermost generator ends its engine (the stages
-        # wrapping it are dropped with it).
-        self.source.close()
-        self.dataset._finished_stats = self.stats()
-
-    def __del__(self) -> None:
-        self.close()
-
     def stats(self) -> dict[str, Any]:
         engine = self.engine
         current = engine.stats() if engine is not None else {}
         out: dict[str, Any] = dict.fromkeys(STREAM_STATS_KEYS, 0)
         out.update(_combine(self.figures.finished, current))
+        out["samples_skipped"] += self.figures.python_skipped
         out["python_items"] = self.figures.python_items
         out["wait_seconds"] = self.figures.wait_seconds
         return out
@@ -635,6 +652,18 @@ class _Iteration(Iterator[Any]):
 
     def _count(self, n: int) -> None:
         self.figures.python_items += n
+
+    def _member_failure(self, error: BaseException) -> bool:
+        """A member that failed to decode in Python, for the decode stage's
+        handler: True skips its sample, False stops; reraise raises it."""
+        self.figures.python_skipped += 1
+        handler = self.handlers.member
+        if handler is reraise_exception:
+            raise error
+        if handler is warn_and_continue:
+            warnings.warn(str(error), SkippedSampleWarning, stacklevel=2)
+            return True
+        return bool(handler(error))
 
     def _passes(self, start: StreamPosition) -> Generator[Any, None, None]:
         """The epoch's passes over the shards, each through the Python stages
@@ -684,7 +713,7 @@ class _Iteration(Iterator[Any]):
             copy_to_pinned = settings.pin_memory and not apply_pin_hooks(plan)
             engine = _core.StreamEngine(plan)
         self.engine = engine
-        converter = BatchConverter(compiled, self.urls)
+        converter = BatchConverter(compiled, self.urls, self._member_failure)
         position = self.position
         try:
             while True:
@@ -697,28 +726,31 @@ class _Iteration(Iterator[Any]):
                     break
                 if compiled.batch_size is not None:
                     position.batches += 1
-                    if batch.size == 0:  # the handler skipped every row of it
-                        if stop:
-                            break
-                        continue
-                    out = converter.batch(batch)
+                    # Rows the handler skipped (in the engine or here) leave
+                    # a smaller batch, or none.
+                    out = converter.batch(batch) if batch.size else None
                     # While the next batch is awaited only the caller keeps
                     # this one alive: once it lets go, its buffer is free for
                     # the batches being decoded.
                     del batch
-                    yield pin_copy(out) if copy_to_pinned else out
+                    if out is not None:
+                        yield pin_copy(out) if copy_to_pinned else out
                     del out
                 else:
+                    # Rows are counted as the engine numbered them, so that a
+                    # resumed run skips the same ones whatever Python dropped.
                     for i, row in enumerate(converter.rows(batch)):
                         if i < skip_rows:
                             continue
                         position.rows = i + 1
-                        yield row
+                        if row is not _DROPPED:
+                            yield row
+                        del row
                     del batch
                     skip_rows = 0
                     position.batches += 1
                     position.rows = 0
-                if stop:
+                if stop or converter.stopped:
                     break
         finally:
             engine.close()

@@ -1,14 +1,27 @@
+// What the Python drop-in layer needs beyond the engine's own bindings.
+//
 // Names from tar headers as Python strings that never fail to convert. Tar
 // member names are bytes; webdataset (Python's tarfile) decodes them as UTF-8
 // with "surrogateescape", so a name that is not valid UTF-8 still gives a key
 // (its stray bytes as U+DC80..U+DCFF) instead of a UnicodeDecodeError. Keys
 // and extensions are decoded that way here; messages, which are read by
 // people, show stray bytes as \xNN.
+//
+// Whole files mapped for numpy (ArrayDataset's .npy paths) through MappedFile,
+// so that a file cut while mapped reads as zeros past its new end instead of
+// killing the process with SIGBUS, and the cut is seen by check_size().
+#include <fcntl.h>
 #include <pybind11/pybind11.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <memory>
 #include <string>
 
 #include "bindings/registry.h"
+#include "core/error.h"
+#include "io/mapped_region.h"
+#include "io/unique_fd.h"
 #include "pipeline/batch.h"
 #include "pipeline/stream_engine.h"
 
@@ -27,7 +40,7 @@ py::str name_str(const std::string& s) { return decode_utf8(s, "surrogateescape"
 
 }  // namespace
 
-void register_names(py::module_& m) {
+void register_dropin(py::module_& m) {
   m.def(
       "_batch_keys",
       [](const Batch& batch) {
@@ -59,6 +72,36 @@ void register_names(py::module_& m) {
         return out;
       },
       "StreamEngine.take_skip_messages() with stray bytes of tar names shown as \\xNN.");
+
+  py::class_<MappedFile, std::shared_ptr<MappedFile>>(
+      m, "_MappedFile", py::buffer_protocol(),
+      "A whole file mapped read-only; pages past a new end read as zeros (see check_size).")
+      .def_buffer([](MappedFile& f) {
+        return py::buffer_info(const_cast<uint8_t*>(f.data()), 1,
+                               py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(f.size())}, {1}, /*readonly=*/true);
+      })
+      .def_property_readonly("size", &MappedFile::size)
+      .def_property_readonly("valid_size", &MappedFile::valid_size)
+      .def("check_size", &MappedFile::check_size,
+           "Looks at the file's size now; True when it is shorter than when mapped.");
+  m.def(
+      "_map_file",
+      [](const std::string& path) -> std::shared_ptr<MappedFile> {
+        int fd;
+        do {
+          fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        } while (fd < 0 && errno == EINTR);
+        const int err = errno;
+        CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "': " << errno_message(err));
+        UniqueFd owned(fd);
+        struct stat st {};
+        CHUTE_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), kIo,
+                    "cannot map '" << path << "': not a regular file");
+        return MappedFile::map(fd, static_cast<uint64_t>(st.st_size));
+      },
+      py::arg("path"),
+      "The file mapped whole, or None when it is empty or cannot be mapped (too many at once).");
 }
 
 }  // namespace chute::bindings
