@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from chute.errors import engine_errors
+
 # How long one native wait of the indexed engine lasts before Python regains
 # control, so that Ctrl-C and timeouts are noticed while the engine works.
 WAIT_SLICE_S = 0.1
@@ -39,7 +41,8 @@ def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
             if remaining <= 0:
                 raise TimeoutError(f"no batch within {timeout} s")
             slice_s = min(slice_s, remaining)
-        arrays = engine.next(slice_s)
+        with engine_errors():
+            arrays = engine.next(slice_s)
         if arrays is not None:
             return list(arrays)
 
@@ -47,7 +50,8 @@ def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
 def next_stream_batch(engine: Any, timeout: float) -> Any:
     """The stream engine's next batch (None at the end). The native wait runs
     in short slices that let Python handle Ctrl-C; False means `timeout` passed."""
-    batch = engine.next(timeout)
+    with engine_errors():
+        batch = engine.next(timeout)
     if batch is False:
         raise TimeoutError(f"no batch within {timeout:g} seconds")
     return batch
