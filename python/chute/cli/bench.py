@@ -83,11 +83,50 @@ def _known_sample_count(paths: list[str]) -> int | None:
     return total
 
 
+class ResizeCrop:
+    """What ``decode(spec, size=(h, w))`` does in chute, for the webdataset
+    side of ``--compare``: each decoded image (a torch CHW or numpy HWC
+    array) resized on its shorter side and cropped to (h, w) at the centre,
+    antialiased bilinear, so that both loaders do the same work."""
+
+    def __init__(self, size: tuple[int, int]) -> None:
+        self.size = size
+
+    def _image(self, value: Any) -> Any:
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+
+        if isinstance(value, np.ndarray) and value.ndim == 3:
+            return self._image(torch.from_numpy(value).permute(2, 0, 1)).permute(1, 2, 0).numpy()
+        if not isinstance(value, torch.Tensor) or value.ndim != 3:
+            return value
+        h, w = self.size
+        scale = max(h / value.shape[1], w / value.shape[2])
+        rh, rw = max(h, round(value.shape[1] * scale)), max(w, round(value.shape[2] * scale))
+        out = F.interpolate(value[None].float(), size=(rh, rw), mode="bilinear", antialias=True)[0]
+        top, left = (rh - h) // 2, (rw - w) // 2
+        out = out[:, top : top + h, left : left + w]
+        return out.round().clamp(0, 255).to(value.dtype) if value.dtype == torch.uint8 else out
+
+    def __call__(self, sample: Any) -> Any:
+        if isinstance(sample, dict):
+            return {k: self._image(v) for k, v in sample.items()}
+        return tuple(self._image(v) for v in sample)
+
+
 def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
     ds = module.WebDataset(config["paths"], shardshuffle=False)
     decode = config["decode"]
+    size = tuple(config["size"]) if config.get("size") else None
     if decode != "raw":
-        ds = ds.decode(decode) if decode else ds.decode()
+        specs = (decode,) if decode else ()
+        if size is not None and module.__name__.startswith("chute"):
+            ds = ds.decode(*specs, size=size)
+        else:
+            ds = ds.decode(*specs)
+            if size is not None:
+                ds = ds.map(ResizeCrop(size))
     if config["to_tuple"]:
         ds = ds.to_tuple(*config["to_tuple"])
     return ds.batched(config["batch_size"])
@@ -160,7 +199,16 @@ def _run_in_subprocess(config: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     if args._config:
-        print(json.dumps(_run_one(json.loads(args._config))))
+        import chute
+
+        try:
+            print(json.dumps(_run_one(json.loads(args._config))))
+        except (chute.DataError, chute.ReadError) as exc:
+            message = str(exc)
+            if "set an output size" in message:
+                message += "; with chute bench: --size H W"
+            print(f"chute bench: {message}", file=sys.stderr)
+            return EXIT_PROBLEMS
         return EXIT_OK
     if not args.paths:
         raise UsageError("bench needs at least one tar shard")
@@ -187,13 +235,20 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(
                 "--compare needs webdataset installed (pip install webdataset)"
             ) from exc
-    to_tuple = args.to_tuple.split() if args.to_tuple else []
+    # Fields as webdataset's to_tuple takes them in one string ("jpg cls"),
+    # or comma-separated ("jpg,cls"); ";" separates alternatives ("jpg;png").
+    to_tuple = args.to_tuple.replace(",", " ").split()
+    if args.size is not None and min(args.size) < 1:
+        raise UsageError(f"--size needs two positive numbers (height width), not {args.size}")
+    if args.size is not None and decode in ("", "raw"):
+        raise UsageError("--size resizes decoded images: give an image spec with --decode")
     config: dict[str, Any] = {
         "paths": [str(Path(p).resolve()) for p in paths],
         "batch_size": args.batch_size,
         "workers": args.workers,
         "decode": decode.lower(),
         "to_tuple": to_tuple,
+        "size": args.size,
         "limit": args.limit,
         "total": _known_sample_count(paths),
         "progress": not args.no_progress,
@@ -245,7 +300,18 @@ def register(sub: Any) -> None:
         " decoding, 'raw' for no decode stage at all",
     )
     p.add_argument(
-        "--to-tuple", default="", metavar="KEYS", help="space-separated fields, e.g. 'jpg cls'"
+        "--to-tuple",
+        default="",
+        metavar="KEYS",
+        help="fields, space- or comma-separated ('jpg;png cls' or jpg,cls)",
+    )
+    p.add_argument(
+        "--size",
+        type=int,
+        nargs=2,
+        metavar=("H", "W"),
+        help="resize (shorter side) and centre-crop decoded images to H x W, so that"
+        " images of different sizes batch (chute decodes with size=(H, W))",
     )
     p.add_argument("--compare", action="store_true", help="also run torch DataLoader + webdataset")
     p.add_argument("--limit", type=int, default=0, help="stop after about this many samples")
