@@ -633,3 +633,19 @@ def test_members_decoded_in_python_follow_the_decode_handler(tmp_path: Path, bui
         got = [(j, int(c)) for b in got for j, c in zip(*b, strict=True)]
     assert_same(ref, got)
     assert ds.stats()["samples_skipped"] == 2
+
+
+def test_webloader_repeat_and_with_epoch_like_webdataset(small: list[str]) -> None:
+    def run(module: Any, build: Any) -> list[int]:
+        ds = module.WebDataset(small, shardshuffle=False).decode().to_tuple("cls").batched(20)
+        loader = build(module.WebLoader(ds, batch_size=None, num_workers=0))
+        return [len(b[0]) for b in loader]
+
+    for build in (
+        lambda loader: loader.repeat(nepochs=2),
+        lambda loader: loader.unbatched().batched(25).repeat(nepochs=2),
+        lambda loader: loader.repeat(2, nbatches=7),
+        lambda loader: loader.unbatched().batched(40).with_epoch(5),
+    ):
+        assert run(wds, build) == run(webdataset, build)
+    assert run(wds, lambda loader: loader.repeat(nepochs=2)) == [20, 20, 20, 20, 10] * 2
