@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/engine_face.h"
 #include "bindings/numpy_convert.h"
 #include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
@@ -129,16 +130,6 @@ std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::
                                            std::move(row_shape), keep_python_alive(array));
 }
 
-py::dict allocator_dict(const AllocatorStats& a) {
-  py::dict d;
-  d["arenas_created"] = a.arenas_created;
-  d["bytes_reserved"] = a.bytes_reserved;
-  d["bytes_in_use"] = a.bytes_in_use;
-  d["peak_bytes_reserved"] = a.peak_bytes_reserved;
-  d["peak_bytes_in_use"] = a.peak_bytes_in_use;
-  return d;
-}
-
 }  // namespace
 
 void register_indexed(py::module_& m) {
@@ -204,20 +195,27 @@ void register_indexed(py::module_& m) {
       m, "ArraySource", "Rows of an array the source keeps alive (numpy, memmap, tensor.numpy()).")
       .def(py::init(&make_array_source), py::arg("name"), py::arg("array"));
 
-  py::class_<IndexedEngine>(m, "IndexedEngine",
-                            "Native threads gathering index batches from row sources.")
-      .def(py::init<std::vector<std::shared_ptr<RowSource>>, int, int, int64_t>(),
-           py::arg("sources"), py::arg("num_threads"), py::arg("max_in_flight"),
-           py::arg("piece_rows") = 0)
-      .def_property_readonly("num_rows", &IndexedEngine::num_rows)
+  py::class_<IndexedPlan>(m, "IndexedPlan", "What an IndexedEngine reads and how.")
+      .def(py::init<>())
+      .def_readwrite("sources", &IndexedPlan::sources,
+                     "One row source per output field, all with the same number of rows.")
+      .def_readwrite("num_threads", &IndexedPlan::num_threads)
+      .def_readwrite("max_in_flight", &IndexedPlan::max_in_flight,
+                     "Batches started ahead of the consumer.")
+      .def_readwrite("piece_rows", &IndexedPlan::piece_rows,
+                     "Rows per piece of work; 0 picks it from the row size.")
       .def(
           "set_pin_hooks",
-          [](IndexedEngine& e, uintptr_t register_fn, uintptr_t unregister_fn) {
-            e.allocator().set_pin_hooks(pin_hooks_from_addresses(register_fn, unregister_fn));
+          [](IndexedPlan& p, uintptr_t register_fn, uintptr_t unregister_fn) {
+            p.pin = pin_hooks_from_addresses(register_fn, unregister_fn);
           },
           py::arg("register_fn"), py::arg("unregister_fn"),
-          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning); call before "
-          "the first submit.")
+          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
+
+  py::class_<IndexedEngine>(m, "IndexedEngine",
+                            "Native threads gathering index batches from row sources.")
+      .def(py::init<IndexedPlan>(), py::arg("plan"))
+      .def_property_readonly("num_rows", &IndexedEngine::num_rows)
       .def(
           "submit",
           [](IndexedEngine& e, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx) {
@@ -230,36 +228,17 @@ void register_indexed(py::module_& m) {
           py::arg("indices"), "Queue a batch of row indices; returns its sequence number.")
       .def(
           "next",
-          [](IndexedEngine& e, double timeout_s) -> py::object {
-            Batch batch;
-            bool got = false;
-            {
-              py::gil_scoped_release release;
-              got = e.next(&batch, timeout_s);
-            }
-            if (!got) return py::none();
-            py::list cols(batch.columns.size());
-            for (size_t i = 0; i < batch.columns.size(); ++i) {
-              cols[i] = tensor_to_numpy(batch.columns[i].stacked);
-            }
-            return std::move(cols);
+          [](IndexedEngine& engine, double timeout) {
+            return wait_for_batch(
+                [&](Batch* out, double slice) { return engine.next(out, slice); }, timeout);
           },
-          py::arg("timeout_s") = 0.0,
-          "The next batch in submission order as a list of arrays (one per source), or None "
-          "on timeout.")
+          py::arg("timeout") = 0.0,
+          "The next batch in submission order (one column per source). Raises TimeoutError "
+          "when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch "
+          "at its position.")
       .def("close", &IndexedEngine::close, py::call_guard<py::gil_scoped_release>())
       .def("outstanding", &IndexedEngine::outstanding)
-      .def("stats", [](const IndexedEngine& e) {
-        const IndexedEngineStats s = e.stats();
-        py::dict d;
-        d["batches"] = s.batches;
-        d["rows"] = s.rows;
-        d["bytes"] = s.bytes;
-        d["source_bytes_read"] = s.source_bytes_read;
-        d["submitted"] = s.submitted;
-        d["allocator"] = allocator_dict(s.allocator);
-        return d;
-      });
+      .def("stats", [](const IndexedEngine& e) { return stats_dict(e.stats()); });
 }
 
 }  // namespace chute::bindings
