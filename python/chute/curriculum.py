@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from chute.indexed import Batch, IndexedDataset, _wait, submitted_ahead
+from chute.indexed import Batch, IndexedDataset, _engine, _wait, submitted_ahead
 from chute.shards import rank_and_world_size
 
 GroupKey = Any  # str for named groups, or any hashable label of a label array
@@ -402,8 +402,6 @@ class MixedDataset(IndexedDataset):
         """As `IndexedDataset.iter_batches`; one engine per dataset, each fed
         the parts of the batches that touch it, in order. The parts are
         gathered into a new batch, which is pinned by a copy when asked."""
-        from chute import _core
-
         prefetch = max(1, int(prefetch))
         engines: dict[int, Any] = {}
         Split = tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]
@@ -414,9 +412,7 @@ class MixedDataset(IndexedDataset):
             for d, _, local in split:
                 if d not in engines:
                     state = self.datasets[d]._state()
-                    engines[d] = _core.IndexedEngine(
-                        state.sources, max(1, int(num_threads)), prefetch
-                    )
+                    engines[d] = _engine(state.sources, max(1, int(num_threads)), prefetch)
                 engines[d].submit(local)
             return int(idx.size), split
 
@@ -437,7 +433,7 @@ class MixedDataset(IndexedDataset):
             yield from submitted_ahead(index_batches, prefetch, submit, collect)
         finally:
             for engine in engines.values():
-                self._totals["bytes"] += int(engine.stats()["bytes"])
+                self._totals["bytes"] += int(engine.stats()["bytes_yielded"])
                 engine.close()
 
     def stats(self) -> dict[str, Any]:

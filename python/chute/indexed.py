@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -31,15 +30,14 @@ from chute.pinning import pin_hooks
 
 Batch = dict[str, torch.Tensor]
 
+# The dataset's totals and the engine stats they add up.
+_ENGINE_TOTALS = {"batches": "batches", "rows": "samples_yielded", "bytes": "bytes_yielded"}
+
 # Native objects inherited through fork() from another process. Their threads
 # do not exist here and their locks may be held forever, so they must never
 # be used or destroyed (destroying an engine joins threads): they are parked
 # here for the life of the process.
 _ABANDONED: list[object] = []
-
-# How long one native wait lasts before Python regains control, so that
-# Ctrl-C and timeouts are noticed while the engine works.
-_WAIT_SLICE_S = 0.1
 
 
 class _ProcessState:
@@ -157,7 +155,7 @@ class IndexedDataset(Dataset[Batch]):
         with state.lock:
             if state.engine is None:
                 threads = 1 if torch.utils.data.get_worker_info() is not None else self._num_threads
-                state.engine = _core.IndexedEngine(state.sources, threads, 1)
+                state.engine = _engine(state.sources, threads, 1)
             state.engine.submit(idx)
             arrays = _wait(state.engine, 0.0)
         return self._assemble(arrays, idx)
@@ -200,9 +198,7 @@ class IndexedDataset(Dataset[Batch]):
         key = (max(1, int(num_threads)), prefetch, hooks)
         engine = state.idle.pop(key, None)
         if engine is None:
-            engine = _core.IndexedEngine(state.sources, key[0], prefetch)
-            if hooks is not None:
-                engine.set_pin_hooks(*hooks)
+            engine = _engine(state.sources, key[0], prefetch, hooks)
         stats_before = engine.stats()
         state.live[engine] = stats_before
         clean = False
@@ -232,8 +228,10 @@ class IndexedDataset(Dataset[Batch]):
     # -- stats -------------------------------------------------------------------------------
 
     def _add_totals(self, s: dict[str, Any], before: dict[str, Any] | None = None) -> None:
-        for key in ("batches", "rows", "bytes"):
-            self._totals[key] += int(s[key]) - (int(before[key]) if before is not None else 0)
+        for key, engine_key in _ENGINE_TOTALS.items():
+            self._totals[key] += int(s[engine_key]) - (
+                int(before[engine_key]) if before is not None else 0
+            )
 
     def stats(self) -> dict[str, Any]:
         """Counters of this process: batches/rows/bytes delivered by
@@ -248,8 +246,10 @@ class IndexedDataset(Dataset[Batch]):
             running.append((state.engine, None))
         for engine, before in running:
             s = engine.stats()
-            for key in ("batches", "rows", "bytes"):
-                out[key] += int(s[key]) - (int(before[key]) if before is not None else 0)
+            for key, engine_key in _ENGINE_TOTALS.items():
+                out[key] += int(s[engine_key]) - (
+                    int(before[engine_key]) if before is not None else 0
+                )
         out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
         out.update(self._native_stats(state))
         return out
@@ -284,18 +284,21 @@ def submitted_ahead(
 
 
 def _wait(engine: Any, timeout: float) -> list[np.ndarray]:
-    """engine.next() in short native waits, so signals get handled between them."""
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    while True:
-        slice_s = _WAIT_SLICE_S
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no batch within {timeout} s")
-            slice_s = min(slice_s, remaining)
-        arrays = engine.next(slice_s)
-        if arrays is not None:
-            return list(arrays)
+    """The next batch's columns (the native wait handles signals and `timeout`)."""
+    batch = engine.next(timeout)
+    return [batch.column(i) for i in range(batch.num_columns)]
+
+
+def _engine(
+    sources: list[Any], threads: int, in_flight: int, hooks: tuple[int, int] | None = None
+) -> Any:
+    plan = _core.IndexedPlan()
+    plan.sources = sources
+    plan.num_threads = threads
+    plan.max_in_flight = in_flight
+    if hooks is not None:
+        plan.set_pin_hooks(*hooks)
+    return _core.IndexedEngine(plan)
 
 
 def _default_threads() -> int:

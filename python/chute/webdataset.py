@@ -783,7 +783,7 @@ class WebDataset(_Fluent, IterableDataset[Any]):
             live = self._live
             while True:
                 started = time.perf_counter()
-                batch = _next_batch(engine, settings.timeout)
+                batch = engine.next(settings.timeout)
                 live.wait_seconds += time.perf_counter() - started
                 stop = _report_skips(engine, handler)
                 if batch is None:
@@ -841,15 +841,6 @@ class _LiveIteration:
     wait_seconds: float = 0.0
 
 
-def _next_batch(engine: Any, timeout: float) -> Any:
-    """The engine's next batch (None at the end). The native wait runs in
-    short slices that let Python handle Ctrl-C; False means `timeout` passed."""
-    batch = engine.next(timeout)
-    if batch is False:
-        raise TimeoutError(f"no batch within {timeout:g} seconds")
-    return batch
-
-
 def _apply_pin_hooks(plan: Any) -> bool:
     """Pins batch memory in the engine; False when CUDA is there but the
     runtime's functions were not found (the caller then copies)."""
@@ -900,14 +891,14 @@ def _local_path(url: str) -> str | None:
 
 
 def _report_skips(engine: Any, handler: Handler) -> bool:
-    """Hands skipped samples to the handler; True when it asks to stop."""
-    messages = engine.take_skip_messages()
-    if handler is ignore_and_continue or not messages:
+    """Hands the errors of skipped samples to the handler; True when it asks to stop."""
+    errors = engine.take_skipped()
+    if handler is ignore_and_continue or not errors:
         return False
-    for message in messages:
+    for error in errors:
         if handler is warn_and_continue:
-            warnings.warn(message, stacklevel=3)
-        elif not handler(_core.DataError(message)):
+            warnings.warn(str(error), stacklevel=3)
+        elif not handler(error):
             return True
     return False
 
