@@ -1,6 +1,6 @@
 #include "compose/stream_request.h"
 
-#include "compose/registry.h"
+#include "compose/catalog.h"
 
 namespace chute {
 

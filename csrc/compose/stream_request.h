@@ -1,6 +1,6 @@
 // A stream engine's plan as Python describes it: the generic settings, how
 // to reach the urls (io's SourceOptions) and each field's codec spec.
-// compose_stream_plan() picks the source and the decoders (registry.h) and
+// compose_stream_plan() picks the source and the decoders (catalog.h) and
 // returns the plan the engine runs.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "compose/registry.h"
+#include "compose/catalog.h"
 
 #include "core/error.h"
 #include "decode/image_field.h"

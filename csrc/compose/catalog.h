@@ -1,7 +1,7 @@
 // The one place that knows which sample source reads a url and which field
 // decoder a field spec asks for. A new source (an object store, an indexed
 // tar shard) or a new codec is a file pair in its own folder plus one line
-// in a table of registry.cc; the engines never change.
+// in a table of catalog.cc; the engines never change.
 #pragma once
 
 #include <memory>
