@@ -8,7 +8,7 @@ namespace chute {
 
 namespace {
 
-// Piece size: about 128 KiB of output per piece, at least 8 rows. Measured on
+// Piece size: about 128 KiB of output per piece, at least 2 rows. Measured on
 // 2 cores: for 256-byte rows a batch of 256 is one piece (splitting it only
 // adds hand-offs, and the prefetched batches keep both cores busy), while a
 // batch of 32 rows of 63 KB becomes 16 pieces of 2 rows that both threads

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -410,11 +410,190 @@ class H5Context:
         ...
     def stats(self) -> dict[str, typing.Any]:
         ...
+class H5LayoutKind:
+    """
+    Members:
+    
+      CONTIGUOUS
+    
+      CHUNKED
+    
+      UNALLOCATED
+    """
+    CHUNKED: typing.ClassVar[H5LayoutKind]
+    CONTIGUOUS: typing.ClassVar[H5LayoutKind]
+    UNALLOCATED: typing.ClassVar[H5LayoutKind]
+    __members__: typing.ClassVar[dict[str, H5LayoutKind]]
+    @typing.overload
+    def __eq__(self, other: H5LayoutKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: H5LayoutKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class H5Filter:
+    """
+    Members:
+    
+      DEFLATE
+    
+      SHUFFLE
+    
+      FLETCHER32
+    """
+    DEFLATE: typing.ClassVar[H5Filter]
+    FLETCHER32: typing.ClassVar[H5Filter]
+    SHUFFLE: typing.ClassVar[H5Filter]
+    __members__: typing.ClassVar[dict[str, H5Filter]]
+    @typing.overload
+    def __eq__(self, other: H5Filter) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: H5Filter) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class H5Layout:
+    """
+    How one HDF5 dataset is stored in one file, as h5py describes it.
+    """
+    dataset: str
+    kind: H5LayoutKind
+    path: str
+    def __init__(self) -> None:
+        ...
+    def set_chunks(self, offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], addresses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64], sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64], masks: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32]) -> None:
+        """
+        CHUNKED: the allocated chunks: element offsets (n x rank, after chunk_shape is set), byte addresses, stored sizes, filter masks.
+        """
+    @property
+    def chunk_shape(self) -> list[int]:
+        """
+        CHUNKED: full rank.
+        """
+    @chunk_shape.setter
+    def chunk_shape(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
+    def dtype(self) -> str:
+        """
+        numpy's dtype string, byte order included (e.g. '>f4').
+        """
+    @dtype.setter
+    def dtype(self, arg1: str) -> None:
+        ...
+    @property
+    def file_size(self) -> int:
+        ...
+    @file_size.setter
+    def file_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def fill(self) -> bytes:
+        """
+        One element in the file's byte order; unallocated storage reads as it.
+        """
+    @fill.setter
+    def fill(self, arg1: bytes) -> None:
+        ...
+    @property
+    def filters(self) -> list[H5Filter]:
+        """
+        CHUNKED: in the order they were applied.
+        """
+    @filters.setter
+    def filters(self, arg0: collections.abc.Sequence[H5Filter]) -> None:
+        ...
+    @property
+    def inode(self) -> int:
+        ...
+    @inode.setter
+    def inode(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def mtime_ns(self) -> int:
+        ...
+    @mtime_ns.setter
+    def mtime_ns(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def num_rows(self) -> int:
+        ...
+    @num_rows.setter
+    def num_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def offset(self) -> int:
+        """
+        CONTIGUOUS: byte offset of row 0.
+        """
+    @offset.setter
+    def offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def row_shape(self) -> list[int]:
+        ...
+    @row_shape.setter
+    def row_shape(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
 class H5Source(RowSource):
     """
     One HDF5 dataset over one or more files, read natively.
     """
-    def __init__(self, context: H5Context, name: str, layouts: list[typing.Any]) -> None:
+    def __init__(self, context: H5Context, name: str, layouts: collections.abc.Sequence[H5Layout]) -> None:
         ...
 class ArraySource(RowSource):
     """
