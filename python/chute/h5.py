@@ -174,7 +174,7 @@ class H5Dataset(IndexedDataset):
     def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
         context = _core.H5Context(self._chunk_cache_bytes, self._max_open_files, self._mmap)
         sources = [
-            _core.H5Source(context, name, self._layouts[name])
+            _core.H5Source(context, name, [_native_layout(d) for d in self._layouts[name]])
             for name in self._native_field_names()
         ]
         return sources, {"context": context, "h5files": {}}
@@ -290,6 +290,43 @@ def _describe_dataset(
         chunk_masks=masks,
     )
     return layout, None
+
+
+_NATIVE_KINDS = {
+    "contiguous": _core.H5LayoutKind.CONTIGUOUS,
+    "chunked": _core.H5LayoutKind.CHUNKED,
+    "unallocated": _core.H5LayoutKind.UNALLOCATED,
+}
+_NATIVE_FILTER_CODES = {
+    "deflate": _core.H5Filter.DEFLATE,
+    "shuffle": _core.H5Filter.SHUFFLE,
+    "fletcher32": _core.H5Filter.FLETCHER32,
+}
+
+
+def _native_layout(d: dict[str, Any]) -> _core.H5Layout:
+    """The engine's typed layout for a description from `_describe_dataset`
+    (kept as a plain dict so that the dataset pickles)."""
+    layout = _core.H5Layout()
+    layout.path = d["path"]
+    layout.dataset = d["dataset"]
+    layout.dtype = d["dtype"]
+    layout.row_shape = d["row_shape"]
+    layout.num_rows = d["num_rows"]
+    layout.fill = d["fill"]
+    layout.file_size = d["file_size"]
+    layout.mtime_ns = d["mtime_ns"]
+    layout.inode = d["inode"]
+    layout.kind = _NATIVE_KINDS[d["kind"]]
+    if d["kind"] == "contiguous":
+        layout.offset = d["offset"]
+    elif d["kind"] == "chunked":
+        layout.chunk_shape = d["chunk_shape"]
+        layout.filters = [_NATIVE_FILTER_CODES[f] for f in d["filters"]]
+        layout.set_chunks(
+            d["chunk_offsets"], d["chunk_addresses"], d["chunk_sizes"], d["chunk_masks"]
+        )
+    return layout
 
 
 def _chunk_table(d: h5py.Dataset) -> tuple[np.ndarray, ...]:
