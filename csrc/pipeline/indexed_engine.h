@@ -7,6 +7,7 @@
 // (row i of a batch is index i).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>

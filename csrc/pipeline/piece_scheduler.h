@@ -40,8 +40,8 @@ class PieceJob {
   // Makes rows [begin, end) of batch_; pieces of one batch run concurrently
   // on disjoint rows. A throw fails the batch as if row `begin` failed.
   virtual void run(size_t begin, size_t end) = 0;
-  // Once, by the worker that finished the last piece, unless the batch
-  // failed: the last change to batch_ before it is delivered.
+  // Once, by the thread that delivers the batch (the one that finished its
+  // last piece), unless the batch failed: the last change to batch_.
   virtual void finish() {}
 
   // Row `row` failed: the batch fails with the error of its lowest failing
