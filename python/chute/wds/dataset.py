@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import IterableDataset, default_convert
 
 from chute import _core
-from chute.engine import default_threads, next_stream_batch
+from chute.engine import default_threads
 from chute.extensions import KEY_FIELD
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
@@ -489,7 +489,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             live = self._live
             while True:
                 started = time.perf_counter()
-                batch = next_stream_batch(engine, settings.timeout)
+                batch = engine.next(settings.timeout)
                 live.wait_seconds += time.perf_counter() - started
                 stop = report_skips(engine, handler)
                 if batch is None:

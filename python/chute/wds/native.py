@@ -76,13 +76,14 @@ def apply_pin_hooks(plan: Any) -> bool:
 
 
 def report_skips(engine: Any, handler: Handler) -> bool:
-    """Hands skipped samples to the handler; True when it asks to stop."""
-    messages = engine.take_skip_messages()
-    if handler is ignore_and_continue or not messages:
+    """Hands the errors of skipped samples (each of its own kind) to the
+    handler; True when it asks to stop."""
+    errors = engine.take_skipped()
+    if handler is ignore_and_continue or not errors:
         return False
-    for message in messages:
+    for error in errors:
         if handler is warn_and_continue:
-            warnings.warn(message, stacklevel=3)
-        elif not handler(_core.DataError(message)):
+            warnings.warn(str(error), stacklevel=3)
+        elif not handler(error):
             return True
     return False
