@@ -1,0 +1,38 @@
+# C++ unit tests: GoogleTest cases run by CTest, one executable per layer
+# (chute_<layer>_tests), each built from the csrc/<layer>/*_test.cc files that
+# sit beside the code they test. Included only with -DCHUTE_BUILD_TESTS=ON:
+# wheels never build them, and the engine library itself never compiles a
+# *_test.cc (CMakeLists.txt filters them out of its sources).
+find_package(GTest REQUIRED)
+include(GoogleTest)
+enable_testing()
+
+# What the tests link: the engine's static library, the only place to change
+# when the library is split by layer.
+set(CHUTE_TEST_LIBRARIES chute_core)
+
+# `cmake --build <dir> --target chute_unit_tests` builds every test executable
+# and nothing else (not the Python extension).
+add_custom_target(chute_unit_tests)
+
+file(GLOB_RECURSE _chute_test_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/csrc/*_test.cc)
+set(_chute_test_layers "")
+foreach(_src IN LISTS _chute_test_sources)
+  get_filename_component(_dir "${_src}" DIRECTORY)
+  get_filename_component(_layer "${_dir}" NAME)
+  list(APPEND _chute_test_layers ${_layer})
+  list(APPEND _chute_tests_${_layer} ${_src})
+endforeach()
+list(REMOVE_DUPLICATES _chute_test_layers)
+
+foreach(_layer IN LISTS _chute_test_layers)
+  set(_exe chute_${_layer}_tests)
+  add_executable(${_exe} ${_chute_tests_${_layer}})
+  target_link_libraries(${_exe} PRIVATE ${CHUTE_TEST_LIBRARIES} GTest::gtest_main)
+  target_compile_options(${_exe} PRIVATE -Wall -Wextra)
+  # PRE_TEST: the case list is read when ctest runs, so a build never runs a
+  # test binary (a sanitizer build's binaries need their runtime options).
+  # TIMEOUT is a hang guard per case, never a measurement.
+  gtest_discover_tests(${_exe} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 120 LABELS ${_layer})
+  add_dependencies(chute_unit_tests ${_exe})
+endforeach()
