@@ -2,6 +2,8 @@
 // includes this header.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,7 +36,7 @@ class TempDir {
     const char* base = std::getenv("TMPDIR");
     std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
                        "/chute-unit-XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "cannot create " << tmpl;
     path_ = tmpl;
   }
   ~TempDir() {
@@ -50,9 +52,12 @@ class TempDir {
   std::string write(const std::string& name, const std::string& bytes) const {
     const std::string file = path_ + "/" + name;
     std::FILE* f = std::fopen(file.c_str(), "wb");
-    if (f == nullptr) std::abort();
+    if (f == nullptr) {
+      ADD_FAILURE() << "cannot create " << file;
+      return file;
+    }
     const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-    if (std::fclose(f) != 0 || !ok) std::abort();
+    if (std::fclose(f) != 0 || !ok) ADD_FAILURE() << "cannot write " << file;
     return file;
   }
 
