@@ -25,11 +25,20 @@ foreach(_src IN LISTS _chute_test_sources)
 endforeach()
 list(REMOVE_DUPLICATES _chute_test_layers)
 
+set(_chute_pch_owner "")
 foreach(_layer IN LISTS _chute_test_layers)
   set(_exe chute_${_layer}_tests)
   add_executable(${_exe} ${_chute_tests_${_layer}})
   target_link_libraries(${_exe} PRIVATE ${CHUTE_TEST_LIBRARIES} GTest::gtest_main)
   target_compile_options(${_exe} PRIVATE -Wall -Wextra)
+  # gtest.h is most of each test file's compile time: parse it once, in a
+  # header that every test executable (built with the same flags) shares.
+  if(_chute_pch_owner)
+    target_precompile_headers(${_exe} REUSE_FROM ${_chute_pch_owner})
+  else()
+    target_precompile_headers(${_exe} PRIVATE <gtest/gtest.h> <string> <vector> <memory>)
+    set(_chute_pch_owner ${_exe})
+  endif()
   # PRE_TEST: the case list is read when ctest runs, so a build never runs a
   # test binary (a sanitizer build's binaries need their runtime options).
   # TIMEOUT is a hang guard per case, never a measurement.
