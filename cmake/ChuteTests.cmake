@@ -4,6 +4,11 @@
 # wheels never build them, and the engine library itself never compiles a
 # *_test.cc (CMakeLists.txt filters them out of its sources).
 find_package(GTest REQUIRED)
+if(TARGET GTest::gtest_main)
+  set(_chute_gtest_main GTest::gtest_main)
+else()  # FindGTest before CMake 3.20
+  set(_chute_gtest_main GTest::Main)
+endif()
 include(GoogleTest)
 enable_testing()
 
@@ -29,7 +34,7 @@ set(_chute_pch_owner "")
 foreach(_layer IN LISTS _chute_test_layers)
   set(_exe chute_${_layer}_tests)
   add_executable(${_exe} ${_chute_tests_${_layer}})
-  target_link_libraries(${_exe} PRIVATE ${CHUTE_TEST_LIBRARIES} GTest::gtest_main)
+  target_link_libraries(${_exe} PRIVATE ${CHUTE_TEST_LIBRARIES} ${_chute_gtest_main})
   target_compile_options(${_exe} PRIVATE -Wall -Wextra)
   # gtest.h is most of each test file's compile time: parse it once, in a
   # header that every test executable (built with the same flags) shares.
@@ -39,8 +44,8 @@ foreach(_layer IN LISTS _chute_test_layers)
     target_precompile_headers(${_exe} PRIVATE <gtest/gtest.h> <string> <vector> <memory>)
     set(_chute_pch_owner ${_exe})
   endif()
-  # PRE_TEST: the case list is read when ctest runs, so a build never runs a
-  # test binary (a sanitizer build's binaries need their runtime options).
+  # PRE_TEST: each binary lists its cases when ctest runs, rather than being
+  # run at the end of every build of it.
   # TIMEOUT is a hang guard per case, never a measurement.
   gtest_discover_tests(${_exe} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 120 LABELS ${_layer})
   add_dependencies(chute_unit_tests ${_exe})
