@@ -7,14 +7,15 @@ full decode.
 
 Stated bounds (uint8):
 - resample vs Pillow's resize(BILINEAR, reducing_gap=None): max abs diff <= 1,
-  mean <= 0.3. Weights are 16-bit fixed point (Pillow: 22-bit), and Pillow 13
-  runs the vertical pass first for some size pairs (Pillow <= 12 and
-  Pillow-SIMD never do; chute always runs the horizontal pass first), which
-  moves up to ~20% of the pixels by 1.
+  mean <= 0.3 (outputs of 64 values or more). Weights are 16-bit fixed point
+  (Pillow: 22-bit), and the two passes' order decides how the intermediate
+  rounds: Pillow <= 12 and Pillow-SIMD always run the horizontal pass first,
+  Pillow 13 switches for some size pairs, chute picks the cheaper order (see
+  image/resample.h). Where the orders differ, up to ~20% of the pixels move by 1.
 - region decode ("crop"): identical to the full decode.
 - DCT-scaled region decode ("scaled") vs Pillow full decode + crop + resize:
-  mean abs diff <= 2.0 per image, max <= 16 (measured: 1.26 and 11 on the
-  test images).
+  mean abs diff <= 2.0 per image, max <= 16 (measured on the test images:
+  1.09 and 7).
 """
 
 from __future__ import annotations
@@ -121,16 +122,29 @@ def model_pass(rows: np.ndarray, taps: list[Any], precision: int) -> np.ndarray:
 
 
 def model_resample(
-    img: np.ndarray, out_h: int, out_w: int, region: tuple[int, int, int, int], box: Any
+    img: np.ndarray,
+    out_h: int,
+    out_w: int,
+    region: tuple[int, int, int, int],
+    box: Any,
+    order: str = "horizontal",
 ) -> np.ndarray:
     """The resampler's exact output: region (y, x, h, w) readable, box
-    (y0, x0, y1, x1) in image pixels, horizontal pass first."""
+    (y0, x0, y1, x1) in image pixels, `order` the pass that runs first."""
     y, x, h, w = region
     src = img[y : y + h, x : x + w]
     tx, px = model_taps(w, box[1] - x, box[3] - x, out_w)
     ty, py = model_taps(h, box[0] - y, box[2] - y, out_h)
-    mid = model_pass(src, tx, px)
-    return model_pass(mid.swapaxes(0, 1), ty, py).swapaxes(0, 1)
+
+    def vertical(a: np.ndarray) -> np.ndarray:
+        return model_pass(a.swapaxes(0, 1), ty, py).swapaxes(0, 1)
+
+    if order == "horizontal":
+        return vertical(model_pass(src, tx, px))
+    return model_pass(vertical(src), tx, px)
+
+
+ORDERS = ("horizontal", "vertical")
 
 
 # ------------------------------------------------------------------ resample
@@ -164,7 +178,8 @@ def test_resize_close_to_pillow(channels: int, src: tuple[int, int], dst: tuple[
         assert got.shape == pil_resize(img, *dst).shape
         d = diff(got, pil_resize(img, *dst))
         assert d.max() <= 1
-        assert d.mean() <= 0.3
+        if d.size >= 64:  # a mean over a handful of values bounds nothing
+            assert d.mean() <= 0.3
 
 
 @pytest.mark.parametrize("channels", [1, 3])
@@ -174,9 +189,14 @@ def test_resize_is_the_integer_algorithm(
 ) -> None:
     img = noise(*src, channels, seed=3)
     h, w = src
-    expected = model_resample(img, *dst, (0, 0, h, w), (0, 0, h, w))
+    expected = {o: model_resample(img, *dst, (0, 0, h, w), (0, 0, h, w), o) for o in ORDERS}
     for simd in simd_levels():
-        assert np.array_equal(_core._resize(img, *dst, simd=simd), expected), simd
+        for order in ORDERS:
+            got = _core._resize(img, *dst, simd=simd, order=order)
+            assert np.array_equal(got, expected[order]), (simd, order)
+    # The automatic choice is one of the two.
+    auto = _core._resize(img, *dst)
+    assert any(np.array_equal(auto, e) for e in expected.values())
 
 
 def test_simd_levels_agree_on_random_geometry() -> None:
@@ -192,6 +212,7 @@ def test_simd_levels_agree_on_random_geometry() -> None:
         ch, cw = int(rng.integers(1, h - y + 1)), int(rng.integers(1, w - x + 1))
         out_h, out_w = (int(v) for v in rng.integers(1, 120, 2))
         flip = bool(rng.integers(2))
+        order = str(rng.choice(ORDERS))
         box = None
         if rng.integers(2):
             y0, y1 = sorted(rng.uniform(y, y + ch, 2))
@@ -199,13 +220,15 @@ def test_simd_levels_agree_on_random_geometry() -> None:
             if y1 - y0 > 1e-3 and x1 - x0 > 1e-3:
                 box = (float(y0), float(x0), float(y1), float(x1))
         results = [
-            _core._resize(img, out_h, out_w, crop=(y, x, ch, cw), box=box, flip=flip, simd=s)
+            _core._resize(
+                img, out_h, out_w, crop=(y, x, ch, cw), box=box, flip=flip, simd=s, order=order
+            )
             for s in levels
         ]
         for r in results[1:]:
             assert np.array_equal(r, results[0])
         by_box = box or (y, x, y + ch, x + cw)
-        expected = model_resample(img, out_h, out_w, (y, x, ch, cw), by_box)
+        expected = model_resample(img, out_h, out_w, (y, x, ch, cw), by_box, order)
         assert np.array_equal(results[0], expected[:, ::-1] if flip else expected)
 
 
@@ -246,17 +269,20 @@ def test_box_close_to_pillow_box() -> None:
 def test_flip_mirrors_the_output() -> None:
     for c in (1, 3):
         img = noise(37, 53, c, seed=c)
-        for out in [(37, 53), (20, 31), (80, 90)]:
-            plain = _core._resize(img, *out, crop=(2, 3, 30, 41))
-            flipped = _core._resize(img, *out, crop=(2, 3, 30, 41), flip=True)
-            assert np.array_equal(flipped, plain[:, ::-1])
+        for out in [(37, 53), (20, 31), (80, 90), (30, 41)]:
+            for order in ORDERS:
+                plain = _core._resize(img, *out, crop=(2, 3, 30, 41), order=order)
+                flipped = _core._resize(img, *out, crop=(2, 3, 30, 41), flip=True, order=order)
+                assert np.array_equal(flipped, plain[:, ::-1])
 
 
 def test_pure_crop_copies_pixels() -> None:
     img = noise(40, 50, 3, seed=8)
-    assert np.array_equal(_core._resize(img, 20, 30, crop=(5, 6, 20, 30)), img[5:25, 6:36])
-    got = _core._resize(img, 20, 30, crop=(5, 6, 20, 30), flip=True)
-    assert np.array_equal(got, img[5:25, 6:36][:, ::-1])
+    for order in ("auto", *ORDERS):
+        got = _core._resize(img, 20, 30, crop=(5, 6, 20, 30), order=order)
+        assert np.array_equal(got, img[5:25, 6:36])
+        got = _core._resize(img, 20, 30, crop=(5, 6, 20, 30), flip=True, order=order)
+        assert np.array_equal(got, img[5:25, 6:36][:, ::-1])
 
 
 def test_taps_cache_keeps_results() -> None:
@@ -581,6 +607,23 @@ def random_crops(h: int, w: int, n: int, seed: int) -> list[tuple[int, int, int,
     return crops
 
 
+@pytest.mark.parametrize("order", ORDERS)
+def test_streamed_rows_equal_whole_image(order: str) -> None:
+    # The decoder hands rows over a few at a time (libjpeg's row groups); the
+    # resample of that stream equals the resample of the whole decoded image.
+    img = photo(203, 301, 3, seed=24)
+    for name, data in jpeg_variants(img).items():
+        for mode, pil_mode in (("rgb", "RGB"), ("l", "L")):
+            decoded = pil_decode(data, pil_mode)
+            for crop in random_crops(203, 301, n=5, seed=25):
+                for out in [(17, 29), (150, 150), (crop[2], max(1, crop[3] // 3))]:
+                    got, _, _ = _core._decode_resampled(
+                        data, *out, crop=crop, region="full", mode=mode, order=order
+                    )
+                    expected = _core._resize(decoded, *out, crop=crop, order=order)
+                    assert np.array_equal(got, expected), (name, mode, crop, out)
+
+
 @pytest.mark.parametrize("shape", [(333, 517), (64, 48), (17, 33), (1, 1)])
 def test_region_decode_equals_full_decode(shape: tuple[int, int]) -> None:
     img = photo(*shape, 3, seed=17)
@@ -643,11 +686,12 @@ def test_scaled_region_decode_close_to_full_decode() -> None:
 
 
 def test_scaled_eval_decode_close_to_resize_center_crop() -> None:
-    img = photo(375, 500, 3, seed=20)
+    # The crop's preimage is 656 pixels square: decoded at 4/8.
+    img = photo(750, 1000, 3, seed=20)
     data = encode(img, quality=90)
-    region, box = _core._center_crop_area(375, 500, 256, 224, 224)
+    region, box = _core._center_crop_area(750, 1000, 256, 224, 224)
     got, m, _ = _core._decode_resampled(data, 224, 224, crop=region, box=box, region="scaled")
-    assert m < 8
+    assert m == 4
     d = diff(got, torchvision_resize_center_crop(pil_decode(data), 256, 224))
     assert d.mean() <= 2.0 and d.max() <= 16
     exact, _, _ = _core._decode_resampled(data, 224, 224, crop=region, box=box, region="crop")

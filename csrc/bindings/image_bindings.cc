@@ -61,6 +61,14 @@ SimdLevel parse_simd(const std::string& s) {
   return SimdLevel::kAuto;
 }
 
+PassOrder parse_order(const std::string& s) {
+  if (s == "auto") return PassOrder::kAuto;
+  if (s == "horizontal") return PassOrder::kHorizontalFirst;
+  if (s == "vertical") return PassOrder::kVerticalFirst;
+  CHUTE_CHECK(false, kUsage, "order must be 'auto', 'horizontal' or 'vertical', not '" << s << "'");
+  return PassOrder::kAuto;
+}
+
 ColorMode parse_mode(const std::string& mode) {
   if (mode == "rgb" || mode == "RGB") return ColorMode::kRgb;
   if (mode == "l" || mode == "L") return ColorMode::kGray;
@@ -124,7 +132,8 @@ py::array resize_py(const U8Array& image, int out_h, int out_w,
                     const std::optional<WindowTuple>& crop, const std::optional<BoxTuple>& box,
                     bool flip, const std::string& layout, const std::string& dtype,
                     const std::optional<std::vector<float>>& mean,
-                    const std::optional<std::vector<float>>& std, const std::string& simd) {
+                    const std::optional<std::vector<float>>& std, const std::string& simd,
+                    const std::string& order) {
   CHUTE_CHECK(image.ndim() == 2 ||
                   (image.ndim() == 3 && (image.shape(2) == 1 || image.shape(2) == 3)),
               kUsage, "_resize expects an HW or HWC (C = 1 or 3) uint8 array");
@@ -142,6 +151,7 @@ py::array resize_py(const U8Array& image, int out_h, int out_w,
   target.format = &format;
   target.data = out.mutable_data();
   target.simd = parse_simd(simd);
+  target.order = parse_order(order);
   const uint8_t* src = image.data();
   {
     py::gil_scoped_release release;
@@ -169,7 +179,7 @@ py::tuple decode_resampled_py(const py::bytes& data, int out_h, int out_w,
                               const std::string& dtype,
                               const std::optional<std::vector<float>>& mean,
                               const std::optional<std::vector<float>>& std,
-                              const std::string& simd) {
+                              const std::string& simd, const std::string& order) {
   const ColorMode mode = parse_mode(mode_name);
   const RegionDecode how = parse_region(region);
   const int c = mode == ColorMode::kRgb ? 3 : 1;
@@ -193,6 +203,7 @@ py::tuple decode_resampled_py(const py::bytes& data, int out_h, int out_w,
   target.format = &format;
   target.data = out.mutable_data();
   target.simd = parse_simd(simd);
+  target.order = parse_order(order);
   RegionDecodeInfo result;
   {
     py::gil_scoped_release release;
@@ -245,20 +256,20 @@ void register_image(py::module_& m) {
   m.def("_resize", &resize_py, py::arg("image"), py::arg("out_h"), py::arg("out_w"),
         py::arg("crop") = py::none(), py::arg("box") = py::none(), py::arg("flip") = false,
         py::arg("layout") = "HWC", py::arg("dtype") = "uint8", py::arg("mean") = py::none(),
-        py::arg("std") = py::none(), py::arg("simd") = "auto",
+        py::arg("std") = py::none(), py::arg("simd") = "auto", py::arg("order") = "auto",
         "Diagnostic: resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops "
         "then resizes (torchvision's resized_crop); box=(y0, x0, y1, x1) maps that fractional "
         "area, reading across its edges, from the crop or the whole image. dtype 'bfloat16' "
-        "comes back as its uint16 bits.");
+        "comes back as its uint16 bits. order: which pass runs first ('auto': the cheaper).");
   m.def("_decode_resampled", &decode_resampled_py, py::arg("data"), py::arg("out_h"),
         py::arg("out_w"), py::arg("crop") = py::none(), py::arg("box") = py::none(),
         py::arg("region") = "scaled", py::arg("mode") = "rgb", py::arg("flip") = false,
         py::arg("layout") = "HWC", py::arg("dtype") = "uint8", py::arg("mean") = py::none(),
-        py::arg("std") = py::none(), py::arg("simd") = "auto",
+        py::arg("std") = py::none(), py::arg("simd") = "auto", py::arg("order") = "auto",
         "Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize "
         "does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns "
-        "read), 'scaled' ('crop' at the smallest DCT scale M/8 that still covers the output). "
-        "Returns (image, M, (y, x, h, w) decoded in the scaled image).");
+        "read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still "
+        "covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).");
   m.def("_rrc_params", &rrc_params_py, py::arg("height"), py::arg("width"),
         py::arg("scale") = std::make_tuple(0.08, 1.0),
         py::arg("ratio") = std::make_tuple(3.0 / 4.0, 4.0 / 3.0), py::arg("seed") = 0,

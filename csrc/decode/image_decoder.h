@@ -44,9 +44,9 @@ enum class RegionDecode : uint8_t {
   // Only the rows the resample reads and the columns from the iMCU boundary
   // at or left of its first column to its last; rows below are not decoded.
   kCrop,
-  // kCrop in the DCT domain at the smallest scale M/8 (M = 1..8) at which
-  // the box is still at least the output size on both axes; the resample
-  // then starts from the scaled pixels. Close to kFull, not equal.
+  // kCrop in the DCT domain at the smallest scale M/8 (M = 1, 2, 4 or 8) at
+  // which the box is still at least the output size on both axes; the
+  // resample then starts from the scaled pixels. Close to kFull, not equal.
   kCropScaled,
 };
 

@@ -2,17 +2,23 @@
 // with crop, horizontal flip and the output layout/dtype write.
 //
 // The filter is Pillow's BILINEAR as Image.resize(..., reducing_gap=None)
-// applies it: a triangle whose support grows with the reduction factor,
-// horizontal pass first, the intermediate rounded to uint8, taps clamped to
+// applies it: a triangle whose support grows with the reduction factor, two
+// separable passes with the intermediate rounded to uint8, taps clamped to
 // the readable source. Weights are 16-bit fixed point (Pillow uses 22 bits),
 // so an output byte differs from Pillow's by at most 1. The SIMD kernels
 // (SSE4.1, AVX2, picked at run time) and the scalar one compute the same
 // integers, so their results are identical.
 //
-// Rows are consumed as a stream (RowSink): each source row is resampled
-// horizontally as it arrives, and each output row is finished and written
-// as soon as its last source row is in, so a decoder can feed rows straight
-// from its buffers and no whole-image copy exists.
+// The horizontal pass costs several times more per pixel than the vertical
+// one, so it runs on whichever side has fewer rows: first (on every source
+// row) when the image grows vertically, second (on the output rows) when it
+// shrinks; the order is picked from an estimate of both (Pillow up to 12
+// always runs it first; Pillow 13 also switches for some size pairs). The
+// two orders round differently, which is within the bound above.
+//
+// Rows are consumed as a stream (RowSink): each output row is finished and
+// written as soon as its last source row is in, so a decoder can feed rows
+// straight from its buffers and no whole-image copy exists.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +61,7 @@ struct SourceArea {
 SourceArea crop_area(const Window& window);
 
 enum class SimdLevel : uint8_t { kAuto, kScalar, kSse41, kAvx2 };
+enum class PassOrder : uint8_t { kAuto, kHorizontalFirst, kVerticalFirst };
 
 // The best level this CPU runs (kAuto resolved).
 SimdLevel best_simd_level();
@@ -66,6 +73,7 @@ struct ResampleOutput {
   const OutputFormat* format = nullptr;  // layout and dtype; must outlive the resampler
   void* data = nullptr;                  // height * width * channels elements
   SimdLevel simd = SimdLevel::kAuto;     // kScalar etc. force a kernel (tests, benchmarks)
+  PassOrder order = PassOrder::kAuto;    // forced by tests; results differ by at most 1
 };
 
 struct AxisTaps;           // resample_taps.h
@@ -98,8 +106,15 @@ class Resampler final : public RowSink {
   void finish() const;
 
  private:
-  void take_row(const uint8_t* row);
+  // A source row (region-relative) at the first needed column: in the
+  // caller's band while rows() runs, else copied into the ring.
+  const uint8_t* source_row(int r) const;
+  uint8_t* ring_slot(int r) { return &ring_[static_cast<size_t>(r % ring_rows_) * ring_stride_]; }
+  void horizontal(const uint8_t* row, int available, uint8_t* dst) const;
   void emit_ready_rows();
+  void emit_row_horizontal_first(int y);
+  void emit_row_vertical_first(int y);
+  void write_horizontal(const uint8_t* row, int available, int y);
 
   SourceArea area_;
   int channels_;
@@ -107,17 +122,27 @@ class Resampler final : public RowSink {
   std::shared_ptr<const AxisTaps> tx_;
   std::shared_ptr<const AxisTaps> ty_;
   Window needed_;
+  bool vertical_first_ = false;
   int column_origin_ = 0;
-  int available_pixels_ = 0;  // readable pixels from the region's first column
+  int available_pixels_ = 0;  // readable source pixels from the first needed column
   bool begun_ = false;
   int next_source_row_ = 0;  // relative to the region: the next row expected
   int next_output_row_ = 0;
-  // Horizontally resampled rows, a ring of ty_->max_count slots.
+  // The rows() call in progress: its rows [band_first_, band_end_) (region-relative).
+  const uint8_t* band_ = nullptr;
+  size_t band_stride_ = 0;
+  int band_first_ = 0;
+  int band_end_ = 0;
+  // Horizontal first: resampled rows (out width); vertical first: source
+  // rows (needed width) that later output rows still read. A ring of slots.
   size_t ring_stride_ = 0;
   int ring_rows_ = 0;
+  int ring_pixels_ = 0;  // readable pixels in a ring slot (vertical first)
   std::vector<uint8_t> ring_;
+  std::vector<uint8_t> mid_row_;  // vertical first: the vertical pass's row
   std::vector<uint8_t> out_row_;
   std::vector<const uint8_t*> tap_rows_;
+  std::vector<int> first_tap_from_;  // per output row y: the least first tap of rows >= y
   const ResampleKernelSet* kernels_;
 };
 

@@ -15,6 +15,26 @@ namespace {
 
 inline uint8_t clamp8(int32_t v) { return static_cast<uint8_t>(std::clamp(v, 0, 255)); }
 
+// The taps as plain pointers held in locals: the kernels store bytes, which
+// may alias anything, so members read through `const AxisTaps&` would be
+// reloaded after every store.
+struct Taps {
+  const int32_t* start;
+  const int32_t* count;
+  const int16_t* weights;
+  size_t stride;
+  int precision;
+  int out_size;
+  explicit Taps(const AxisTaps& t)
+      : start(t.start.data()),
+        count(t.count.data()),
+        weights(t.weights.data()),
+        stride(static_cast<size_t>(t.stride)),
+        precision(t.precision),
+        out_size(t.out_size) {}
+  const int16_t* weights_of(int o) const { return weights + static_cast<size_t>(o) * stride; }
+};
+
 // A copy axis (one tap of weight 1 per pixel, consecutive sources).
 template <int C>
 void copy_row(const uint8_t* src, int origin, const AxisTaps& t, bool flip, uint8_t* dst) {
@@ -31,37 +51,44 @@ void copy_row(const uint8_t* src, int origin, const AxisTaps& t, bool flip, uint
 }
 
 template <int C>
-inline void pixel_scalar(const uint8_t* src, int origin, const AxisTaps& t, int o,
-                         uint8_t* out) {
+inline void pixel_scalar(const uint8_t* src, int origin, const Taps& t, int o, uint8_t* out) {
   const uint8_t* p = src + static_cast<size_t>(t.start[o] - origin) * C;
-  const int16_t* w = &t.weights[static_cast<size_t>(o) * t.stride];
+  const int16_t* w = t.weights_of(o);
   const int n = t.count[o];
-  for (int c = 0; c < C; ++c) {
-    int32_t acc = int32_t{1} << (t.precision - 1);
-    for (int k = 0; k < n; ++k) acc += w[k] * p[k * C + c];
-    out[c] = clamp8(acc >> t.precision);
+  int32_t acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = int32_t{1} << (t.precision - 1);
+  for (int k = 0; k < n; ++k, p += C) {
+    for (int c = 0; c < C; ++c) acc[c] += w[k] * p[c];
   }
+  for (int c = 0; c < C; ++c) out[c] = clamp8(acc[c] >> t.precision);
 }
 
 template <int C>
-void horizontal_scalar(const uint8_t* src, int origin, int /*available*/, const AxisTaps& t,
+void horizontal_scalar(const uint8_t* src, int origin, int /*available*/, const AxisTaps& taps,
                        bool flip, uint8_t* dst) {
-  if (t.copy) {
-    copy_row<C>(src, origin, t, flip, dst);
+  if (taps.copy) {
+    copy_row<C>(src, origin, taps, flip, dst);
     return;
   }
+  const Taps t(taps);
   const int n = t.out_size;
   for (int d = 0; d < n; ++d) pixel_scalar<C>(src, origin, t, flip ? n - 1 - d : d, dst + d * C);
 }
 
-void vertical_scalar(const uint8_t* const* rows, const int16_t* w, int count, int precision,
-                     size_t bytes, uint8_t* dst) {
+// Bytes [first, bytes): the whole row, or the tail a vector loop left.
+void vertical_tail(const uint8_t* const* rows, const int16_t* w, int count, int precision,
+                   size_t first, size_t bytes, uint8_t* dst) {
   const int32_t round = int32_t{1} << (precision - 1);
-  for (size_t i = 0; i < bytes; ++i) {
+  for (size_t i = first; i < bytes; ++i) {
     int32_t acc = round;
     for (int k = 0; k < count; ++k) acc += w[k] * rows[k][i];
     dst[i] = clamp8(acc >> precision);
   }
+}
+
+void vertical_scalar(const uint8_t* const* rows, const int16_t* w, int count, int precision,
+                     size_t bytes, uint8_t* dst) {
+  vertical_tail(rows, w, count, precision, 0, bytes, dst);
 }
 
 #ifdef CHUTE_RESAMPLE_X86
@@ -100,18 +127,20 @@ __attribute__((target("sse4.1"))) inline void store_rgb(__m128i acc, __m128i shi
 
 // Whether the vector loads for output o stay within the readable pixels:
 // they read whole groups of 4 taps, 16 bytes from the group's first pixel.
-inline bool rgb_vector_safe(const AxisTaps& t, int o, int origin, size_t limit) {
+inline bool rgb_vector_safe(const Taps& t, int o, int origin, size_t limit) {
   const size_t taps4 = (static_cast<size_t>(t.count[o]) + 3) & ~size_t{3};
   return (static_cast<size_t>(t.start[o] - origin) + taps4) * 3 + 4 <= limit;
 }
 
-__attribute__((target("sse4.1"))) void horizontal_rgb_sse41(const uint8_t* src, int origin, int available,
-                                                             const AxisTaps& t, bool flip,
+__attribute__((target("sse4.1"))) void horizontal_rgb_sse41(const uint8_t* src, int origin,
+                                                             int available,
+                                                             const AxisTaps& taps, bool flip,
                                                              uint8_t* dst) {
-  if (t.copy) {
-    copy_row<3>(src, origin, t, flip, dst);
+  if (taps.copy) {
+    copy_row<3>(src, origin, taps, flip, dst);
     return;
   }
+  const Taps t(taps);
   const __m128i lo = rgb_pairs_lo();
   const __m128i hi = rgb_pairs_hi();
   const __m128i round = _mm_set1_epi32(1 << (t.precision - 1));
@@ -125,20 +154,22 @@ __attribute__((target("sse4.1"))) void horizontal_rgb_sse41(const uint8_t* src, 
       continue;
     }
     const uint8_t* p = src + static_cast<size_t>(t.start[o] - origin) * 3;
-    const int16_t* w = &t.weights[static_cast<size_t>(o) * t.stride];
+    const int16_t* w = t.weights_of(o);
     __m128i acc = round;
     for (int k = 0; k < t.count[o]; k += 4) acc = rgb_taps4(acc, p + k * 3, w + k, lo, hi);
     store_rgb(acc, shift, dst + d * 3);
   }
 }
 
-__attribute__((target("sse4.1"))) void horizontal_gray_sse41(const uint8_t* src, int origin, int available,
-                                                              const AxisTaps& t, bool flip,
+__attribute__((target("sse4.1"))) void horizontal_gray_sse41(const uint8_t* src, int origin,
+                                                              int available,
+                                                              const AxisTaps& taps, bool flip,
                                                               uint8_t* dst) {
-  if (t.copy) {
-    copy_row<1>(src, origin, t, flip, dst);
+  if (taps.copy) {
+    copy_row<1>(src, origin, taps, flip, dst);
     return;
   }
+  const Taps t(taps);
   const int32_t round = int32_t{1} << (t.precision - 1);
   const int n = t.out_size;
   for (int d = 0; d < n; ++d) {
@@ -152,7 +183,7 @@ __attribute__((target("sse4.1"))) void horizontal_gray_sse41(const uint8_t* src,
       continue;
     }
     const uint8_t* p = src + (t.start[o] - origin);
-    const int16_t* w = &t.weights[static_cast<size_t>(o) * t.stride];
+    const int16_t* w = t.weights_of(o);
     __m128i acc = _mm_setzero_si128();
     for (int k = 0; k < count; k += 8) {
       const __m128i px = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + k)));
@@ -173,15 +204,17 @@ inline int32_t weight_pair(const int16_t* w) {
 // Rows are taken in pairs whose bytes are interleaved into int16 lanes
 // (a0, b0, a1, b1, ...), so one multiply-add applies both rows' weights.
 // Unpacking and the final packs work within 128-bit lanes and undo each
-// other, so the bytes come back in order.
-__attribute__((target("sse4.1"))) void vertical_sse41(const uint8_t* const* rows,
-                                                       const int16_t* w, int count,
-                                                       int precision, size_t bytes,
-                                                       uint8_t* dst) {
+// other, so the bytes come back in order. Bytes [first, bytes) in 16-byte
+// blocks, then the tail.
+__attribute__((target("sse4.1"))) void vertical_sse41_from(const uint8_t* const* rows,
+                                                            const int16_t* w, int count,
+                                                            int precision, size_t first,
+                                                            size_t bytes, uint8_t* dst) {
   const __m128i round = _mm_set1_epi32(1 << (precision - 1));
   const __m128i shift = _mm_cvtsi32_si128(precision);
   const __m128i zero = _mm_setzero_si128();
-  for (size_t i = 0; i < bytes; i += 16) {
+  size_t i = first;
+  for (; i + 16 <= bytes; i += 16) {
     __m128i acc0 = round, acc1 = round, acc2 = round, acc3 = round;
     for (int k = 0; k < count; k += 2) {
       // An odd last row pairs with itself at weight 0 (the padding).
@@ -200,6 +233,12 @@ __attribute__((target("sse4.1"))) void vertical_sse41(const uint8_t* const* rows
     const __m128i v23 = _mm_packs_epi32(_mm_sra_epi32(acc2, shift), _mm_sra_epi32(acc3, shift));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_packus_epi16(v01, v23));
   }
+  vertical_tail(rows, w, count, precision, i, bytes, dst);
+}
+
+void vertical_sse41(const uint8_t* const* rows, const int16_t* w, int count, int precision,
+                    size_t bytes, uint8_t* dst) {
+  vertical_sse41_from(rows, w, count, precision, 0, bytes, dst);
 }
 
 __attribute__((target("avx2"))) inline __m256i load_two(const uint8_t* lo, const uint8_t* hi) {
@@ -208,51 +247,73 @@ __attribute__((target("avx2"))) inline __m256i load_two(const uint8_t* lo, const
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
 }
 
-// Eight taps per step: taps k..k+3 in the low lane, k+4..k+7 in the high
-// one, each lane shuffled as in the SSE4.1 kernel; the weight pairs are
-// spread to match with a lane-crossing permute.
-__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* src, int origin, int available,
-                                                         const AxisTaps& t, bool flip,
-                                                         uint8_t* dst) {
-  if (t.copy) {
-    copy_row<3>(src, origin, t, flip, dst);
+// Two output pixels per step, one per 128-bit lane: each lane runs the
+// SSE4.1 kernel's 4-tap groups for its pixel (loads, shuffles and weight
+// broadcasts all stay within the lane), and the pair shares the loop, the
+// rounding and the packing.
+__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* src, int origin,
+                                                         int available, const AxisTaps& taps,
+                                                         bool flip, uint8_t* dst) {
+  if (taps.copy) {
+    copy_row<3>(src, origin, taps, flip, dst);
     return;
   }
+  const Taps t(taps);
   const __m128i lo = rgb_pairs_lo();
   const __m128i hi = rgb_pairs_hi();
   const __m256i lo2 = _mm256_broadcastsi128_si256(lo);
   const __m256i hi2 = _mm256_broadcastsi128_si256(hi);
-  const __m256i pick_lo = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2);
-  const __m256i pick_hi = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
-  const __m128i round = _mm_set1_epi32(1 << (t.precision - 1));
+  const __m256i round = _mm256_set1_epi32(1 << (t.precision - 1));
   const __m128i shift = _mm_cvtsi32_si128(t.precision);
   const size_t limit = static_cast<size_t>(available) * 3;
   const int n = t.out_size;
-  for (int d = 0; d < n; ++d) {
-    const int o = flip ? n - 1 - d : d;
-    if (!rgb_vector_safe(t, o, origin, limit)) {
-      pixel_scalar<3>(src, origin, t, o, dst + d * 3);
+  int d = 0;
+  for (; d + 1 < n; d += 2) {
+    const int oa = flip ? n - 1 - d : d;
+    const int ob = flip ? n - 2 - d : d + 1;
+    const int groups = (std::max(t.count[oa], t.count[ob]) + 3) >> 2;
+    const size_t ra = static_cast<size_t>(t.start[oa] - origin);
+    const size_t rb = static_cast<size_t>(t.start[ob] - origin);
+    // The loads read whole groups of 4 taps, 16 bytes from each group's start.
+    if ((std::max(ra, rb) + 4 * static_cast<size_t>(groups)) * 3 + 4 > limit) {
+      pixel_scalar<3>(src, origin, t, oa, dst + d * 3);
+      pixel_scalar<3>(src, origin, t, ob, dst + d * 3 + 3);
       continue;
     }
-    const uint8_t* p = src + static_cast<size_t>(t.start[o] - origin) * 3;
-    const int16_t* w = &t.weights[static_cast<size_t>(o) * t.stride];
-    const int count = t.count[o];
-    __m256i acc8 = _mm256_setzero_si256();
-    int k = 0;
-    // While more than 4 taps remain; the loads then never pass the group of
-    // 4 that holds the last tap (what rgb_vector_safe checked).
-    for (; k + 4 < count; k += 8) {
-      const __m256i px = load_two(p + k * 3, p + k * 3 + 12);
-      const __m256i wv =
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k)));
-      acc8 = _mm256_add_epi32(acc8, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2),
-                                                      _mm256_permutevar8x32_epi32(wv, pick_lo)));
-      acc8 = _mm256_add_epi32(acc8, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2),
-                                                      _mm256_permutevar8x32_epi32(wv, pick_hi)));
+    const uint8_t* pa = src + ra * 3;
+    const uint8_t* pb = src + rb * 3;
+    const int16_t* wa = t.weights_of(oa);
+    const int16_t* wb = t.weights_of(ob);
+    __m256i acc = round;
+    for (int g = 0; g < groups; ++g) {
+      const __m256i px = load_two(pa + 12 * g, pb + 12 * g);
+      const __m256i wv = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wa + 4 * g))),
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 4 * g)), 1);
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2),
+                                                    _mm256_shuffle_epi32(wv, 0x00)));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2),
+                                                    _mm256_shuffle_epi32(wv, 0x55)));
     }
-    __m128i acc = _mm_add_epi32(
-        round, _mm_add_epi32(_mm256_castsi256_si128(acc8), _mm256_extracti128_si256(acc8, 1)));
-    if (k < count) acc = rgb_taps4(acc, p + k * 3, w + k, lo, hi);
+    __m256i v = _mm256_sra_epi32(acc, shift);
+    v = _mm256_packs_epi32(v, v);
+    v = _mm256_packus_epi16(v, v);
+    // Each lane's 3 bytes plus one that the next store overwrites, in order.
+    const int32_t first = _mm256_cvtsi256_si32(v);
+    const int32_t second = _mm256_extract_epi32(v, 4);
+    std::memcpy(dst + d * 3, &first, sizeof(first));
+    std::memcpy(dst + d * 3 + 3, &second, sizeof(second));
+  }
+  if (d < n) {
+    const int o = flip ? 0 : d;
+    if (!rgb_vector_safe(t, o, origin, limit)) {
+      pixel_scalar<3>(src, origin, t, o, dst + d * 3);
+      return;
+    }
+    const uint8_t* p = src + static_cast<size_t>(t.start[o] - origin) * 3;
+    const int16_t* w = t.weights_of(o);
+    __m128i acc = _mm_set1_epi32(1 << (t.precision - 1));
+    for (int k = 0; k < t.count[o]; k += 4) acc = rgb_taps4(acc, p + k * 3, w + k, lo, hi);
     store_rgb(acc, shift, dst + d * 3);
   }
 }
@@ -263,7 +324,8 @@ __attribute__((target("avx2"))) void vertical_avx2(const uint8_t* const* rows, c
   const __m256i round = _mm256_set1_epi32(1 << (precision - 1));
   const __m128i shift = _mm_cvtsi32_si128(precision);
   const __m256i zero = _mm256_setzero_si256();
-  for (size_t i = 0; i < bytes; i += 32) {
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
     __m256i acc0 = round, acc1 = round, acc2 = round, acc3 = round;
     for (int k = 0; k < count; k += 2) {
       const uint8_t* second = rows[k + 1 < count ? k + 1 : k];
@@ -283,6 +345,7 @@ __attribute__((target("avx2"))) void vertical_avx2(const uint8_t* const* rows, c
         _mm256_packs_epi32(_mm256_sra_epi32(acc2, shift), _mm256_sra_epi32(acc3, shift));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_packus_epi16(v01, v23));
   }
+  vertical_sse41_from(rows, w, count, precision, i, bytes, dst);
 }
 
 #endif  // CHUTE_RESAMPLE_X86

@@ -12,8 +12,7 @@
 
 namespace chute {
 
-// Bytes a row buffer handed to a kernel as `dst` or as a vertical source row
-// must have past its last used byte.
+// Bytes a horizontal kernel's `dst` must have writable past its last pixel.
 constexpr size_t kKernelRowSlack = 32;
 
 // One source row to taps.out_size pixels of `channels` bytes. `src` points
@@ -23,8 +22,8 @@ constexpr size_t kKernelRowSlack = 32;
 using HorizontalKernel = void (*)(const uint8_t* src, int origin, int available,
                                   const AxisTaps& taps, bool flip, uint8_t* dst);
 
-// `count` rows (each `bytes` long plus kKernelRowSlack readable) weighted
-// into `dst` (bytes long plus kKernelRowSlack writable).
+// `count` rows of `bytes` weighted into `dst` (`bytes` long). Reads and
+// writes nothing past `bytes`.
 using VerticalKernel = void (*)(const uint8_t* const* rows, const int16_t* weights, int count,
                                 int precision, size_t bytes, uint8_t* dst);
 
