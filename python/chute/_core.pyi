@@ -664,13 +664,33 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, resize: typing.SupportsInt | typing.SupportsIndex, crop_h: typing.SupportsInt | typing.SupportsIndex, crop_w: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
+    """
+    Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
+    """
 def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing.SupportsIndex, mode: str = 'rgb') -> float:
     """
     Benchmark: decode the images in turn into one buffer, on this thread with the GIL released, until `seconds` pass; images per second.
     """
+def _decode_resampled(data: bytes, out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, region: str = 'scaled', mode: str = 'rgb', flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> tuple[typing.Any, ...]:
+    """
+    Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).
+    """
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """
     Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
+    """
+def _resize(image: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> numpy.typing.NDArray[typing.Any]:
+    """
+    Diagnostic: resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops then resizes (torchvision's resized_crop); box=(y0, x0, y1, x1) maps that fractional area, reading across its edges, from the crop or the whole image. dtype 'bfloat16' comes back as its uint16 bits. order: which pass runs first ('auto': the cheaper).
+    """
+def _rrc_params(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, scale: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.08, 1.0), ratio: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.75, 1.3333333333333333), seed: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = 1) -> numpy.typing.NDArray[typing.Any]:
+    """
+    Diagnostic: `count` RandomResizedCrop windows drawn in turn from one generator seeded with `seed`, as an int64 array of rows (y, x, h, w).
+    """
+def _simd_level() -> str:
+    """
+    Diagnostic: the resampler's SIMD level on this CPU.
     """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
