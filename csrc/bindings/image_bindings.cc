@@ -18,7 +18,7 @@
 #include "image/crop_params.h"
 #include "image/pixel_format.h"
 #include "image/resample.h"
-#include "pipeline/random.h"
+#include "core/random.h"
 
 namespace py = pybind11;
 

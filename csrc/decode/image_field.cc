@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "pipeline/random.h"
+#include "core/random.h"
 
 namespace chute {
 namespace {

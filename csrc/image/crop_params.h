@@ -3,7 +3,7 @@
 #pragma once
 
 #include "image/resample.h"
-#include "pipeline/random.h"
+#include "core/random.h"
 
 namespace chute {
 

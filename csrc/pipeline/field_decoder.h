@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "pipeline/random.h"
+#include "core/random.h"
 
 namespace chute {
 

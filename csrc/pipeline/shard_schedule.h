@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "pipeline/random.h"
+#include "core/random.h"
 
 namespace chute {
 

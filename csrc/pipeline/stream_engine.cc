@@ -8,7 +8,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "pipeline/random.h"
+#include "core/random.h"
 #include "pipeline/shard_schedule.h"
 #include "pipeline/shuffle_buffer.h"
 

@@ -1,4 +1,4 @@
-#include "pipeline/random.h"
+#include "core/random.h"
 
 #include <gtest/gtest.h>
 
