@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the sanitizer variants of the extension and runs the native-heavy
-# tests under each:
+# Builds the sanitizer variants of the extension and of the C++ unit tests,
+# and runs the unit tests (ctest) and then the native-heavy Python tests
+# under each:
 #   asan: Debug, AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)
 #   tsan: Debug, ThreadSanitizer (build/tsan)
-# Usage: scripts/sanitize.sh [asan|tsan|all] [extra pytest args...]
+# Usage: scripts/sanitize.sh [asan|tsan|all|asan-unit|tsan-unit] [extra pytest args...]
+# (asan-unit and tsan-unit run the unit tests only).
 #
 # The host is the ordinary CPython, so the sanitizer runtime must be loaded
 # first (LD_PRELOAD). Each variant is staged as its own package directory
@@ -20,11 +22,14 @@ shift || true
 python=${PYTHON:-python}
 tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test_arrays.py
        tests/test_webdataset.py tests/test_faults_tar.py tests/test_faults_h5.py
-       tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py)
+       tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py
+       tests/test_transforms.py tests/test_compressed.py tests/test_sigbus.py)
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1
+  bash "$root/scripts/ensure_gtest.sh"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCHUTE_SANITIZE="$2" \
+    -DCHUTE_BUILD_TESTS=ON \
     -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \
     -DPython_EXECUTABLE="$(command -v "$python")" >/dev/null
   cmake --build "$build" -j "$(nproc)"
@@ -32,11 +37,28 @@ build_variant() {  # name sanitizer
   rm -rf "$build/pkg"
   mkdir -p "$pkg"
   for f in "$root"/python/chute/*.py; do ln -s "$f" "$pkg/"; done
+  for f in "$root"/python/chute/*/__init__.py; do ln -s "$(dirname "$f")" "$pkg/"; done
   ln -s "$(find "$build" -maxdepth 1 -name '_core*.so' | head -n 1)" "$pkg/"
+}
+
+# The unit test executables link the sanitizer runtime themselves (no
+# LD_PRELOAD), and being plain C++ they also run LeakSanitizer.
+unit_asan() {
+  (cd "$root/build/asan" &&
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_init_order=1:detect_stack_use_after_return=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure -j "$(nproc)" --timeout 600)
+}
+
+unit_tsan() {
+  (cd "$root/build/tsan" &&
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    ctest --output-on-failure -j "$(nproc)" --timeout 600)
 }
 
 run_asan() {
   build_variant asan address
+  unit_asan
   # detect_leaks=0: CPython and torch keep interned objects and arenas alive
   # at exit by design, which LeakSanitizer reports as leaks. Everything else
   # (overflows, use-after-free, UB) aborts the run.
@@ -52,6 +74,7 @@ run_asan() {
 
 run_tsan() {
   build_variant tsan thread
+  unit_tsan
   # Suppressions: see scripts/tsan.supp for why each entry is there.
   # die_after_fork=0: the tests also run torch DataLoader worker processes
   # (fork after threads exist); the children only run Python, not chute threads.
@@ -74,5 +97,7 @@ case $which in
   asan) run_asan "$@" ;;
   tsan) run_tsan "$@" ;;
   all) run_asan "$@"; run_tsan "$@" ;;
-  *) echo "usage: $0 [asan|tsan|all] [pytest args...]" >&2; exit 2 ;;
+  asan-unit) build_variant asan address; unit_asan ;;
+  tsan-unit) build_variant tsan thread; unit_tsan ;;
+  *) echo "usage: $0 [asan|tsan|all|asan-unit|tsan-unit] [pytest args...]" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command (and CI's, through .ci/run): builds chute's sdist and wheel
-# the way a release does, installs the wheel into a fresh virtual environment
+# The test command (and CI's, through .ci/run): builds and runs the C++ unit
+# tests (ctest; a failing one stops the run), then builds chute's sdist and
+# wheel the way a release does, installs the wheel into a fresh virtual environment
 # (torch first, the pinned CPU build, then the wheel with its test extras) and
 # runs tests/ against that installed package, never against python/.
 #
@@ -21,6 +22,19 @@ step "build environment"
 "$python" -m venv "$work/build-env"
 bpip=("$work/build-env/bin/python" -m pip -q --disable-pip-version-check)
 "${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja
+
+step "C++ unit tests (ctest)"
+# A separate Debug build of the engine library and the test executables only
+# (never the extension, and never in the wheel, which leaves
+# CHUTE_BUILD_TESTS off).
+bash "$root/scripts/ensure_gtest.sh"
+cmake -S "$root" -B "$work/ctest-build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCHUTE_BUILD_TESTS=ON \
+  -DCMAKE_MAKE_PROGRAM="$work/build-env/bin/ninja" \
+  -Dpybind11_DIR="$("$work/build-env/bin/python" -m pybind11 --cmakedir)" \
+  -DPython_EXECUTABLE="$work/build-env/bin/python" >/dev/null
+cmake --build "$work/ctest-build" --target chute_unit_tests -j "$(nproc)"
+# --timeout is a hang guard per case (each runs in well under a second).
+(cd "$work/ctest-build" && ctest --output-on-failure -j "$(nproc)" --timeout 300)
 
 step "sdist and wheel (python -m build)"
 # The wheel is built from the sdist, as pip and cibuildwheel do, so a file

@@ -38,6 +38,20 @@ py::str decode_utf8(const std::string& s, const char* errors) {
 
 py::str name_str(const std::string& s) { return decode_utf8(s, "surrogateescape"); }
 
+const char* kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kData:
+      return "data";
+    case ErrorKind::kIo:
+      return "io";
+    case ErrorKind::kUsage:
+      return "usage";
+    case ErrorKind::kTimeout:
+      return "timeout";
+  }
+  return "data";
+}
+
 }  // namespace
 
 void register_dropin(py::module_& m) {
@@ -62,16 +76,18 @@ void register_dropin(py::module_& m) {
       },
       "Batch.other_members() with extensions decoded as webdataset decodes them.");
   m.def(
-      "_take_skip_messages",
+      "_take_skipped",
       [](StreamEngine& engine) {
-        const std::vector<std::string> messages = engine.take_skip_messages();
-        py::list out(messages.size());
-        for (size_t i = 0; i < messages.size(); ++i) {
-          out[i] = decode_utf8(messages[i], "backslashreplace");
+        const std::vector<Error> errors = engine.take_skipped();
+        py::list out(errors.size());
+        for (size_t i = 0; i < errors.size(); ++i) {
+          out[i] = py::make_tuple(kind_name(errors[i].kind()),
+                                  decode_utf8(errors[i].what(), "backslashreplace"));
         }
         return out;
       },
-      "StreamEngine.take_skip_messages() with stray bytes of tar names shown as \\xNN.");
+      "StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', "
+      "'usage', 'timeout'; stray bytes of tar names in a message shown as \\xNN.");
 
   py::class_<MappedFile, std::shared_ptr<MappedFile>>(
       m, "_MappedFile", py::buffer_protocol(),

@@ -1,35 +1,47 @@
-#include <pybind11/pybind11.h>
+#include "bindings/errors.h"
 
 #include "bindings/registry.h"
-#include "core/error.h"
 
 namespace py = pybind11;
 
 namespace chute::bindings {
+namespace {
+
+// DataError: the data is bad (subclass of ValueError, as numpy/PIL raise for
+// bad bytes). ReadError: the OS or a pipe command failed (subclass of OSError).
+PyObject* g_data_error = nullptr;
+PyObject* g_read_error = nullptr;
+
+PyObject* python_class(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kData:
+      return g_data_error;
+    case ErrorKind::kIo:
+      return g_read_error;
+    case ErrorKind::kUsage:
+      return PyExc_ValueError;
+    case ErrorKind::kTimeout:
+      return PyExc_TimeoutError;
+  }
+  return PyExc_RuntimeError;
+}
+
+}  // namespace
+
+py::object python_error(const Error& error) {
+  return py::reinterpret_borrow<py::object>(python_class(error.kind()))(error.what());
+}
 
 void register_errors(py::module_& m) {
-  // DataError: the data is bad (subclass of ValueError, as numpy/PIL raise for
-  // bad bytes). ReadError: the OS or a pipe command failed (subclass of OSError).
   static py::exception<Error> data_error(m, "DataError", PyExc_ValueError);
   static py::exception<Error> read_error(m, "ReadError", PyExc_OSError);
+  g_data_error = data_error.ptr();
+  g_read_error = read_error.ptr();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      switch (e.kind()) {
-        case ErrorKind::kData:
-          py::set_error(data_error, e.what());
-          return;
-        case ErrorKind::kIo:
-          py::set_error(read_error, e.what());
-          return;
-        case ErrorKind::kUsage:
-          py::set_error(PyExc_ValueError, e.what());
-          return;
-        case ErrorKind::kTimeout:
-          py::set_error(PyExc_TimeoutError, e.what());
-          return;
-      }
+      py::set_error(python_class(e.kind()), e.what());
     }
   });
 }

@@ -1,6 +1,6 @@
 // Indexed sources (HDF5 datasets, in-memory arrays) and the engine that
-// gathers rows from them. Layout descriptions arrive as plain dicts built by
-// python/chute/h5.py; batches leave as zero-copy numpy arrays.
+// gathers rows from them. HDF5 layouts arrive as typed H5Layout objects that
+// python/chute/h5.py fills from h5py; batches leave as zero-copy numpy arrays.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/engine_face.h"
 #include "bindings/numpy_convert.h"
 #include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
@@ -47,66 +48,29 @@ DType parse_dtype(const std::string& descr, bool* swap, const std::string& what)
   return t;
 }
 
-template <typename T>
-std::vector<T> vec(const py::dict& d, const char* key) {
-  return d[key].cast<std::vector<T>>();
-}
+using ChunkColumn = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
 
-H5Layout parse_layout(const py::dict& d) {
-  H5Layout l;
-  l.path = d["path"].cast<std::string>();
-  l.dataset = d["dataset"].cast<std::string>();
-  const std::string what = "'" + l.path + "' dataset '" + l.dataset + "'";
-  l.dtype = parse_dtype(d["dtype"].cast<std::string>(), &l.byteswap, what);
-  l.row_shape = vec<int64_t>(d, "row_shape");
-  l.num_rows = d["num_rows"].cast<int64_t>();
-  const auto kind = d["kind"].cast<std::string>();
-  if (kind == "contiguous") {
-    l.kind = H5Layout::Kind::kContiguous;
-    l.offset = d["offset"].cast<uint64_t>();
-  } else if (kind == "unallocated") {
-    l.kind = H5Layout::Kind::kUnallocated;
-  } else if (kind == "chunked") {
-    l.kind = H5Layout::Kind::kChunked;
-    l.chunk_shape = vec<int64_t>(d, "chunk_shape");
-    for (const auto& name : vec<std::string>(d, "filters")) {
-      if (name == "deflate") {
-        l.filters.push_back(H5Filter::kDeflate);
-      } else if (name == "shuffle") {
-        l.filters.push_back(H5Filter::kShuffle);
-      } else if (name == "fletcher32") {
-        l.filters.push_back(H5Filter::kFletcher32);
-      } else {
-        CHUTE_CHECK(false, kUsage, what << ": filter '" << name << "' is not read natively");
-      }
-    }
-    auto offsets = d["chunk_offsets"].cast<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>();
-    auto addresses = d["chunk_addresses"].cast<py::array_t<uint64_t, py::array::c_style | py::array::forcecast>>();
-    auto sizes = d["chunk_sizes"].cast<py::array_t<uint64_t, py::array::c_style | py::array::forcecast>>();
-    auto masks = d["chunk_masks"].cast<py::array_t<uint32_t, py::array::c_style | py::array::forcecast>>();
-    const auto n = static_cast<size_t>(addresses.size());
-    const size_t rank = l.chunk_shape.size();
-    CHUTE_CHECK(static_cast<size_t>(sizes.size()) == n && static_cast<size_t>(masks.size()) == n &&
-                    static_cast<size_t>(offsets.size()) == n * rank,
-                kUsage, what << ": inconsistent chunk table");
-    l.chunks.resize(n);
-    const int64_t* off = offsets.data();
-    for (size_t i = 0; i < n; ++i) {
-      H5ChunkInfo& c = l.chunks[i];
-      c.offset.assign(off + i * rank, off + (i + 1) * rank);
-      c.address = addresses.data()[i];
-      c.size = sizes.data()[i];
-      c.filter_mask = masks.data()[i];
-    }
-  } else {
-    CHUTE_CHECK(false, kUsage, what << ": unknown layout kind '" << kind << "'");
+// The allocated chunks, as h5py's chunk index lists them: element offsets
+// (n x rank), byte addresses, stored sizes and filter masks.
+void set_chunks(H5Layout& l, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets,
+                const ChunkColumn& addresses, const ChunkColumn& sizes,
+                const py::array_t<uint32_t, py::array::c_style | py::array::forcecast>& masks) {
+  const auto n = static_cast<size_t>(addresses.size());
+  const size_t rank = l.chunk_shape.size();
+  CHUTE_CHECK(offsets.ndim() == 2 && static_cast<size_t>(offsets.shape(0)) == n &&
+                  static_cast<size_t>(offsets.shape(1)) == rank &&
+                  static_cast<size_t>(sizes.size()) == n && static_cast<size_t>(masks.size()) == n,
+              kUsage, "'" << l.path << "' dataset '" << l.dataset
+                          << "': inconsistent chunk table (set chunk_shape first)");
+  l.chunks.resize(n);
+  const int64_t* off = offsets.data();
+  for (size_t i = 0; i < n; ++i) {
+    H5ChunkInfo& c = l.chunks[i];
+    c.offset.assign(off + i * rank, off + (i + 1) * rank);
+    c.address = addresses.data()[i];
+    c.size = sizes.data()[i];
+    c.filter_mask = masks.data()[i];
   }
-  const auto fill = d["fill"].cast<std::string>();
-  l.fill_value.assign(fill.begin(), fill.end());
-  l.file_size = d["file_size"].cast<uint64_t>();
-  l.mtime_ns = d["mtime_ns"].cast<int64_t>();
-  l.inode = d["inode"].cast<uint64_t>();
-  return l;
 }
 
 std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::array array) {
@@ -127,16 +91,6 @@ std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::
   const auto* data = static_cast<const uint8_t*>(array.data());
   return std::make_shared<MemoryRowSource>(name, data, array.shape(0), array.strides(0), dtype,
                                            std::move(row_shape), keep_python_alive(array));
-}
-
-py::dict allocator_dict(const AllocatorStats& a) {
-  py::dict d;
-  d["arenas_created"] = a.arenas_created;
-  d["bytes_reserved"] = a.bytes_reserved;
-  d["bytes_in_use"] = a.bytes_in_use;
-  d["peak_bytes_reserved"] = a.peak_bytes_reserved;
-  d["peak_bytes_in_use"] = a.peak_bytes_in_use;
-  return d;
 }
 
 }  // namespace
@@ -190,13 +144,59 @@ void register_indexed(py::module_& m) {
       "path that contiguous HDF5 rows take; a range past the end of the file raises ReadError "
       "instead of killing the process with SIGBUS.");
 
+  py::enum_<H5Layout::Kind>(m, "H5LayoutKind")
+      .value("CONTIGUOUS", H5Layout::Kind::kContiguous)
+      .value("CHUNKED", H5Layout::Kind::kChunked)
+      .value("UNALLOCATED", H5Layout::Kind::kUnallocated);
+  py::enum_<H5Filter>(m, "H5Filter")
+      .value("DEFLATE", H5Filter::kDeflate)
+      .value("SHUFFLE", H5Filter::kShuffle)
+      .value("FLETCHER32", H5Filter::kFletcher32);
+  py::class_<H5Layout>(m, "H5Layout",
+                       "How one HDF5 dataset is stored in one file, as h5py describes it.")
+      .def(py::init<>())
+      .def_readwrite("path", &H5Layout::path)
+      .def_readwrite("dataset", &H5Layout::dataset)
+      .def_property(
+          "dtype",
+          [](const H5Layout& l) {
+            py::object dtype = numpy_dtype(l.dtype);
+            if (l.byteswap) dtype = dtype.attr("newbyteorder")("S");
+            return dtype.attr("str").cast<std::string>();
+          },
+          [](H5Layout& l, const std::string& descr) {
+            l.dtype = parse_dtype(descr, &l.byteswap, "'" + l.path + "' dataset '" + l.dataset + "'");
+          },
+          "numpy's dtype string, byte order included (e.g. '>f4').")
+      .def_readwrite("row_shape", &H5Layout::row_shape)
+      .def_readwrite("num_rows", &H5Layout::num_rows)
+      .def_readwrite("kind", &H5Layout::kind)
+      .def_readwrite("offset", &H5Layout::offset, "CONTIGUOUS: byte offset of row 0.")
+      .def_readwrite("chunk_shape", &H5Layout::chunk_shape, "CHUNKED: full rank.")
+      .def_readwrite("filters", &H5Layout::filters, "CHUNKED: in the order they were applied.")
+      .def("set_chunks", &set_chunks, py::arg("offsets"), py::arg("addresses"), py::arg("sizes"),
+           py::arg("masks"),
+           "CHUNKED: the allocated chunks: element offsets (n x rank, after chunk_shape is "
+           "set), byte addresses, stored sizes, filter masks.")
+      .def_property(
+          "fill",
+          [](const H5Layout& l) {
+            return py::bytes(reinterpret_cast<const char*>(l.fill_value.data()), l.fill_value.size());
+          },
+          [](H5Layout& l, const py::bytes& fill) {
+            const std::string bytes = fill;
+            l.fill_value.assign(bytes.begin(), bytes.end());
+          },
+          "One element in the file's byte order; unallocated storage reads as it.")
+      .def_readwrite("file_size", &H5Layout::file_size)
+      .def_readwrite("mtime_ns", &H5Layout::mtime_ns)
+      .def_readwrite("inode", &H5Layout::inode);
+
   py::class_<H5RowSource, RowSource, std::shared_ptr<H5RowSource>>(
       m, "H5Source", "One HDF5 dataset over one or more files, read natively.")
       .def(py::init([](std::shared_ptr<H5Context> context, const std::string& name,
-                       const py::list& layouts) {
-             std::vector<H5Layout> parsed;
-             for (const py::handle& h : layouts) parsed.push_back(parse_layout(h.cast<py::dict>()));
-             return std::make_shared<H5RowSource>(std::move(context), name, std::move(parsed));
+                       std::vector<H5Layout> layouts) {
+             return std::make_shared<H5RowSource>(std::move(context), name, std::move(layouts));
            }),
            py::arg("context"), py::arg("name"), py::arg("layouts"));
 
@@ -204,20 +204,27 @@ void register_indexed(py::module_& m) {
       m, "ArraySource", "Rows of an array the source keeps alive (numpy, memmap, tensor.numpy()).")
       .def(py::init(&make_array_source), py::arg("name"), py::arg("array"));
 
-  py::class_<IndexedEngine>(m, "IndexedEngine",
-                            "Native threads gathering index batches from row sources.")
-      .def(py::init<std::vector<std::shared_ptr<RowSource>>, int, int, int64_t>(),
-           py::arg("sources"), py::arg("num_threads"), py::arg("max_in_flight"),
-           py::arg("piece_rows") = 0)
-      .def_property_readonly("num_rows", &IndexedEngine::num_rows)
+  py::class_<IndexedPlan>(m, "IndexedPlan", "What an IndexedEngine reads and how.")
+      .def(py::init<>())
+      .def_readwrite("sources", &IndexedPlan::sources,
+                     "One row source per output field, all with the same number of rows.")
+      .def_readwrite("num_threads", &IndexedPlan::num_threads)
+      .def_readwrite("max_in_flight", &IndexedPlan::max_in_flight,
+                     "Batches started ahead of the consumer.")
+      .def_readwrite("piece_rows", &IndexedPlan::piece_rows,
+                     "Rows per piece of work; 0 picks it from the row size.")
       .def(
           "set_pin_hooks",
-          [](IndexedEngine& e, uintptr_t register_fn, uintptr_t unregister_fn) {
-            e.allocator().set_pin_hooks(pin_hooks_from_addresses(register_fn, unregister_fn));
+          [](IndexedPlan& p, uintptr_t register_fn, uintptr_t unregister_fn) {
+            p.pin = pin_hooks_from_addresses(register_fn, unregister_fn);
           },
           py::arg("register_fn"), py::arg("unregister_fn"),
-          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning); call before "
-          "the first submit.")
+          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
+
+  py::class_<IndexedEngine>(m, "IndexedEngine",
+                            "Native threads gathering index batches from row sources.")
+      .def(py::init<IndexedPlan>(), py::arg("plan"))
+      .def_property_readonly("num_rows", &IndexedEngine::num_rows)
       .def(
           "submit",
           [](IndexedEngine& e, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx) {
@@ -230,36 +237,17 @@ void register_indexed(py::module_& m) {
           py::arg("indices"), "Queue a batch of row indices; returns its sequence number.")
       .def(
           "next",
-          [](IndexedEngine& e, double timeout_s) -> py::object {
-            Batch batch;
-            bool got = false;
-            {
-              py::gil_scoped_release release;
-              got = e.next(&batch, timeout_s);
-            }
-            if (!got) return py::none();
-            py::list cols(batch.columns.size());
-            for (size_t i = 0; i < batch.columns.size(); ++i) {
-              cols[i] = tensor_to_numpy(batch.columns[i].stacked);
-            }
-            return std::move(cols);
+          [](IndexedEngine& engine, double timeout) {
+            return wait_for_batch(
+                [&](Batch* out, double slice) { return engine.next(out, slice); }, timeout);
           },
-          py::arg("timeout_s") = 0.0,
-          "The next batch in submission order as a list of arrays (one per source), or None "
-          "on timeout.")
+          py::arg("timeout") = 0.0,
+          "The next batch in submission order (one column per source). Raises TimeoutError "
+          "when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch "
+          "at its position.")
       .def("close", &IndexedEngine::close, py::call_guard<py::gil_scoped_release>())
       .def("outstanding", &IndexedEngine::outstanding)
-      .def("stats", [](const IndexedEngine& e) {
-        const IndexedEngineStats s = e.stats();
-        py::dict d;
-        d["batches"] = s.batches;
-        d["rows"] = s.rows;
-        d["bytes"] = s.bytes;
-        d["source_bytes_read"] = s.source_bytes_read;
-        d["submitted"] = s.submitted;
-        d["allocator"] = allocator_dict(s.allocator);
-        return d;
-      });
+      .def("stats", [](const IndexedEngine& e) { return stats_dict(e.stats()); });
 }
 
 }  // namespace chute::bindings

@@ -157,6 +157,23 @@ py::dict scan_tar_samples(const std::string& url, const std::string& cache_dir,
 }  // namespace
 
 void register_tar(py::module_& m) {
+  m.def(
+      "peek_tar_sample",
+      [](const std::string& url, const std::string& cache_dir, double pipe_timeout) -> py::object {
+        std::vector<std::string> extensions;
+        bool found = false;
+        {
+          py::gil_scoped_release release;
+          SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout)), 0);
+          EncodedSample sample;
+          found = reader.next(sample);
+          for (const SampleMember& m : sample.members) extensions.push_back(m.extension);
+        }
+        if (!found) return py::none();
+        return py::cast(extensions);
+      },
+      py::arg("url"), py::arg("cache_dir") = "", py::arg("pipe_timeout") = 0.0,
+      "Member extensions of the first sample of a shard, or None for an empty shard.");
   m.def("read_tar_samples", &read_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].");

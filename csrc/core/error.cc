@@ -12,14 +12,22 @@ const char* basename_of(const char* path) {
 
 std::string with_location(const std::string& message, const char* file, int line) {
   std::ostringstream os;
-  os << message << " [" << basename_of(file) << ":" << line << "]";
+  os << message << " [" << file << ":" << line << "]";
   return os.str();
 }
 
 }  // namespace
 
 Error::Error(ErrorKind kind, const std::string& message, const char* file, int line)
-    : std::runtime_error(with_location(message, file, line)), kind_(kind), message_(message) {}
+    : std::runtime_error(with_location(message, basename_of(file), line)),
+      kind_(kind),
+      message_(message),
+      file_(basename_of(file)),
+      line_(line) {}
+
+Error Error::with_prefix(const std::string& prefix) const {
+  return Error(kind_, prefix + message_, file_, line_);
+}
 
 void raise_error(ErrorKind kind, const std::string& message, const char* file, int line) {
   throw Error(kind, message, file, line);

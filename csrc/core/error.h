@@ -21,12 +21,22 @@ class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message, const char* file, int line);
   ErrorKind kind() const { return kind_; }
-  // The message without the "[file:line]" suffix, for re-wrapping with more context.
+  // The message without the "[file:line]" suffix.
   const std::string& message() const { return message_; }
+  // Where it was raised: the source file's base name and line.
+  const char* file() const { return file_; }
+  int line() const { return line_; }
+
+  // The same error (kind, and the place it was raised) with `prefix` in
+  // front of the message: how a caller that knows where in the data it
+  // happened adds that, without the error seeming to come from the caller.
+  Error with_prefix(const std::string& prefix) const;
 
  private:
   ErrorKind kind_;
   std::string message_;
+  const char* file_;  // a string literal (__FILE__): lives for the program
+  int line_;
 };
 
 [[noreturn]] void raise_error(ErrorKind kind, const std::string& message, const char* file,

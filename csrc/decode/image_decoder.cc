@@ -87,6 +87,29 @@ void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink
   sink.rows(whole.data(), static_cast<size_t>(info.width) * channels, 0, info.height);
 }
 
+RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorMode mode,
+                                        const SourceArea& area, const ResampleOutput& out,
+                                        RegionDecode how, const std::string& where) {
+  const ImageFormat format = sniff(data, size, where);
+  if (format == ImageFormat::kJpeg && how != RegionDecode::kFull) {
+    return detail::decode_jpeg_resampled(data, size, mode, area, out,
+                                         how == RegionDecode::kCropScaled, where);
+  }
+  const ImageInfo info = format == ImageFormat::kJpeg ? detail::probe_jpeg(data, size, where)
+                                                       : detail::probe_png(data, size, where);
+  const Window& r = area.region;
+  CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.y + r.height <= info.height &&
+                  r.x + r.width <= info.width,
+              kUsage,
+              where << ": resample region " << r.height << "x" << r.width << " at (" << r.y
+                    << ", " << r.x << ") does not fit the " << info.height << "x" << info.width
+                    << " image");
+  Resampler resampler(area, mode == ColorMode::kRgb ? 3 : 1, out);
+  decode_image_rows(data, size, mode, resampler, where);
+  resampler.finish();
+  return {8, Window{0, 0, info.height, info.width}};
+}
+
 namespace detail {
 
 void check_image_size(const char* format, int64_t width, int64_t height,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "image/resample.h"
 #include "image/row_sink.h"
 
 namespace chute {
@@ -36,6 +37,33 @@ void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out
 void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
                        const std::string& where);
 
+// How much of a JPEG decode_image_resampled decodes. PNG always decodes whole.
+enum class RegionDecode : uint8_t {
+  // Every pixel, as decode_image (Pillow-identical), then resampled.
+  kFull,
+  // Only the rows the resample reads and the columns from the iMCU boundary
+  // at or left of its first column to its last; rows below are not decoded.
+  kCrop,
+  // kCrop in the DCT domain at the smallest scale M/8 (M = 1, 2, 4 or 8) at
+  // which the box is still at least the output size on both axes; the
+  // resample then starts from the scaled pixels. Close to kFull, not equal.
+  kCropScaled,
+};
+
+// What decode_image_resampled decoded: the scale M (of M/8) and the pixels
+// in the scaled image's coordinates (all of it for kFull and PNG).
+struct RegionDecodeInfo {
+  int scale_num = 8;
+  Window decoded;
+};
+
+// Decodes the image and resamples `area` (full-image pixels, inside the
+// image) into out: crop, resize, flip, layout and dtype in one pass over the
+// decoded rows, which are never stored whole.
+RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorMode mode,
+                                        const SourceArea& area, const ResampleOutput& out,
+                                        RegionDecode how, const std::string& where);
+
 // "jpeg" / "png".
 const char* image_format_name(ImageFormat format);
 
@@ -48,6 +76,10 @@ void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                  const std::string& where);
 void decode_jpeg_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
                       const std::string& where);
+// The JPEG half of decode_image_resampled for kCrop / kCropScaled.
+RegionDecodeInfo decode_jpeg_resampled(const uint8_t* data, size_t size, ColorMode mode,
+                                       const SourceArea& area, const ResampleOutput& out,
+                                       bool dct_scaling, const std::string& where);
 ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where);
 void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                 const std::string& where);

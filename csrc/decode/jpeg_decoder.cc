@@ -6,6 +6,8 @@
 // libjpeg call happens inside a small "guarded" function whose frame holds
 // only trivially destructible locals; it returns false on error and the C++
 // caller turns the saved message into a CHUTE_CHECK that names `where`.
+#include <algorithm>
+#include <cmath>
 #include <csetjmp>
 #include <cstddef>
 #include <cstdint>
@@ -180,9 +182,91 @@ class JpegDecoder {
               const std::string& where) {
     Session session(this);
     read_header(data, size, where);
-    DecodeJob job{};
+    DecodeJob job = plan_job(mode, where);
     job.out = out;
     job.sink = sink;
+    if (sink != nullptr) {
+      // Output size before jpeg_start_decompress: no scaling is requested,
+      // so it is the header's size.
+      const int height = static_cast<int>(cinfo_.image_height);
+      const int width = static_cast<int>(cinfo_.image_width);
+      sink->begin(height, width, job.out_channels);
+      reserve_band(&job, width);
+    }
+    const bool ok = guarded_decode(this, &job);
+    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+  }
+
+  // Only what the resample of `area` reads: its rows (those above are
+  // skipped, those below never decoded) and its columns widened to the iMCU
+  // boundary, optionally at a DCT scale M/8.
+  RegionDecodeInfo decode_resampled(const uint8_t* data, size_t size, ColorMode mode,
+                                    const SourceArea& area, const ResampleOutput& out,
+                                    bool dct_scaling, const std::string& where) {
+    Session session(this);
+    read_header(data, size, where);
+    const int full_h = static_cast<int>(cinfo_.image_height);
+    const int full_w = static_cast<int>(cinfo_.image_width);
+    const Window& r = area.region;
+    CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.height > 0 && r.width > 0 &&
+                    r.y + r.height <= full_h && r.x + r.width <= full_w,
+                kUsage,
+                where << ": resample region " << r.height << "x" << r.width << " at (" << r.y
+                      << ", " << r.x << ") does not fit the " << full_h << "x" << full_w
+                      << " image");
+    DecodeJob job = plan_job(mode, where);
+    const int scale = dct_scaling ? pick_scale(area.box, out.height, out.width) : 8;
+    cinfo_.scale_num = static_cast<unsigned>(scale);
+    cinfo_.scale_denom = 8;
+    bool ok = guarded_calc_output(this, &job);
+    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    const int scaled_h = static_cast<int>(cinfo_.output_height);
+    const int scaled_w = static_cast<int>(cinfo_.output_width);
+    Resampler resampler(scale_area(area, scale, scaled_h, scaled_w), job.out_channels, out);
+    const Window need = resampler.needed();
+    // Chroma upsampling at a cropped edge replicates the edge sample instead
+    // of reading its neighbour, which changes the outermost pixels; a few
+    // columns more on each side keep that outside what the resample reads.
+    const int first = std::max(0, need.x - kCropMargin);
+    const int end = std::min(scaled_w, need.x + need.width + kCropMargin);
+    JDIMENSION x = static_cast<JDIMENSION>(first);
+    JDIMENSION width = static_cast<JDIMENSION>(end - first);
+    ok = guarded_start_cropped(this, &x, &width);
+    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    resampler.set_column_origin(static_cast<int>(x));
+    resampler.begin(scaled_h, static_cast<int>(width), job.out_channels);
+    job.sink = &resampler;
+    reserve_band(&job, static_cast<int>(width));
+    ok = guarded_decode_rows(this, &job, static_cast<JDIMENSION>(need.y),
+                             static_cast<JDIMENSION>(need.y + need.height));
+    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    resampler.finish();
+    return {scale, Window{need.y, static_cast<int>(x), need.height, static_cast<int>(width)}};
+  }
+
+ private:
+  static constexpr int kMaxRowsPerCall = 16;
+  // Columns decoded past each side of a crop (the upsampler's context is one
+  // chroma sample, at most 2 pixels).
+  static constexpr int kCropMargin = 4;
+
+  // Returns the decompressor to its idle state however the call ends, so
+  // that the thread's next image starts clean.
+  class Session {
+   public:
+    explicit Session(JpegDecoder* d) : d_(d) {}
+    ~Session() { jpeg_abort_decompress(&d_->cinfo_); }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+   private:
+    JpegDecoder* d_;
+  };
+
+  // The output color space and the conversion after libjpeg, from the
+  // header's color space and the requested mode.
+  DecodeJob plan_job(ColorMode mode, const std::string& where) {
+    DecodeJob job{};
     job.out_channels = mode == ColorMode::kRgb ? 3 : 1;
     switch (cinfo_.jpeg_color_space) {
       case JCS_GRAYSCALE:
@@ -211,42 +295,54 @@ class JpegDecoder {
     }
     if (job.conversion != RowConversion::kNone) {
       // libjpeg hands out up to rec_outbuf_height rows per call; 4 covers every
-      // sampling factor and leaves room for a later change of settings.
+      // sampling factor and leaves room for a later change of settings. The
+      // header's width bounds every scaled or cropped width.
       scratch_.reserve(static_cast<size_t>(cinfo_.image_width) *
                            (job.out_space == JCS_CMYK ? 4 : 3),
                        kMaxRowsPerCall);
       job.scratch = scratch_.row(0);
       job.scratch_stride = scratch_.stride();
     }
-    if (sink != nullptr) {
-      // Output size before jpeg_start_decompress: no scaling is requested,
-      // so it is the header's size.
-      const int height = static_cast<int>(cinfo_.image_height);
-      const int width = static_cast<int>(cinfo_.image_width);
-      sink->begin(height, width, job.out_channels);
-      band_.reserve(static_cast<size_t>(width) * job.out_channels, kMaxRowsPerCall);
-      job.band = band_.row(0);
-      job.band_stride = band_.stride();
-    }
-    const bool ok = guarded_decode(this, &job);
-    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    return job;
   }
 
- private:
-  static constexpr int kMaxRowsPerCall = 16;
+  void reserve_band(DecodeJob* job, int width) {
+    band_.reserve(static_cast<size_t>(width) * job->out_channels, kMaxRowsPerCall);
+    job->band = band_.row(0);
+    job->band_stride = band_.stride();
+  }
 
-  // Returns the decompressor to its idle state however the call ends, so
-  // that the thread's next image starts clean.
-  class Session {
-   public:
-    explicit Session(JpegDecoder* d) : d_(d) {}
-    ~Session() { jpeg_abort_decompress(&d_->cinfo_); }
-    Session(const Session&) = delete;
-    Session& operator=(const Session&) = delete;
+  // The smallest M in {1, 2, 4} whose M/8-scaled box still covers the
+  // output, else 8. libjpeg-turbo has SIMD inverse DCTs for those sizes only;
+  // at 3/8, 5/8, 6/8 and 7/8 its plain C ones make the decode slower than at
+  // full size for 5/8 and 7/8.
+  static int pick_scale(const Box& box, int out_h, int out_w) {
+    const double h = box.y1 - box.y0;
+    const double w = box.x1 - box.x0;
+    for (int m = 1; m < 8; m *= 2) {
+      if (h * m >= 8.0 * out_h && w * m >= 8.0 * out_w) return m;
+    }
+    return 8;
+  }
 
-   private:
-    JpegDecoder* d_;
-  };
+  // `area` in the pixels of the image decoded at scale/8 (scaled_h x scaled_w,
+  // libjpeg's rounded-up size). Scaled pixel i covers full pixels
+  // [8i/M, 8(i+1)/M) (each 8x8 block becomes MxM), so the box scales exactly
+  // and the region widens to the scaled pixels it touches.
+  static SourceArea scale_area(const SourceArea& area, int scale, int scaled_h, int scaled_w) {
+    if (scale == 8) return area;
+    const double f = scale / 8.0;
+    const Window& r = area.region;
+    const int y0 = static_cast<int>(std::floor(r.y * f));
+    const int x0 = static_cast<int>(std::floor(r.x * f));
+    const int y1 = std::min(scaled_h, static_cast<int>(std::ceil((r.y + r.height) * f)));
+    const int x1 = std::min(scaled_w, static_cast<int>(std::ceil((r.x + r.width) * f)));
+    SourceArea scaled;
+    scaled.region = Window{y0, x0, y1 - y0, x1 - x0};
+    scaled.box = Box{area.box.y0 * f, area.box.x0 * f, std::min<double>(area.box.y1 * f, y1),
+                     std::min<double>(area.box.x1 * f, x1)};
+    return scaled;
+  }
 
   void read_header(const uint8_t* data, size_t size, const std::string& where) {
     const bool ok = guarded_read_header(this, data, size);
@@ -268,26 +364,68 @@ class JpegDecoder {
     return true;
   }
 
-  // The sink runs inside this frame, between libjpeg calls: an exception it
-  // throws unwinds only C++ frames, and Session then aborts the decompressor.
-  static bool guarded_decode(JpegDecoder* d, const DecodeJob* job) {
-    if (setjmp(d->err_.jump)) return false;
-    j_decompress_ptr c = &d->cinfo_;
+  static void set_output_options(j_decompress_ptr c, const DecodeJob* job) {
     c->out_color_space = job->out_space;
     // Pillow's settings; both are libjpeg's defaults, set anyway so that
     // nothing upstream can change what "pixel-identical" means.
     c->dct_method = JDCT_ISLOW;
     c->do_fancy_upsampling = TRUE;
     c->do_block_smoothing = TRUE;
+  }
+
+  // The sink runs inside this frame, between libjpeg calls: an exception it
+  // throws unwinds only C++ frames, and Session then aborts the decompressor.
+  static bool guarded_decode(JpegDecoder* d, const DecodeJob* job) {
+    if (setjmp(d->err_.jump)) return false;
+    j_decompress_ptr c = &d->cinfo_;
+    set_output_options(c, job);
     jpeg_start_decompress(c);
+    read_rows(c, job, c->output_height);
+    // Reads up to EOI: a file cut after the last scan still warns JPEG_EOF.
+    jpeg_finish_decompress(c);
+    return true;
+  }
+
+  // The output size at the requested scale, before decoding starts.
+  static bool guarded_calc_output(JpegDecoder* d, const DecodeJob* job) {
+    if (setjmp(d->err_.jump)) return false;
+    set_output_options(&d->cinfo_, job);
+    jpeg_calc_output_dimensions(&d->cinfo_);
+    return true;
+  }
+
+  // Starts decoding and limits it to columns [*x, *x + *width), which
+  // libjpeg widens to the left to an iMCU boundary (the real ones come back).
+  static bool guarded_start_cropped(JpegDecoder* d, JDIMENSION* x, JDIMENSION* width) {
+    if (setjmp(d->err_.jump)) return false;
+    j_decompress_ptr c = &d->cinfo_;
+    jpeg_start_decompress(c);
+    if (*width < c->output_width) jpeg_crop_scanline(c, x, width);
+    return true;
+  }
+
+  // Rows [first, end) into the sink; the decompressor is then abandoned
+  // (Session aborts it), so rows below `end` are never decoded.
+  static bool guarded_decode_rows(JpegDecoder* d, const DecodeJob* job, JDIMENSION first,
+                                  JDIMENSION end) {
+    if (setjmp(d->err_.jump)) return false;
+    j_decompress_ptr c = &d->cinfo_;
+    if (first > 0) jpeg_skip_scanlines(c, first);
+    read_rows(c, job, end);
+    return true;
+  }
+
+  // Reads from the current scanline up to `end`, into job->out or the sink.
+  // Called only from guarded frames (libjpeg may longjmp out of it).
+  static void read_rows(j_decompress_ptr c, const DecodeJob* job, JDIMENSION end) {
     const int width = static_cast<int>(c->output_width);
     const size_t out_row = static_cast<size_t>(width) * job->out_channels;
     const int batch = c->rec_outbuf_height < kMaxRowsPerCall ? c->rec_outbuf_height
                                                              : kMaxRowsPerCall;
     JSAMPROW rows[kMaxRowsPerCall];
-    while (c->output_scanline < c->output_height) {
+    while (c->output_scanline < end) {
       const JDIMENSION y = c->output_scanline;
-      int want = static_cast<int>(c->output_height - y);
+      int want = static_cast<int>(end - y);
       if (want > batch) want = batch;
       uint8_t* dst = job->sink != nullptr ? job->band : job->out + y * out_row;
       const size_t dst_stride = job->sink != nullptr ? job->band_stride : out_row;
@@ -304,9 +442,6 @@ class JpegDecoder {
         job->sink->rows(dst, dst_stride, static_cast<int>(y), got);
       }
     }
-    // Reads up to EOI: a file cut after the last scan still warns JPEG_EOF.
-    jpeg_finish_decompress(c);
-    return true;
   }
 
   jpeg_decompress_struct cinfo_{};
@@ -338,6 +473,12 @@ void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
 void decode_jpeg_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
                       const std::string& where) {
   thread_decoder().decode(data, size, mode, nullptr, &sink, where);
+}
+
+RegionDecodeInfo decode_jpeg_resampled(const uint8_t* data, size_t size, ColorMode mode,
+                                       const SourceArea& area, const ResampleOutput& out,
+                                       bool dct_scaling, const std::string& where) {
+  return thread_decoder().decode_resampled(data, size, mode, area, out, dct_scaling, where);
 }
 
 }  // namespace chute::detail

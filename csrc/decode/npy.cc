@@ -247,18 +247,24 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
 }
 
 void copy_npy(const NpyHeader& header, const uint8_t* data, uint8_t* out) {
-  const uint8_t* src = data + header.data_offset;
-  const size_t itemsize = dtype_size(header.dtype);
-  const size_t count = itemsize ? header.data_bytes / itemsize : 0;
-  if (count == 0) return;
-  const bool swap = header.byteswap && itemsize > 1;
+  copy_npy_array(header.dtype, header.byteswap, header.fortran_order, header.shape,
+                 data + header.data_offset, out);
+}
+
+void copy_npy_array(DType dtype, bool byteswap, bool fortran_order,
+                    const std::vector<int64_t>& shape, const uint8_t* src, uint8_t* out) {
+  const size_t itemsize = dtype_size(dtype);
+  size_t count = 1;
+  for (int64_t d : shape) count *= static_cast<size_t>(d);
+  if (count == 0 || itemsize == 0) return;
+  const bool swap = byteswap && itemsize > 1;
 
   // Fortran and C order are the same bytes when at most one axis is longer than 1.
   int long_axes = 0;
-  for (int64_t d : header.shape) long_axes += d > 1;
-  if (!header.fortran_order || long_axes <= 1) {
+  for (int64_t d : shape) long_axes += d > 1;
+  if (!fortran_order || long_axes <= 1) {
     if (!swap) {
-      std::memcpy(out, src, header.data_bytes);
+      std::memcpy(out, src, count * itemsize);
     } else {
       for (size_t i = 0; i < count; ++i) {
         copy_element(src + i * itemsize, out + i * itemsize, itemsize, swap);
@@ -270,16 +276,16 @@ void copy_npy(const NpyHeader& header, const uint8_t* data, uint8_t* out) {
   // Fortran -> C for any ndim: walk the output in C order with an odometer
   // over the index, tracking the source offset (axis k's Fortran stride is
   // the product of the axes before it).
-  const size_t ndim = header.shape.size();
+  const size_t ndim = shape.size();
   std::vector<size_t> stride(ndim);
   size_t s = itemsize;
   for (size_t k = 0; k < ndim; ++k) {
     stride[k] = s;
-    s *= static_cast<size_t>(header.shape[k]);
+    s *= static_cast<size_t>(shape[k]);
   }
   std::vector<int64_t> index(ndim, 0);
   const size_t last = ndim - 1;
-  const int64_t inner = header.shape[last];
+  const int64_t inner = shape[last];
   const size_t inner_stride = stride[last];
   size_t offset = 0;  // source offset of index[0..last-1] with index[last] = 0
   for (size_t done = 0; done < count; done += static_cast<size_t>(inner)) {
@@ -289,7 +295,7 @@ void copy_npy(const NpyHeader& header, const uint8_t* data, uint8_t* out) {
       out += itemsize;
     }
     for (size_t k = last; k-- > 0;) {
-      if (++index[k] < header.shape[k]) {
+      if (++index[k] < shape[k]) {
         offset += stride[k];
         break;
       }

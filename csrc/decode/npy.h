@@ -26,5 +26,8 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
 
 // Copies the array to `out` in native byte order and C order.
 void copy_npy(const NpyHeader& header, const uint8_t* data, uint8_t* out);
+// The same from the header's parts: `payload` is where the array bytes start.
+void copy_npy_array(DType dtype, bool byteswap, bool fortran_order,
+                    const std::vector<int64_t>& shape, const uint8_t* payload, uint8_t* out);
 
 }  // namespace chute

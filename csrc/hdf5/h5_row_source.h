@@ -1,5 +1,7 @@
 // Rows of one HDF5 dataset, concatenated over many files in file order, read
-// with pread from the layouts h5py described (see h5_layout.h).
+// from the layouts h5py described (see h5_layout.h): contiguous rows copied
+// out of a mapping of the file (pread where the kernel refuses one), chunks
+// read with pread and decoded through the shared chunk cache.
 #pragma once
 
 #include <atomic>

@@ -24,7 +24,8 @@ struct ImageOutputSpec {
   bool random_flip = false;
 };
 
-// Bilinear resize of an 8-bit HWC image (antialiased when shrinking).
+// Bilinear resize of an 8-bit HWC image (1 or 3 channels), antialiased when
+// shrinking: the resampler of image/resample.h over the whole image.
 void resize_bilinear(const uint8_t* src, int src_h, int src_w, int channels, uint8_t* dst,
                      int dst_h, int dst_w);
 

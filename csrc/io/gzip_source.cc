@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "io/mapped_region.h"
 
 namespace chute {
 namespace {
@@ -170,21 +172,67 @@ const char* unsupported_compression(const std::vector<uint8_t>& head, const char
   return nullptr;
 }
 
+// Recognises the format on first use, so that opening a source still reads
+// nothing (a pipe's command may be slow to speak, or be cancelled): the first
+// read() looks at the first bytes; map_file() looks at them in the mapping.
+class DetectingSource final : public ByteSource {
+ public:
+  explicit DetectingSource(std::unique_ptr<ByteSource> inner)
+      : url_(inner->url()), inner_(std::move(inner)) {}
+
+  size_t read(uint8_t* dst, size_t n) override {
+    if (!active_) decide();
+    return active_->read(dst, n);
+  }
+  const std::string& url() const override { return url_; }
+  void mark_complete() override {
+    if (active_) {
+      active_->mark_complete();
+    } else {
+      inner_->mark_complete();
+    }
+  }
+  std::shared_ptr<MappedFile> map_file() override {
+    if (active_) return nullptr;  // being read already
+    std::shared_ptr<MappedFile> mapped = inner_->map_file();
+    if (!mapped) return nullptr;
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(mapped->size(), kMagicBytes));
+    const std::vector<uint8_t> head(mapped->data(), mapped->data() + k);
+    const char* tool = nullptr;
+    // A compressed file is read (and inflated, or refused) through read().
+    if (has_prefix(head, {0x1f, 0x8b}) || unsupported_compression(head, &tool) != nullptr) {
+      return nullptr;
+    }
+    return mapped;
+  }
+  void will_read(uint64_t offset) override {
+    if (!active_) inner_->will_read(offset);
+  }
+
+ private:
+  void decide() {
+    std::vector<uint8_t> head(kMagicBytes);
+    head.resize(read_full(*inner_, head.data(), head.size()));
+    const char* tool = nullptr;
+    const char* format = unsupported_compression(head, &tool);
+    CHUTE_CHECK(format == nullptr, kData,
+                "'" << url_ << "' is a " << format << "-compressed stream: chute reads "
+                    << "tar shards plain or gzip-compressed; read it through a pipe that "
+                    << "decompresses it, e.g. 'pipe:" << tool << " FILE'");
+    const bool gzip = has_prefix(head, {0x1f, 0x8b});
+    active_ = std::make_unique<PrefixedSource>(std::move(inner_), std::move(head));
+    if (gzip) active_ = std::make_unique<GzipSource>(std::move(active_));
+  }
+
+  std::string url_;
+  std::unique_ptr<ByteSource> inner_;   // until the format is known
+  std::unique_ptr<ByteSource> active_;  // after: the bytes of the archive
+};
+
 }  // namespace
 
 std::unique_ptr<ByteSource> open_decompressed(std::unique_ptr<ByteSource> source) {
-  std::vector<uint8_t> head(kMagicBytes);
-  head.resize(read_full(*source, head.data(), head.size()));
-  const char* tool = nullptr;
-  const char* format = unsupported_compression(head, &tool);
-  CHUTE_CHECK(format == nullptr, kData,
-              "'" << source->url() << "' is a " << format << "-compressed stream: chute reads "
-                  << "tar shards plain or gzip-compressed; read it through a pipe that "
-                  << "decompresses it, e.g. 'pipe:" << tool << " FILE'");
-  const bool gzip = has_prefix(head, {0x1f, 0x8b});
-  auto prefixed = std::make_unique<PrefixedSource>(std::move(source), std::move(head));
-  if (!gzip) return prefixed;
-  return std::make_unique<GzipSource>(std::move(prefixed));
+  return std::make_unique<DetectingSource>(std::move(source));
 }
 
 }  // namespace chute

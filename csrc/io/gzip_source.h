@@ -14,8 +14,9 @@ namespace chute {
 // `source` as the bytes of the archive it holds: inflated when it is gzip
 // (any number of concatenated members; a stream that ends inside a member is
 // a kData error naming the url and "gzip", never a clean end), unchanged
-// otherwise. A gzip source cannot be mapped for reading in place. Reads the
-// first bytes of `source` to decide.
+// otherwise. A gzip source cannot be mapped for reading in place. Opening
+// reads nothing: the first read() looks at the first bytes (and throws for
+// bzip2/xz/zstd), map_file() at the mapping's.
 std::unique_ptr<ByteSource> open_decompressed(std::unique_ptr<ByteSource> source);
 
 }  // namespace chute

@@ -46,7 +46,7 @@ struct Column {
 };
 
 struct Batch {
-  int64_t sequence = 0;            // position in the epoch's batch order
+  int64_t sequence = 0;            // position in the epoch's batch order (delivery order)
   int64_t size = 0;                // rows
   std::vector<Column> columns;     // in the plan's field order
   std::vector<std::string> keys;   // __key__ of each row (streams) — empty for indexed sources
@@ -54,6 +54,12 @@ struct Batch {
   // Per row, the members no field claimed, as (extension, bytes), when the
   // plan keeps them (dict-style samples).
   std::vector<std::vector<std::pair<std::string, std::string>>> other_members;
+
+  // Removes the rows flagged in `dropped` (one flag per row), keeping the
+  // others in order: the batch comes out shorter.
+  void drop_rows(const std::vector<uint8_t>& dropped);
+  // Bytes of its tensors (stacked and list columns).
+  size_t tensor_bytes() const;
 };
 
 }  // namespace chute

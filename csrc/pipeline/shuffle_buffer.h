@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/random.h"
+#include "core/random.h"
 
 namespace chute {
 

@@ -1,5 +1,6 @@
-// The stream engine: tar shards → samples → shuffle → batches, on native
-// threads.
+// The stream engine: the urls of a plan → samples → shuffle → batches, on
+// native threads. It knows sources and codecs only through the plan's
+// interfaces (pipeline/sample_source.h, pipeline/field_decoder.h).
 //
 //   parse threads (up to parse_ahead per stream): each reads one shard,
 //     groups members into samples, resolves and probes each field (headers
@@ -10,10 +11,8 @@
 //     round-robin order, numbers the batch, checks that stacked fields agree
 //     in shape, and queues it;
 //   decode threads: decode every field of a batch straight into its row of
-//     the batch buffers; a batch is cut into pieces of rows that any decode
-//     thread may take, so all of them work on the oldest batch first (the
-//     first batch arrives sooner, and the last one does not leave threads
-//     idle);
+//     the batch buffers, in pieces of rows that any of them may take
+//     (pipeline/piece_scheduler.h);
 //   consumer (Python, in next()): receives batches in number order.
 //
 // Order depends only on the plan (seed, epoch, streams), never on how many
@@ -21,42 +20,25 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
+#include <exception>
 #include <memory>
-#include <mutex>
-#include <string>
 #include <vector>
 
-#include "decode/npy.h"
 #include "memory/batch_allocator.h"
 #include "memory/byte_buffer_pool.h"
 #include "pipeline/batch.h"
 #include "pipeline/bounded_queue.h"
+#include "pipeline/engine_stats.h"
 #include "pipeline/ordered_results.h"
+#include "pipeline/piece_scheduler.h"
+#include "pipeline/sample_fields.h"
+#include "pipeline/skip_log.h"
+#include "pipeline/stream_batch.h"
 #include "pipeline/stream_plan.h"
 #include "pipeline/thread_group.h"
-#include "tar/sample_reader.h"
 
 namespace chute {
-
-struct StreamStats {
-  uint64_t shards_opened = 0;
-  uint64_t samples_read = 0;     // grouped from the tar stream
-  uint64_t samples_skipped = 0;  // dropped under the skip policy
-  uint64_t samples_batched = 0;  // placed in a batch
-  uint64_t batches = 0;          // batches handed to the consumer
-  uint64_t samples_yielded = 0;  // rows of those batches
-  uint64_t encoded_bytes = 0;    // payload bytes read
-  uint64_t read_ns = 0;          // stream threads: reading + parsing + probing
-  uint64_t decode_ns = 0;        // decode threads, summed
-  uint64_t shuffle_bytes = 0;    // encoded bytes held in shuffle buffers now
-  uint64_t shuffle_peak_bytes = 0;
-  uint64_t shuffle_peak_samples = 0;
-  int64_t queued_batches = 0;    // decoded, waiting for the consumer
-  AllocatorStats memory;
-};
 
 class StreamEngine {
  public:
@@ -72,22 +54,10 @@ class StreamEngine {
   // Stops all threads promptly; later next() calls return kClosed.
   void close();
 
-  StreamStats stats() const;
-  // Messages of samples skipped since the last call (for warn_and_continue).
-  std::vector<std::string> take_skip_messages();
+  EngineStats stats() const;
+  // Errors of the samples skipped since the last call (for Python's handler).
+  std::vector<Error> take_skipped() { return skips_.take(); }
   BatchAllocator& allocator() { return allocator_; }
-
-  struct ProbedField {
-    int member = -1;  // index into EncodedSample::members, -1 when absent
-    int height = 0;   // images
-    int width = 0;
-    NpyHeader npy{};  // npy
-    int64_t label = 0;
-  };
-  struct PlannedSample {
-    EncodedSample encoded;
-    std::vector<ProbedField> fields;
-  };
 
  private:
   struct StreamItem {
@@ -95,52 +65,29 @@ class StreamEngine {
     std::exception_ptr error;
     bool end = false;
   };
-  struct BatchTask {
-    int64_t sequence = 0;  // delivery order
-    int64_t absolute = 0;  // position in the epoch, counting skipped (resumed) batches
-    std::vector<PlannedSample> samples;
-  };
-
   struct ShardJob;
-  struct DecodeJob;
+
   void run_stream(int stream);
   void parse_shard(ShardJob& job, size_t chunk_size);
   void run_assembler();
   // False once the engine closed (the task is dropped).
   bool queue_for_decoding(BatchTask&& task);
-  // No more tasks: decoders finish what is queued, then return.
-  void end_decoding();
-  void run_decoder();
-  void allocate_batch(DecodeJob& job);
-  void decode_rows(DecodeJob& job, size_t begin, size_t end);
-  void finish_batch(DecodeJob& job);
-  static void release_mapped_pages(const std::vector<PlannedSample>& samples);
-  void probe(PlannedSample& sample) const;
-  // Empty when compatible, else why not.
-  std::string incompatibility(const PlannedSample& first, const PlannedSample& other) const;
-  void record_skip(const std::string& message);
-  std::vector<uint32_t> shard_order(int stream, int64_t pass) const;
 
   const StreamPlan plan_;
+  const SampleFields fields_{plan_};
   BatchAllocator allocator_;
   ByteBufferPool payload_buffers_{size_t{64} << 20, size_t{4} << 20};
   OrderedResults results_;
+  PieceScheduler decoding_{results_};
+  SkipLog skips_;
+  const StreamBatchContext batch_context_{&plan_, &fields_, &allocator_, &skips_, &payload_buffers_};
   std::vector<std::unique_ptr<BoundedQueue<StreamItem>>> stream_queues_;
   std::atomic<bool> closed_{false};
 
-  // Batches with pieces not yet taken, oldest first. The assembler's
-  // results_.wait_for_slot bounds how many there are.
-  std::mutex decode_mutex_;
-  std::condition_variable decode_cv_;
-  std::deque<std::shared_ptr<DecodeJob>> decode_queue_;
-  bool decode_input_ended_ = false;
-
-  mutable std::mutex skip_mutex_;
-  std::deque<std::string> skip_messages_;
-
-  std::atomic<uint64_t> shards_opened_{0}, samples_read_{0}, samples_skipped_{0},
-      samples_batched_{0}, batches_{0}, samples_yielded_{0}, encoded_bytes_{0}, read_ns_{0}, decode_ns_{0},
-      shuffle_bytes_{0}, shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
+  DeliveryCounter delivered_;
+  std::atomic<uint64_t> shards_opened_{0}, samples_read_{0}, samples_batched_{0},
+      batches_submitted_{0}, encoded_bytes_{0}, read_ns_{0}, shuffle_bytes_{0},
+      shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
 
   ThreadGroup threads_;  // last: joined before the members above are destroyed
 };

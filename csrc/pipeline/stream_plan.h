@@ -1,41 +1,37 @@
-// The plan Python hands to the stream engine: which shards, how to split,
-// shuffle and batch them, and for every output field which member supplies
-// it and how to decode it. Nothing in here changes while an epoch runs.
+// The plan the stream engine runs: which urls, how to split, shuffle and
+// batch their samples, and for every output field which member supplies it
+// and which decoder decodes it. Formats and codecs come in as objects behind
+// the pipeline's interfaces (a source factory, field decoders); compose/
+// builds them from what Python asked for. Nothing in here changes while an
+// epoch runs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "decode/image_decoder.h"
-#include "image/transform.h"
-#include "io/byte_source.h"
 #include "memory/batch_allocator.h"
+#include "pipeline/field_decoder.h"
+#include "pipeline/sample_source.h"
 
 namespace chute {
-
-enum class FieldDecoder : uint8_t {
-  kImage,  // jpeg/png → uint8 or float32, HWC/CHW per `image`
-  kNpy,    // .npy → its dtype and shape
-  kInt,    // int(bytes) → int64
-  kRaw,    // bytes handed to Python (the slow path decodes them there)
-};
 
 enum class ErrorPolicy : uint8_t { kRaise, kSkip };
 
 struct FieldPlan {
   std::string name;                     // for messages
   std::vector<std::string> extensions;  // alternatives; the first present wins
-  FieldDecoder decoder = FieldDecoder::kRaw;
-  ColorMode color = ColorMode::kRgb;
-  ImageOutputSpec image;
+  // Null: the member's bytes are handed over undecoded (Python decodes them).
+  std::shared_ptr<const FieldDecoder> decoder;
   bool optional = false;  // absent member → row marked absent (dict samples), else an error
   bool stack = true;      // one [B, ...] tensor; false → one tensor per sample
 };
 
 struct StreamPlan {
   std::vector<std::string> urls;
-  SourceOptions source;
+  std::shared_ptr<const SampleSourceFactory> sources;  // opens the urls
   std::vector<FieldPlan> fields;
   // Members whose extension no field claims are returned raw per sample
   // (dict-style samples keep every member).

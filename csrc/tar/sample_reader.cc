@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "tar/mapped_shard.h"
 #include "tar/tar_stream.h"
 
 namespace chute {
@@ -53,15 +54,9 @@ void lowercase_ascii(std::string& s) {
 
 }  // namespace
 
-const SampleMember* EncodedSample::find(const std::string& extension) const {
-  for (const SampleMember& m : members) {
-    if (m.extension == extension) return &m;
-  }
-  return nullptr;
-}
-
 struct SampleReader::Impl {
   TarStream stream;
+  std::shared_ptr<const MappedShard> storage;  // set when reading in place
   uint32_t source_index;
   TarMember pending;          // next member to place, payload not yet read
   size_t pending_key_len = 0;
@@ -73,7 +68,9 @@ struct SampleReader::Impl {
   size_t members_hint = 0;
 
   Impl(std::unique_ptr<ByteSource> source, uint32_t index, bool in_place)
-      : stream(std::move(source), size_t{1} << 20, in_place), source_index(index) {}
+      : stream(std::move(source), size_t{1} << 20, in_place), source_index(index) {
+    if (stream.mapping()) storage = std::make_shared<MappedShard>(stream.mapping(), stream.url());
+  }
 
   // Advances to the next member that webdataset would keep.
   bool advance() {
@@ -95,7 +92,7 @@ SampleReader::SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_i
                            bool in_place)
     : impl_(std::make_unique<Impl>(std::move(source), source_index, in_place)) {}
 
-bool SampleReader::in_place() const { return impl_->stream.mapping() != nullptr; }
+bool SampleReader::in_place() const { return impl_->storage != nullptr; }
 
 SampleReader::~SampleReader() = default;
 
@@ -104,7 +101,7 @@ bool SampleReader::next(EncodedSample& out) {
   out.key.clear();
   out.members.clear();
   out.data.clear();
-  out.mapping = s.stream.mapping();
+  out.in_place = s.storage;
   out.payload_bytes = 0;
   out.source_index = s.source_index;
   if (!s.has_pending) s.has_pending = s.advance();
@@ -112,7 +109,7 @@ bool SampleReader::next(EncodedSample& out) {
 
   out.key.assign(s.pending.name, 0, s.pending_key_len);
   out.offset = s.pending.header_offset;
-  if (!out.mapping) out.data.reserve(s.data_hint);
+  if (!out.in_place) out.data.reserve(s.data_hint);
   out.members.reserve(s.members_hint);
   do {
     SampleMember m;
@@ -129,10 +126,10 @@ bool SampleReader::next(EncodedSample& out) {
                                                        << m.extension << "' of sample '" << out.key
                                                        << "' (sample at offset " << out.offset << ")");
     m.name = s.pending.name;
-    m.header_offset = s.pending.header_offset;
+    m.offset = s.pending.header_offset;
     m.data_size = static_cast<size_t>(s.pending.size);
-    if (out.mapping) {
-      m.data_begin = static_cast<size_t>(s.stream.payload_in_place() - out.mapping->data());
+    if (out.in_place) {
+      m.data_begin = static_cast<size_t>(s.stream.payload_in_place() - out.in_place->data());
     } else {
       m.data_begin = out.data.size();
       const size_t need = out.data.size() + static_cast<size_t>(std::min(s.pending.size, kMaxReserve));

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -255,7 +255,7 @@ class FieldPlan:
     def extensions(self) -> list[str]:
         ...
     @extensions.setter
-    def extensions(self, arg0: collections.abc.Sequence[str]) -> None:
+    def extensions(self, arg1: collections.abc.Sequence[str]) -> None:
         ...
 class StreamPlan:
     cache_dir: str
@@ -276,13 +276,13 @@ class StreamPlan:
     def batch_size(self) -> int:
         ...
     @batch_size.setter
-    def batch_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def batch_size(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def epoch(self) -> int:
         ...
     @epoch.setter
-    def epoch(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def epoch(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def fields(self) -> list[FieldPlan]:
@@ -294,25 +294,25 @@ class StreamPlan:
     def max_batches(self) -> int:
         ...
     @max_batches.setter
-    def max_batches(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def max_batches(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def num_streams(self) -> int:
         ...
     @num_streams.setter
-    def num_streams(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def num_streams(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def num_threads(self) -> int:
         ...
     @num_threads.setter
-    def num_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def num_threads(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def parse_ahead(self) -> int:
         ...
     @parse_ahead.setter
-    def parse_ahead(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def parse_ahead(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def pipe_timeout(self) -> float:
@@ -324,7 +324,7 @@ class StreamPlan:
     def prefetch_batches(self) -> int:
         ...
     @prefetch_batches.setter
-    def prefetch_batches(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def prefetch_batches(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def readahead_bytes(self) -> int:
@@ -336,51 +336,53 @@ class StreamPlan:
     def seed(self) -> int:
         ...
     @seed.setter
-    def seed(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def seed(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def shuffle_capacity(self) -> int:
         ...
     @shuffle_capacity.setter
-    def shuffle_capacity(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def shuffle_capacity(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def shuffle_initial(self) -> int:
         ...
     @shuffle_initial.setter
-    def shuffle_initial(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def shuffle_initial(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def shuffle_max_bytes(self) -> int:
         ...
     @shuffle_max_bytes.setter
-    def shuffle_max_bytes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def shuffle_max_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def skip_batches(self) -> int:
         ...
     @skip_batches.setter
-    def skip_batches(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def skip_batches(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def urls(self) -> list[str]:
         ...
     @urls.setter
-    def urls(self, arg0: collections.abc.Sequence[str]) -> None:
+    def urls(self, arg1: collections.abc.Sequence[str]) -> None:
         ...
 class StreamEngine:
-    def __init__(self, arg0: StreamPlan) -> None:
+    def __init__(self, plan: StreamPlan) -> None:
         ...
     def close(self) -> None:
         ...
     def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
         """
-        Next batch; None at the end of the epoch; False when `timeout` seconds (0: wait forever) pass first. Raises the error of a failed batch at its position.
+        Next batch; None at the end of the epoch. Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.
         """
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def take_skip_messages(self) -> list[str]:
-        ...
+    def take_skipped(self) -> list[typing.Any]:
+        """
+        Exceptions of the samples skipped since the last call (DataError, ReadError, ...), oldest first.
+        """
 class RowSource:
     """
     Rows of fixed shape, gathered by index.
@@ -408,11 +410,190 @@ class H5Context:
         ...
     def stats(self) -> dict[str, typing.Any]:
         ...
+class H5LayoutKind:
+    """
+    Members:
+    
+      CONTIGUOUS
+    
+      CHUNKED
+    
+      UNALLOCATED
+    """
+    CHUNKED: typing.ClassVar[H5LayoutKind]
+    CONTIGUOUS: typing.ClassVar[H5LayoutKind]
+    UNALLOCATED: typing.ClassVar[H5LayoutKind]
+    __members__: typing.ClassVar[dict[str, H5LayoutKind]]
+    @typing.overload
+    def __eq__(self, other: H5LayoutKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: H5LayoutKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class H5Filter:
+    """
+    Members:
+    
+      DEFLATE
+    
+      SHUFFLE
+    
+      FLETCHER32
+    """
+    DEFLATE: typing.ClassVar[H5Filter]
+    FLETCHER32: typing.ClassVar[H5Filter]
+    SHUFFLE: typing.ClassVar[H5Filter]
+    __members__: typing.ClassVar[dict[str, H5Filter]]
+    @typing.overload
+    def __eq__(self, other: H5Filter) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: H5Filter) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class H5Layout:
+    """
+    How one HDF5 dataset is stored in one file, as h5py describes it.
+    """
+    dataset: str
+    kind: H5LayoutKind
+    path: str
+    def __init__(self) -> None:
+        ...
+    def set_chunks(self, offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], addresses: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64], sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64], masks: typing.Annotated[numpy.typing.ArrayLike, numpy.uint32]) -> None:
+        """
+        CHUNKED: the allocated chunks: element offsets (n x rank, after chunk_shape is set), byte addresses, stored sizes, filter masks.
+        """
+    @property
+    def chunk_shape(self) -> list[int]:
+        """
+        CHUNKED: full rank.
+        """
+    @chunk_shape.setter
+    def chunk_shape(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
+    def dtype(self) -> str:
+        """
+        numpy's dtype string, byte order included (e.g. '>f4').
+        """
+    @dtype.setter
+    def dtype(self, arg1: str) -> None:
+        ...
+    @property
+    def file_size(self) -> int:
+        ...
+    @file_size.setter
+    def file_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def fill(self) -> bytes:
+        """
+        One element in the file's byte order; unallocated storage reads as it.
+        """
+    @fill.setter
+    def fill(self, arg1: bytes) -> None:
+        ...
+    @property
+    def filters(self) -> list[H5Filter]:
+        """
+        CHUNKED: in the order they were applied.
+        """
+    @filters.setter
+    def filters(self, arg0: collections.abc.Sequence[H5Filter]) -> None:
+        ...
+    @property
+    def inode(self) -> int:
+        ...
+    @inode.setter
+    def inode(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def mtime_ns(self) -> int:
+        ...
+    @mtime_ns.setter
+    def mtime_ns(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def num_rows(self) -> int:
+        ...
+    @num_rows.setter
+    def num_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def offset(self) -> int:
+        """
+        CONTIGUOUS: byte offset of row 0.
+        """
+    @offset.setter
+    def offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def row_shape(self) -> list[int]:
+        ...
+    @row_shape.setter
+    def row_shape(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
 class H5Source(RowSource):
     """
     One HDF5 dataset over one or more files, read natively.
     """
-    def __init__(self, context: H5Context, name: str, layouts: list[typing.Any]) -> None:
+    def __init__(self, context: H5Context, name: str, layouts: collections.abc.Sequence[H5Layout]) -> None:
         ...
 class ArraySource(RowSource):
     """
@@ -420,24 +601,60 @@ class ArraySource(RowSource):
     """
     def __init__(self, name: str, array: numpy.typing.NDArray[typing.Any]) -> None:
         ...
+class IndexedPlan:
+    """
+    What an IndexedEngine reads and how.
+    """
+    def __init__(self) -> None:
+        ...
+    def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).
+        """
+    @property
+    def max_in_flight(self) -> int:
+        """
+        Batches started ahead of the consumer.
+        """
+    @max_in_flight.setter
+    def max_in_flight(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def num_threads(self) -> int:
+        ...
+    @num_threads.setter
+    def num_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def piece_rows(self) -> int:
+        """
+        Rows per piece of work; 0 picks it from the row size.
+        """
+    @piece_rows.setter
+    def piece_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sources(self) -> list[RowSource]:
+        """
+        One row source per output field, all with the same number of rows.
+        """
+    @sources.setter
+    def sources(self, arg0: collections.abc.Sequence[RowSource]) -> None:
+        ...
 class IndexedEngine:
     """
     Native threads gathering index batches from row sources.
     """
-    def __init__(self, sources: collections.abc.Sequence[RowSource], num_threads: typing.SupportsInt | typing.SupportsIndex, max_in_flight: typing.SupportsInt | typing.SupportsIndex, piece_rows: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, plan: IndexedPlan) -> None:
         ...
     def close(self) -> None:
         ...
-    def next(self, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
+    def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
         """
-        The next batch in submission order as a list of arrays (one per source), or None on timeout.
+        The next batch in submission order (one column per source). Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.
         """
     def outstanding(self) -> int:
         ...
-    def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning); call before the first submit.
-        """
     def stats(self) -> dict[str, typing.Any]:
         ...
     def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> int:
@@ -469,9 +686,17 @@ def _batch_other_members(arg0: Batch) -> list[typing.Any]:
     """
     Batch.other_members() with extensions decoded as webdataset decodes them.
     """
+def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, resize: typing.SupportsInt | typing.SupportsIndex, crop_h: typing.SupportsInt | typing.SupportsIndex, crop_w: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
+    """
+    Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
+    """
 def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing.SupportsIndex, mode: str = 'rgb') -> float:
     """
     Benchmark: decode the images in turn into one buffer, on this thread with the GIL released, until `seconds` pass; images per second.
+    """
+def _decode_resampled(data: bytes, out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, region: str = 'scaled', mode: str = 'rgb', flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> tuple[typing.Any, ...]:
+    """
+    Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).
     """
 def _map_file(path: str) -> _MappedFile:
     """
@@ -481,9 +706,21 @@ def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, s
     """
     Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
     """
-def _take_skip_messages(arg0: StreamEngine) -> list[typing.Any]:
+def _resize(image: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> numpy.typing.NDArray[typing.Any]:
     """
-    StreamEngine.take_skip_messages() with stray bytes of tar names shown as \\xNN.
+    Diagnostic: resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops then resizes (torchvision's resized_crop); box=(y0, x0, y1, x1) maps that fractional area, reading across its edges, from the crop or the whole image. dtype 'bfloat16' comes back as its uint16 bits. order: which pass runs first ('auto': the cheaper).
+    """
+def _rrc_params(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, scale: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.08, 1.0), ratio: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.75, 1.3333333333333333), seed: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = 1) -> numpy.typing.NDArray[typing.Any]:
+    """
+    Diagnostic: `count` RandomResizedCrop windows drawn in turn from one generator seeded with `seed`, as an int64 array of rows (y, x, h, w).
+    """
+def _simd_level() -> str:
+    """
+    Diagnostic: the resampler's SIMD level on this CPU.
+    """
+def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
+    """
+    StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout'; stray bytes of tar names in a message shown as \\xNN.
     """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """

@@ -1,20 +1,16 @@
-"""What the Python side of both engines shares: the default thread count and
-the waits for a finished batch."""
+"""What the Python side of both engines shares: the default thread count,
+the indexed engine's construction and the waits for a finished batch."""
 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
+from chute import _core
 from chute.errors import engine_errors
-
-# How long one native wait of the indexed engine lasts before Python regains
-# control, so that Ctrl-C and timeouts are noticed while the engine works.
-WAIT_SLICE_S = 0.1
 
 
 def default_threads() -> int:
@@ -31,27 +27,23 @@ def default_threads() -> int:
 
 
 def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
-    """The indexed engine's next batch: engine.next() in short native waits,
-    so signals get handled between them; TimeoutError after `timeout` > 0."""
-    deadline = time.monotonic() + timeout if timeout > 0 else None
-    while True:
-        slice_s = WAIT_SLICE_S
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no batch within {timeout} s")
-            slice_s = min(slice_s, remaining)
-        with engine_errors():
-            arrays = engine.next(slice_s)
-        if arrays is not None:
-            return list(arrays)
-
-
-def next_stream_batch(engine: Any, timeout: float) -> Any:
-    """The stream engine's next batch (None at the end). The native wait runs
-    in short slices that let Python handle Ctrl-C; False means `timeout` passed."""
+    """The indexed engine's next batch, as its columns. The native wait
+    handles Ctrl-C between short slices and raises TimeoutError after
+    `timeout` > 0 seconds; a failure as ``chute.errors`` maps it."""
     with engine_errors():
         batch = engine.next(timeout)
-    if batch is False:
-        raise TimeoutError(f"no batch within {timeout:g} seconds")
-    return batch
+    return [batch.column(i) for i in range(batch.num_columns)]
+
+
+def make_indexed_engine(
+    sources: list[Any], threads: int, in_flight: int, hooks: tuple[int, int] | None = None
+) -> Any:
+    """An indexed engine over `sources` (one row source per field), with
+    `in_flight` batches ahead of the consumer and optional page-lock hooks."""
+    plan = _core.IndexedPlan()
+    plan.sources = sources
+    plan.num_threads = threads
+    plan.max_in_flight = in_flight
+    if hooks is not None:
+        plan.set_pin_hooks(*hooks)
+    return _core.IndexedEngine(plan)

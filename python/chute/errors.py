@@ -147,11 +147,24 @@ def failure_scope(message: str) -> str:
 
 
 def from_message(message: str) -> BaseException:
-    """The exception for an engine failure known only by its message (a
-    sample the engine skipped and reported)."""
+    """The exception for an engine failure known only by its message."""
     text, _ = split_where(message)
     base = ReadError if _READ_FAILURE.match(text) else DataError
     return translate(base(message))
+
+
+_KINDS: dict[str, type[Exception]] = {
+    "data": DataError,
+    "io": ReadError,
+    "usage": ValueError,
+    "timeout": TimeoutError,
+}
+
+
+def from_engine_failure(kind: str, message: str) -> BaseException:
+    """The exception for a failure the engine reports by kind ("data", "io",
+    "usage", "timeout") and message (a sample it skipped)."""
+    return translate(_KINDS.get(kind, DataError)(message))
 
 
 def translate(exc: BaseException) -> BaseException:

@@ -29,7 +29,7 @@ import h5py
 import numpy as np
 
 from chute import _core
-from chute.h5layout import describe_dataset
+from chute.h5layout import describe_dataset, native_layout
 from chute.indexed import IndexedDataset, ProcessState
 
 # 256 MiB holds the decompressed chunks of a typical working set (e.g. 200k
@@ -170,7 +170,7 @@ class H5Dataset(IndexedDataset):
     def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
         context = _core.H5Context(self._chunk_cache_bytes, self._max_open_files, self._mmap)
         sources = [
-            _core.H5Source(context, name, self._layouts[name])
+            _core.H5Source(context, name, [native_layout(d) for d in self._layouts[name]])
             for name in self._native_field_names()
         ]
         return sources, {"context": context, "h5files": {}}

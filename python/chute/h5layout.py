@@ -10,6 +10,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from chute import _core
+
 _NATIVE_FILTERS = {
     h5py.h5z.FILTER_DEFLATE: "deflate",
     h5py.h5z.FILTER_SHUFFLE: "shuffle",
@@ -107,3 +109,40 @@ def _chunk_table(d: h5py.Dataset) -> tuple[np.ndarray, ...]:
     if position != n:
         raise ValueError(f"{d.file.filename}: dataset {d.name!r}: chunk index changed while read")
     return offsets, addresses, sizes, masks
+
+
+_NATIVE_KINDS = {
+    "contiguous": _core.H5LayoutKind.CONTIGUOUS,
+    "chunked": _core.H5LayoutKind.CHUNKED,
+    "unallocated": _core.H5LayoutKind.UNALLOCATED,
+}
+_NATIVE_FILTER_CODES = {
+    "deflate": _core.H5Filter.DEFLATE,
+    "shuffle": _core.H5Filter.SHUFFLE,
+    "fletcher32": _core.H5Filter.FLETCHER32,
+}
+
+
+def native_layout(d: dict[str, Any]) -> _core.H5Layout:
+    """The engine's typed layout for a description from `describe_dataset`
+    (kept as a plain dict so that the dataset pickles)."""
+    layout = _core.H5Layout()
+    layout.path = d["path"]
+    layout.dataset = d["dataset"]
+    layout.dtype = d["dtype"]
+    layout.row_shape = d["row_shape"]
+    layout.num_rows = d["num_rows"]
+    layout.fill = d["fill"]
+    layout.file_size = d["file_size"]
+    layout.mtime_ns = d["mtime_ns"]
+    layout.inode = d["inode"]
+    layout.kind = _NATIVE_KINDS[d["kind"]]
+    if d["kind"] == "contiguous":
+        layout.offset = d["offset"]
+    elif d["kind"] == "chunked":
+        layout.chunk_shape = d["chunk_shape"]
+        layout.filters = [_NATIVE_FILTER_CODES[f] for f in d["filters"]]
+        layout.set_chunks(
+            d["chunk_offsets"], d["chunk_addresses"], d["chunk_sizes"], d["chunk_masks"]
+        )
+    return layout

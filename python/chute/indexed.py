@@ -26,12 +26,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from chute import _core
-from chute.engine import default_threads, wait_batch
+from chute.engine import default_threads, make_indexed_engine, wait_batch
 from chute.loading import EngineDataset, LoaderSettings
 from chute.pinning import pin_hooks
 
 Batch = dict[str, torch.Tensor]
+
+# The dataset's totals and the engine stats they add up.
+_ENGINE_TOTALS = {"batches": "batches", "rows": "samples_yielded", "bytes": "bytes_yielded"}
 
 # Native objects inherited through fork() from another process. Their threads
 # do not exist here and their locks may be held forever, so they must never
@@ -163,7 +165,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         with state.lock:
             if state.engine is None:
                 threads = 1 if torch.utils.data.get_worker_info() is not None else self._num_threads
-                state.engine = _core.IndexedEngine(state.sources, threads, 1)
+                state.engine = make_indexed_engine(state.sources, threads, 1)
             state.engine.submit(idx)
             arrays = wait_batch(state.engine, 0.0)
         return self._assemble(arrays, idx)
@@ -207,9 +209,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         key = (max(1, int(num_threads)), prefetch, hooks)
         engine = state.idle.pop(key, None)
         if engine is None:
-            engine = _core.IndexedEngine(state.sources, key[0], prefetch)
-            if hooks is not None:
-                engine.set_pin_hooks(*hooks)
+            engine = make_indexed_engine(state.sources, key[0], prefetch, hooks)
         stats_before = engine.stats()
         state.live[engine] = stats_before
         clean = False
@@ -268,8 +268,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     # -- stats -------------------------------------------------------------------------------
 
     def _add_totals(self, s: dict[str, Any], before: dict[str, Any] | None = None) -> None:
-        for key in ("batches", "rows", "bytes"):
-            self._totals[key] += int(s[key]) - (int(before[key]) if before is not None else 0)
+        for key, engine_key in _ENGINE_TOTALS.items():
+            self._totals[key] += int(s[engine_key]) - (
+                int(before[engine_key]) if before is not None else 0
+            )
 
     def stats(self) -> dict[str, Any]:
         """Counters of this process: batches/rows/bytes delivered by
@@ -284,8 +286,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
             running.append((state.engine, None))
         for engine, before in running:
             s = engine.stats()
-            for key in ("batches", "rows", "bytes"):
-                out[key] += int(s[key]) - (int(before[key]) if before is not None else 0)
+            for key, engine_key in _ENGINE_TOTALS.items():
+                out[key] += int(s[engine_key]) - (
+                    int(before[engine_key]) if before is not None else 0
+                )
         out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
         out.update(self._native_stats(state))
         return out
@@ -297,7 +301,7 @@ class BatchReader:
 
     def __init__(self, dataset: IndexedDataset, num_threads: int, prefetch: int) -> None:
         self._dataset = dataset
-        self._engine = _core.IndexedEngine(
+        self._engine = make_indexed_engine(
             dataset._state().sources, max(1, int(num_threads)), prefetch
         )
 
@@ -309,7 +313,7 @@ class BatchReader:
         return self._dataset._assemble(wait_batch(self._engine, timeout), idx)
 
     def bytes_delivered(self) -> int:
-        return int(self._engine.stats()["bytes"])
+        return int(self._engine.stats()["bytes_yielded"])
 
     def close(self) -> None:
         self._engine.close()

@@ -32,7 +32,7 @@ from torch.utils.data import IterableDataset, default_convert
 from typing_extensions import Self
 
 from chute import _core
-from chute.engine import default_threads, next_stream_batch
+from chute.engine import default_threads
 from chute.errors import engine_errors
 from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
 from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
@@ -719,7 +719,7 @@ class _Run:
             while True:
                 started = time.perf_counter()
                 with engine_errors():
-                    batch = next_stream_batch(engine, settings.timeout)
+                    batch = engine.next(settings.timeout)
                 self.figures.wait_seconds += time.perf_counter() - started
                 stop = report_skips(engine, self.handlers)
                 if batch is None:

@@ -11,7 +11,7 @@ import torch
 
 from chute import _core
 from chute.decoders import IMAGE_SPECS
-from chute.errors import failure_scope, from_message, split_where
+from chute.errors import failure_scope, from_engine_failure, split_where
 from chute.handlers import (
     Handler,
     SkippedSampleWarning,
@@ -110,14 +110,14 @@ def report_skips(engine: Any, handlers: ErrorHandlers) -> bool:
     """Hands the samples the engine skipped to their handlers; True when one
     asks to stop. A failure whose handler raises is raised here (the engine
     skipped it because another scope's handler may skip)."""
-    for message in _core._take_skip_messages(engine):
+    for kind, message in _core._take_skipped(engine):
         handler = handlers.for_failure(message)
         if handler is ignore_and_continue:
             continue
         if handler is warn_and_continue:
             warnings.warn(split_where(message)[0], SkippedSampleWarning, stacklevel=3)
         elif handler is reraise_exception:
-            raise from_message(message)
-        elif not handler(from_message(message)):
+            raise from_engine_failure(kind, message)
+        elif not handler(from_engine_failure(kind, message)):
             return True
     return False

@@ -1,0 +1,286 @@
+// Diagnostic entry points to the image kernels (resampler, region decode,
+// crop parameters): what the tests and benchmarks drive. The engine calls
+// the kernels natively. Every call releases the GIL around the native work.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings/registry.h"
+#include "core/error.h"
+#include "decode/image_decoder.h"
+#include "image/crop_params.h"
+#include "image/pixel_format.h"
+#include "image/resample.h"
+#include "core/random.h"
+
+namespace py = pybind11;
+
+namespace chute::bindings {
+namespace {
+
+using WindowTuple = std::tuple<int, int, int, int>;              // y, x, height, width
+using BoxTuple = std::tuple<double, double, double, double>;     // y0, x0, y1, x1
+using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+
+Window to_window(const WindowTuple& t) {
+  return Window{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)};
+}
+
+WindowTuple from_window(const Window& w) { return {w.y, w.x, w.height, w.width}; }
+
+Layout parse_layout(const std::string& s) {
+  if (s == "HWC") return Layout::kHWC;
+  if (s == "CHW") return Layout::kCHW;
+  CHUTE_CHECK(false, kUsage, "layout must be 'HWC' or 'CHW', not '" << s << "'");
+  return Layout::kHWC;
+}
+
+PixelType parse_dtype(const std::string& s) {
+  if (s == "uint8") return PixelType::kUint8;
+  if (s == "float32") return PixelType::kFloat32;
+  if (s == "float16") return PixelType::kFloat16;
+  if (s == "bfloat16") return PixelType::kBFloat16;
+  CHUTE_CHECK(false, kUsage,
+              "dtype must be 'uint8', 'float32', 'float16' or 'bfloat16', not '" << s << "'");
+  return PixelType::kUint8;
+}
+
+SimdLevel parse_simd(const std::string& s) {
+  if (s == "auto") return SimdLevel::kAuto;
+  if (s == "scalar") return SimdLevel::kScalar;
+  if (s == "sse4.1") return SimdLevel::kSse41;
+  if (s == "avx2") return SimdLevel::kAvx2;
+  CHUTE_CHECK(false, kUsage, "simd must be 'auto', 'scalar', 'sse4.1' or 'avx2', not '" << s << "'");
+  return SimdLevel::kAuto;
+}
+
+PassOrder parse_order(const std::string& s) {
+  if (s == "auto") return PassOrder::kAuto;
+  if (s == "horizontal") return PassOrder::kHorizontalFirst;
+  if (s == "vertical") return PassOrder::kVerticalFirst;
+  CHUTE_CHECK(false, kUsage, "order must be 'auto', 'horizontal' or 'vertical', not '" << s << "'");
+  return PassOrder::kAuto;
+}
+
+ColorMode parse_mode(const std::string& mode) {
+  if (mode == "rgb" || mode == "RGB") return ColorMode::kRgb;
+  if (mode == "l" || mode == "L") return ColorMode::kGray;
+  CHUTE_CHECK(false, kUsage, "image mode must be 'rgb' or 'l', not '" << mode << "'");
+  return ColorMode::kRgb;
+}
+
+OutputFormat make_format(int channels, const std::string& layout, const std::string& dtype,
+                         const std::optional<std::vector<float>>& mean,
+                         const std::optional<std::vector<float>>& std) {
+  const Layout l = parse_layout(layout);
+  const PixelType t = parse_dtype(dtype);
+  CHUTE_CHECK(mean.has_value() == std.has_value(), kUsage, "mean and std go together");
+  if (!mean) return OutputFormat(l, t);
+  CHUTE_CHECK(static_cast<int>(mean->size()) == channels &&
+                  static_cast<int>(std->size()) == channels,
+              kUsage, "mean and std need one value per channel (" << channels << ")");
+  std::array<float, 3> m{}, s{};
+  for (int c = 0; c < 3; ++c) {
+    m[c] = (*mean)[c < channels ? c : 0];
+    s[c] = (*std)[c < channels ? c : 0];
+  }
+  return OutputFormat(l, t, m, s);
+}
+
+// An array for an out_h x out_w image in `format`; HW for one channel.
+py::array make_output(const OutputFormat& format, int channels, int out_h, int out_w) {
+  std::vector<py::ssize_t> shape;
+  if (channels == 1) {
+    shape = {out_h, out_w};
+  } else if (format.layout() == Layout::kCHW) {
+    shape = {channels, out_h, out_w};
+  } else {
+    shape = {out_h, out_w, channels};
+  }
+  switch (format.type()) {
+    case PixelType::kUint8:
+      return py::array(py::dtype::of<uint8_t>(), shape);
+    case PixelType::kFloat32:
+      return py::array(py::dtype::of<float>(), shape);
+    case PixelType::kFloat16:
+      return py::array(py::dtype("float16"), shape);
+    case PixelType::kBFloat16:
+      return py::array(py::dtype::of<uint16_t>(), shape);  // the bits; numpy has no bfloat16
+  }
+  return py::array();
+}
+
+// The area from the optional crop window and box: a crop alone is
+// crop-then-resize; a box reads the region (the crop, else the whole image).
+SourceArea make_area(int h, int w, const std::optional<WindowTuple>& crop,
+                     const std::optional<BoxTuple>& box) {
+  SourceArea area = crop_area(crop ? to_window(*crop) : Window{0, 0, h, w});
+  if (box) {
+    area.box = Box{std::get<0>(*box), std::get<1>(*box), std::get<2>(*box), std::get<3>(*box)};
+  }
+  return area;
+}
+
+py::array resize_py(const U8Array& image, int out_h, int out_w,
+                    const std::optional<WindowTuple>& crop, const std::optional<BoxTuple>& box,
+                    bool flip, const std::string& layout, const std::string& dtype,
+                    const std::optional<std::vector<float>>& mean,
+                    const std::optional<std::vector<float>>& std, const std::string& simd,
+                    const std::string& order) {
+  CHUTE_CHECK(image.ndim() == 2 ||
+                  (image.ndim() == 3 && (image.shape(2) == 1 || image.shape(2) == 3)),
+              kUsage, "_resize expects an HW or HWC (C = 1 or 3) uint8 array");
+  const int h = static_cast<int>(image.shape(0));
+  const int w = static_cast<int>(image.shape(1));
+  const int c = image.ndim() == 3 ? static_cast<int>(image.shape(2)) : 1;
+  CHUTE_CHECK(h > 0 && w > 0, kUsage, "_resize of an empty image");
+  const OutputFormat format = make_format(c, layout, dtype, mean, std);
+  const SourceArea area = make_area(h, w, crop, box);
+  py::array out = make_output(format, c, out_h, out_w);
+  ResampleOutput target;
+  target.height = out_h;
+  target.width = out_w;
+  target.flip = flip;
+  target.format = &format;
+  target.data = out.mutable_data();
+  target.simd = parse_simd(simd);
+  target.order = parse_order(order);
+  const uint8_t* src = image.data();
+  {
+    py::gil_scoped_release release;
+    const Window& r = area.region;
+    CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.y + r.height <= h && r.x + r.width <= w, kUsage,
+                "crop " << r.height << "x" << r.width << " at (" << r.y << ", " << r.x
+                        << ") does not fit a " << h << "x" << w << " image");
+    resample_area_into(src, h, w, c, area, target);
+  }
+  return out;
+}
+
+RegionDecode parse_region(const std::string& s) {
+  if (s == "full") return RegionDecode::kFull;
+  if (s == "crop") return RegionDecode::kCrop;
+  if (s == "scaled") return RegionDecode::kCropScaled;
+  CHUTE_CHECK(false, kUsage, "region must be 'full', 'crop' or 'scaled', not '" << s << "'");
+  return RegionDecode::kFull;
+}
+
+py::tuple decode_resampled_py(const py::bytes& data, int out_h, int out_w,
+                              const std::optional<WindowTuple>& crop,
+                              const std::optional<BoxTuple>& box, const std::string& region,
+                              const std::string& mode_name, bool flip, const std::string& layout,
+                              const std::string& dtype,
+                              const std::optional<std::vector<float>>& mean,
+                              const std::optional<std::vector<float>>& std,
+                              const std::string& simd, const std::string& order) {
+  const ColorMode mode = parse_mode(mode_name);
+  const RegionDecode how = parse_region(region);
+  const int c = mode == ColorMode::kRgb ? 3 : 1;
+  const OutputFormat format = make_format(c, layout, dtype, mean, std);
+  // The bytes object is immutable and referenced by the caller for the call.
+  char* bytes = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(data.ptr(), &bytes, &size) != 0) throw py::error_already_set();
+  const auto* in = reinterpret_cast<const uint8_t*>(bytes);
+  ImageInfo info;
+  {
+    py::gil_scoped_release release;
+    info = probe_image(in, static_cast<size_t>(size), "<bytes>");
+  }
+  const SourceArea area = make_area(info.height, info.width, crop, box);
+  py::array out = make_output(format, c, out_h, out_w);
+  ResampleOutput target;
+  target.height = out_h;
+  target.width = out_w;
+  target.flip = flip;
+  target.format = &format;
+  target.data = out.mutable_data();
+  target.simd = parse_simd(simd);
+  target.order = parse_order(order);
+  RegionDecodeInfo result;
+  {
+    py::gil_scoped_release release;
+    result = decode_image_resampled(in, static_cast<size_t>(size), mode, area, target, how,
+                                    "<bytes>");
+  }
+  return py::make_tuple(out, result.scale_num, from_window(result.decoded));
+}
+
+py::array rrc_params_py(int height, int width, const std::tuple<double, double>& scale,
+                        const std::tuple<double, double>& ratio, uint64_t seed, int64_t count) {
+  CHUTE_CHECK(count >= 0, kUsage, "count must be >= 0");
+  py::array_t<int64_t> out(std::vector<py::ssize_t>{static_cast<py::ssize_t>(count), 4});
+  int64_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    Rng rng(seed);
+    for (int64_t i = 0; i < count; ++i) {
+      const Window w = random_resized_crop(height, width, std::get<0>(scale), std::get<1>(scale),
+                                           std::get<0>(ratio), std::get<1>(ratio), rng);
+      dst[4 * i + 0] = w.y;
+      dst[4 * i + 1] = w.x;
+      dst[4 * i + 2] = w.height;
+      dst[4 * i + 3] = w.width;
+    }
+  }
+  return std::move(out);
+}
+
+std::tuple<WindowTuple, BoxTuple> center_crop_area_py(int height, int width, int resize,
+                                                      int crop_h, int crop_w) {
+  const SourceArea a = resize_center_crop(height, width, resize, crop_h, crop_w);
+  return {from_window(a.region), BoxTuple{a.box.y0, a.box.x0, a.box.y1, a.box.x1}};
+}
+
+std::string simd_level_py() {
+  switch (best_simd_level()) {
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kSse41:
+      return "sse4.1";
+    default:
+      return "scalar";
+  }
+}
+
+}  // namespace
+
+void register_image(py::module_& m) {
+  m.def("_resize", &resize_py, py::arg("image"), py::arg("out_h"), py::arg("out_w"),
+        py::arg("crop") = py::none(), py::arg("box") = py::none(), py::arg("flip") = false,
+        py::arg("layout") = "HWC", py::arg("dtype") = "uint8", py::arg("mean") = py::none(),
+        py::arg("std") = py::none(), py::arg("simd") = "auto", py::arg("order") = "auto",
+        "Diagnostic: resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops "
+        "then resizes (torchvision's resized_crop); box=(y0, x0, y1, x1) maps that fractional "
+        "area, reading across its edges, from the crop or the whole image. dtype 'bfloat16' "
+        "comes back as its uint16 bits. order: which pass runs first ('auto': the cheaper).");
+  m.def("_decode_resampled", &decode_resampled_py, py::arg("data"), py::arg("out_h"),
+        py::arg("out_w"), py::arg("crop") = py::none(), py::arg("box") = py::none(),
+        py::arg("region") = "scaled", py::arg("mode") = "rgb", py::arg("flip") = false,
+        py::arg("layout") = "HWC", py::arg("dtype") = "uint8", py::arg("mean") = py::none(),
+        py::arg("std") = py::none(), py::arg("simd") = "auto", py::arg("order") = "auto",
+        "Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize "
+        "does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns "
+        "read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still "
+        "covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).");
+  m.def("_rrc_params", &rrc_params_py, py::arg("height"), py::arg("width"),
+        py::arg("scale") = std::make_tuple(0.08, 1.0),
+        py::arg("ratio") = std::make_tuple(3.0 / 4.0, 4.0 / 3.0), py::arg("seed") = 0,
+        py::arg("count") = 1,
+        "Diagnostic: `count` RandomResizedCrop windows drawn in turn from one generator "
+        "seeded with `seed`, as an int64 array of rows (y, x, h, w).");
+  m.def("_center_crop_area", &center_crop_area_py, py::arg("height"), py::arg("width"),
+        py::arg("resize"), py::arg("crop_h"), py::arg("crop_w"),
+        "Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: "
+        "((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.");
+  m.def("_simd_level", &simd_level_py, "Diagnostic: the resampler's SIMD level on this CPU.");
+}
+
+}  // namespace chute::bindings

@@ -1,0 +1,74 @@
+#include "compose/catalog.h"
+
+#include "core/error.h"
+#include "decode/image_field.h"
+#include "decode/label_field.h"
+#include "decode/npy_field.h"
+#include "tar/tar_sample_source.h"
+
+namespace chute {
+namespace {
+
+struct SourceEntry {
+  bool (*reads)(const std::string& url);
+  std::shared_ptr<const SampleSourceFactory> (*make)(const SourceOptions& options);
+};
+
+// First match wins. Tar shards come through io/'s byte sources (local
+// files, `pipe:`), which refuse what they cannot open with a clear error, so
+// tar takes every url no entry before it claims.
+const SourceEntry kSources[] = {
+    // tar
+    {[](const std::string&) { return true; },
+     [](const SourceOptions& o) -> std::shared_ptr<const SampleSourceFactory> {
+       return std::make_shared<TarSampleSources>(o);
+     }},
+};
+
+struct DecoderEntry {
+  FieldCodec codec;
+  std::shared_ptr<const FieldDecoder> (*make)(const FieldCodecSpec& spec, const std::string& field);
+};
+
+const DecoderEntry kDecoders[] = {
+    {FieldCodec::kImage,
+     [](const FieldCodecSpec& s, const std::string& field) -> std::shared_ptr<const FieldDecoder> {
+       return std::make_shared<ImageFieldDecoder>(s.color, s.image, field);
+     }},
+    {FieldCodec::kNpy,
+     [](const FieldCodecSpec&, const std::string&) -> std::shared_ptr<const FieldDecoder> {
+       return std::make_shared<NpyFieldDecoder>();
+     }},
+    {FieldCodec::kInt,
+     [](const FieldCodecSpec&, const std::string&) -> std::shared_ptr<const FieldDecoder> {
+       return std::make_shared<LabelFieldDecoder>();
+     }},
+};
+
+}  // namespace
+
+std::shared_ptr<const SampleSourceFactory> sample_sources_for(const std::vector<std::string>& urls,
+                                                              const SourceOptions& options) {
+  for (const SourceEntry& entry : kSources) {
+    bool all = true;
+    for (const std::string& url : urls) all = all && entry.reads(url);
+    if (all) return entry.make(options);
+  }
+  CHUTE_CHECK(false, kUsage, "no one source reads all of these urls (first: '"
+                                 << (urls.empty() ? std::string() : urls.front())
+                                 << "'); read them in separate pipelines");
+  return nullptr;
+}
+
+std::shared_ptr<const FieldDecoder> field_decoder_for(const FieldCodecSpec& spec,
+                                                      const std::string& field) {
+  if (spec.codec == FieldCodec::kRaw) return nullptr;
+  for (const DecoderEntry& entry : kDecoders) {
+    if (entry.codec == spec.codec) return entry.make(spec, field);
+  }
+  CHUTE_CHECK(false, kUsage, "field '" << field << "': no decoder for codec "
+                                       << static_cast<int>(spec.codec));
+  return nullptr;
+}
+
+}  // namespace chute

@@ -1,0 +1,28 @@
+// A stream engine's plan as Python describes it: the generic settings, how
+// to reach the urls (io's SourceOptions) and each field's codec spec.
+// compose_stream_plan() picks the source and the decoders (catalog.h) and
+// returns the plan the engine runs.
+#pragma once
+
+#include <vector>
+
+#include "decode/field_spec.h"
+#include "io/byte_source.h"
+#include "pipeline/stream_plan.h"
+
+namespace chute {
+
+struct FieldRequest {
+  FieldPlan field;        // field.decoder is made from `codec`
+  FieldCodecSpec codec;
+};
+
+struct StreamRequest {
+  StreamPlan plan;        // plan.sources and plan.fields are made from the rest
+  SourceOptions source;
+  std::vector<FieldRequest> fields;
+};
+
+StreamPlan compose_stream_plan(const StreamRequest& request);
+
+}  // namespace chute

@@ -1,0 +1,25 @@
+// How one field's member is to be decoded, as Python asks for it. compose/
+// turns a spec into the FieldDecoder the engine runs.
+#pragma once
+
+#include <cstdint>
+
+#include "decode/image_decoder.h"
+#include "image/transform.h"
+
+namespace chute {
+
+enum class FieldCodec : uint8_t {
+  kImage,  // jpeg/png → uint8 or float32, HWC/CHW per `image`
+  kNpy,    // .npy → its dtype and shape
+  kInt,    // int(bytes) → int64
+  kRaw,    // bytes handed to Python (the slow path decodes them there)
+};
+
+struct FieldCodecSpec {
+  FieldCodec codec = FieldCodec::kRaw;
+  ColorMode color = ColorMode::kRgb;  // images
+  ImageOutputSpec image;              // images
+};
+
+}  // namespace chute

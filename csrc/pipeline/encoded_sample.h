@@ -1,0 +1,83 @@
+// One sample as a source yields it, still encoded: its key and its members
+// (extension → payload bytes). The payloads are either copied into the
+// sample or left where the source found them (a mapped local shard), behind
+// InPlaceStorage, which the engine asks after reading whether what it read
+// was real and tells when the bytes are no longer needed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace chute {
+
+struct EncodedSample;
+
+struct SampleMember {
+  std::string extension;  // lowercased, e.g. "jpg", "nsdgeneral.npy"
+  std::string name;       // full member name, for error messages
+  uint64_t offset = 0;    // where the member starts in its source (a tar member's first header)
+  size_t data_begin = 0;  // payload range inside EncodedSample::bytes()
+  size_t data_size = 0;
+};
+
+// Payload bytes that samples share in place instead of holding copies; kept
+// alive by the samples that point into it, so it outlives the source that
+// produced them. The bytes may stop being real underneath (a file cut while
+// mapped): after reading a sample, the engine calls refresh() once and then
+// lost() for each sample it read.
+class InPlaceStorage {
+ public:
+  virtual ~InPlaceStorage() = default;
+  InPlaceStorage(const InPlaceStorage&) = delete;
+  InPlaceStorage& operator=(const InPlaceStorage&) = delete;
+
+  const uint8_t* data() const { return data_; }
+
+  // Looks at the underlying storage now (a system call); true when some of
+  // it is gone.
+  virtual bool refresh() const = 0;
+  // Whether bytes of `sample` read before the last refresh() may not have
+  // been its own.
+  virtual bool lost(const EncodedSample& sample) const = 0;
+  // The error that reports `sample` as lost.
+  virtual Error lost_error(const EncodedSample& sample) const = 0;
+  // No sample needs [begin, end) of the storage any more (source offsets):
+  // it may leave the process's memory.
+  virtual void release(uint64_t begin, uint64_t end) const = 0;
+
+ protected:
+  explicit InPlaceStorage(const uint8_t* data) : data_(data) {}
+
+ private:
+  const uint8_t* data_;
+};
+
+struct EncodedSample {
+  std::string key;
+  uint32_t source_index = 0;  // which of the plan's urls it came from
+  uint64_t offset = 0;        // where the sample starts in its source
+  uint64_t end_offset = 0;    // just past its last payload
+  std::vector<SampleMember> members;
+  // The payloads, copied back to back into `data`, or, read in place, left
+  // in `in_place` (data_begin is then an offset into its data()).
+  std::vector<uint8_t> data;
+  std::shared_ptr<const InPlaceStorage> in_place;
+  size_t payload_bytes = 0;
+
+  const uint8_t* bytes() const { return in_place ? in_place->data() : data.data(); }
+  const SampleMember* find(const std::string& extension) const {
+    for (const SampleMember& m : members) {
+      if (m.extension == extension) return &m;
+    }
+    return nullptr;
+  }
+  // What holding the sample costs, for the shuffle buffer's byte bound.
+  size_t encoded_bytes() const { return payload_bytes + key.size() + members.size() * 64; }
+};
+
+}  // namespace chute

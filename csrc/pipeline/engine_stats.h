@@ -1,0 +1,71 @@
+// The counters both engines report, under one set of names: the bindings
+// turn this struct into the dict stats() returns, the same keys from either
+// engine; a counter that does not apply to an engine stays 0.
+//
+//   batches, samples_yielded, bytes_yielded: batches handed to the consumer,
+//       their rows and the bytes of their tensors
+//   batches_submitted: batches handed to the workers (stream: formed by the
+//       assembler; indexed: submitted by the caller)
+//   queued_batches: finished, waiting for the consumer
+//   samples_read: stream: samples grouped from the shards; indexed: rows
+//       gathered from the sources
+//   samples_skipped: samples dropped under the skip policy (stream)
+//   samples_batched: samples placed in a batch (indexed: rows submitted)
+//   shards_opened, encoded_bytes: shards opened and payload bytes read (stream)
+//   read_seconds: stream: busy time of the parse threads, which read shards,
+//       group members into samples and probe their headers
+//   decode_seconds: busy time of the batch workers, which decode samples
+//       (stream) or gather rows (indexed) into batch memory
+//   shuffle_bytes, shuffle_peak_bytes, shuffle_peak_samples: encoded bytes
+//       held in the shuffle buffers now, and their peaks (stream)
+//   arenas_created, batch_bytes_reserved, batch_bytes_in_use,
+//   batch_peak_bytes_reserved, batch_peak_bytes_in_use, batch_bytes_pinned:
+//       the batch memory (see memory/batch_allocator.h)
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "memory/batch_allocator.h"
+#include "pipeline/batch.h"
+
+namespace chute {
+
+struct EngineStats {
+  uint64_t batches = 0;
+  uint64_t samples_yielded = 0;
+  uint64_t bytes_yielded = 0;
+  uint64_t batches_submitted = 0;
+  int64_t queued_batches = 0;
+  uint64_t samples_read = 0;
+  uint64_t samples_skipped = 0;
+  uint64_t samples_batched = 0;
+  uint64_t shards_opened = 0;
+  uint64_t encoded_bytes = 0;
+  uint64_t read_ns = 0;
+  uint64_t decode_ns = 0;
+  uint64_t shuffle_bytes = 0;
+  uint64_t shuffle_peak_bytes = 0;
+  uint64_t shuffle_peak_samples = 0;
+  AllocatorStats memory;
+};
+
+// What reached the consumer, counted by an engine's next().
+class DeliveryCounter {
+ public:
+  void count(const Batch& batch) {
+    batches_.fetch_add(1, std::memory_order_relaxed);
+    rows_.fetch_add(static_cast<uint64_t>(batch.size), std::memory_order_relaxed);
+    bytes_.fetch_add(batch.tensor_bytes(), std::memory_order_relaxed);
+  }
+  void fill(EngineStats& s) const {
+    s.batches = batches_.load(std::memory_order_relaxed);
+    s.samples_yielded = rows_.load(std::memory_order_relaxed);
+    s.bytes_yielded = bytes_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t> batches_{0}, rows_{0}, bytes_{0};
+};
+
+}  // namespace chute

@@ -1,0 +1,132 @@
+#include "pipeline/piece_scheduler.h"
+
+#include <algorithm>
+
+#include "core/clock.h"
+
+namespace chute {
+
+PieceJob::PieceJob(int64_t sequence, size_t rows, size_t piece_rows)
+    : sequence_(sequence),
+      rows_(rows),
+      piece_rows_(std::max<size_t>(1, piece_rows)),
+      num_pieces_((rows + piece_rows_ - 1) / piece_rows_),
+      remaining_(num_pieces_) {}
+
+void PieceJob::fail(size_t row, std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  if (row < error_row_) {
+    error_ = std::move(error);
+    error_row_ = row;
+    stop_row_.store(row + 1, std::memory_order_relaxed);
+  }
+}
+
+void PieceJob::lose(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  if (!error_) {
+    error_ = std::move(error);
+    error_row_ = 0;
+  }
+  stop_row_.store(0, std::memory_order_relaxed);
+}
+
+bool PieceScheduler::push(std::shared_ptr<PieceJob> job) {
+  if (job->num_pieces_ == 0) {  // nothing for a worker to do
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (closed_) return false;
+    }
+    try {
+      job->allocate();
+    } catch (...) {
+      job->lose(std::current_exception());
+    }
+    deliver(*job);
+    return true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return false;
+    queue_.push_back(std::move(job));
+  }
+  work_cv_.notify_all();
+  return true;
+}
+
+void PieceScheduler::end() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+void PieceScheduler::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    queue_.clear();
+  }
+  work_cv_.notify_all();
+}
+
+void PieceScheduler::work() {
+  while (true) {
+    std::shared_ptr<PieceJob> job;
+    size_t piece = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait(lock, [&] { return ended_ || closed_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // ended (or closed) and drained
+      job = queue_.front();
+      piece = job->next_piece_++;
+      if (job->next_piece_ == job->num_pieces_) queue_.pop_front();
+    }
+    if (!results_.wait_for_slot(job->sequence_)) return;  // closed
+    const uint64_t t0 = now_ns();
+    run_piece(*job, piece);
+    busy_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    if (job->remaining_.fetch_sub(1) == 1) deliver(*job);
+  }
+}
+
+void PieceScheduler::run_piece(PieceJob& job, size_t piece) {
+  const size_t begin = piece * job.piece_rows_;
+  const size_t end = std::min(job.rows_, begin + job.piece_rows_);
+  try {
+    std::call_once(job.allocated_, [&] { job.allocate(); });
+  } catch (...) {
+    job.lose(std::current_exception());  // out of memory: the batch is lost
+    return;
+  }
+  if (begin >= job.stop_row()) return;
+  try {
+    job.run(begin, end);
+  } catch (...) {
+    job.fail(begin, std::current_exception());
+  }
+}
+
+void PieceScheduler::deliver(PieceJob& job) {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(job.error_mutex_);
+    error = job.error_;
+  }
+  if (!error) {
+    try {
+      job.finish();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (error) {
+    results_.put_error(job.sequence_, std::move(error));
+    return;
+  }
+  job.batch_.sequence = job.sequence_;
+  results_.put(job.sequence_, std::move(job.batch_));
+}
+
+}  // namespace chute

@@ -1,0 +1,108 @@
+// Rows of batches cut into pieces that any worker thread takes, oldest batch
+// first, so every worker helps with the batch the consumer waits for (the
+// first batch arrives sooner, and the last one does not leave workers idle),
+// while batches too small to split still run side by side. The first worker
+// to take a piece of a batch allocates it, the last to finish one delivers
+// it to OrderedResults. Both engines run their batches through this; what a
+// batch is and how its rows are made is the job's business (PieceJob).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+#include "pipeline/batch.h"
+#include "pipeline/ordered_results.h"
+
+namespace chute {
+
+class PieceJob {
+ public:
+  // A batch of `rows` rows, numbered `sequence` in delivery order, cut into
+  // pieces of `piece_rows` rows.
+  PieceJob(int64_t sequence, size_t rows, size_t piece_rows);
+  virtual ~PieceJob() = default;
+  PieceJob(const PieceJob&) = delete;
+  PieceJob& operator=(const PieceJob&) = delete;
+
+  int64_t sequence() const { return sequence_; }
+  size_t rows() const { return rows_; }
+
+ protected:
+  // Once, by the first worker to take a piece, before any run(). A throw
+  // loses the batch (it is delivered as that error).
+  virtual void allocate() = 0;
+  // Makes rows [begin, end) of batch_; pieces of one batch run concurrently
+  // on disjoint rows. A throw fails the batch as if row `begin` failed.
+  virtual void run(size_t begin, size_t end) = 0;
+  // Once, by the thread that delivers the batch (the one that finished its
+  // last piece), unless the batch failed: the last change to batch_.
+  virtual void finish() {}
+
+  // Row `row` failed: the batch fails with the error of its lowest failing
+  // row, whichever worker finds it, so the error does not depend on the
+  // thread count. Rows after it need no work (see stop_row()).
+  void fail(size_t row, std::exception_ptr error);
+  // Rows at or past this one need not be made: an earlier row failed.
+  size_t stop_row() const { return stop_row_.load(std::memory_order_relaxed); }
+
+  Batch batch_;  // delivered once every piece is done
+
+ private:
+  friend class PieceScheduler;
+  void lose(std::exception_ptr error);  // the whole batch, before any row
+
+  const int64_t sequence_;
+  const size_t rows_;
+  const size_t piece_rows_;
+  const size_t num_pieces_;
+  size_t next_piece_ = 0;            // guarded by the scheduler's mutex
+  std::atomic<size_t> remaining_;    // pieces not finished
+  std::once_flag allocated_;
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+  size_t error_row_ = SIZE_MAX;
+  std::atomic<size_t> stop_row_{SIZE_MAX};
+};
+
+class PieceScheduler {
+ public:
+  // Delivers into `results`. A piece starts only once its batch has a slot
+  // there (fewer than max_in_flight batches ahead of the consumer), which
+  // bounds the batch memory alive at once.
+  explicit PieceScheduler(OrderedResults& results) : results_(results) {}
+  PieceScheduler(const PieceScheduler&) = delete;
+  PieceScheduler& operator=(const PieceScheduler&) = delete;
+
+  // Queues a batch; one without rows is delivered at once. False once
+  // closed (the job is dropped).
+  bool push(std::shared_ptr<PieceJob> job);
+  // No more batches: workers return once every queued piece is taken.
+  void end();
+  // Drops the queued batches; workers return after the piece they run.
+  void close();
+  // A worker thread's loop: takes and runs pieces until end() or close().
+  void work();
+
+  // Time workers spent running pieces, summed over workers.
+  uint64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
+
+ private:
+  void run_piece(PieceJob& job, size_t piece);
+  void deliver(PieceJob& job);
+
+  OrderedResults& results_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::deque<std::shared_ptr<PieceJob>> queue_;  // batches with pieces not yet taken
+  bool ended_ = false;
+  bool closed_ = false;
+  std::atomic<uint64_t> busy_ns_{0};
+};
+
+}  // namespace chute

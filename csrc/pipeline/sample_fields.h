@@ -1,0 +1,58 @@
+// The plan's fields applied to samples: which member feeds each field, what
+// the field's decoder makes of the member's header, whether two samples can
+// share a stacked batch, and where a sample is when an error must say so.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "pipeline/encoded_sample.h"
+#include "pipeline/field_decoder.h"
+#include "pipeline/stream_plan.h"
+
+namespace chute {
+
+struct PlannedSample {
+  EncodedSample encoded;
+  std::vector<ProbedField> fields;  // one per field of the plan
+};
+
+class SampleFields {
+ public:
+  explicit SampleFields(const StreamPlan& plan) : plan_(plan) {}
+
+  // Finds each field's member and probes it. Throws kData naming the sample
+  // when a required field is missing or a header is bad.
+  void probe(PlannedSample& sample) const;
+
+  // Nothing when `other` fits a batch that `first` started (every stacked
+  // field has the same dtype and shape), else the kData error naming it.
+  std::optional<Error> incompatibility(const PlannedSample& first,
+                                       const PlannedSample& other) const;
+
+  // Where `sample` (or its `member`) is, as the source describes it.
+  std::string location(const EncodedSample& sample, const SampleMember* member) const;
+
+  // Runs fn, which reads `sample`. A chute::Error from it is rethrown with
+  // the location in front, keeping its kind and the place it was raised; a
+  // sample read in place whose bytes were lost meanwhile fails as such,
+  // whatever fn made of them. The location is built only on failure:
+  // formatting it for every sample would cost more than decoding a small one.
+  template <typename Fn>
+  void with_context(const EncodedSample& sample, const SampleMember* member, Fn&& fn) const {
+    try {
+      fn();
+    } catch (const Error& e) {
+      throw in_context(e, sample, member);
+    }
+  }
+  Error in_context(const Error& error, const EncodedSample& sample,
+                   const SampleMember* member) const;
+
+ private:
+  const StreamPlan& plan_;
+};
+
+}  // namespace chute

@@ -1,0 +1,50 @@
+// How the stream engine reads samples without knowing their format: a source
+// factory opens each url of the plan as a SampleSource (a tar shard over a
+// file or a pipe today; an object in a remote store, an indexed shard later)
+// and says where a sample is when an error must name it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pipeline/encoded_sample.h"
+
+namespace chute {
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Fills `out` with the next sample, reusing its buffers (`out.data` may
+  // arrive with capacity); false at the end. Throws chute::Error naming the
+  // url and offset when the source is malformed or cannot be read.
+  virtual bool next(EncodedSample& out) = 0;
+  // Whether samples point into shared storage (InPlaceStorage) rather than
+  // holding copies: they then need no payload buffer.
+  virtual bool in_place() const = 0;
+};
+
+struct SourceOpenOptions {
+  // Samples may point into the source's storage. The engine asks for it
+  // only when samples do not wait in a shuffle buffer (views would keep the
+  // storage of every shard they came from alive while they wait).
+  bool in_place = false;
+  // Set when the engine closes: a read blocked on a slow source gives up.
+  // Owned by the engine, which outlives its sources.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+class SampleSourceFactory {
+ public:
+  virtual ~SampleSourceFactory() = default;
+  // Opens `url`; its samples carry `index` as their source_index.
+  virtual std::unique_ptr<SampleSource> open(const std::string& url, uint32_t index,
+                                             const SourceOpenOptions& options) const = 0;
+  // Where `sample` (or its `member`, when not null) lies in `url`, for error
+  // messages. Built only on failure.
+  virtual std::string location(const std::string& url, const EncodedSample& sample,
+                               const SampleMember* member) const = 0;
+};
+
+}  // namespace chute

@@ -1,0 +1,44 @@
+// The errors of samples dropped under the skip policy: all counted, the
+// latest kept (kind, message and where raised) until the consumer takes them
+// for Python's handler.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+
+namespace chute {
+
+class SkipLog {
+ public:
+  void record(const Error& error) {
+    count_.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (kept_.size() >= kMaxKept) kept_.pop_front();
+    kept_.push_back(error);
+  }
+
+  // The errors recorded since the last call, oldest first.
+  std::vector<Error> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Error> out(kept_.begin(), kept_.end());
+    kept_.clear();
+    return out;
+  }
+
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+
+ private:
+  // A consumer that never looks (ignore_and_continue) must not grow memory.
+  static constexpr size_t kMaxKept = 1000;
+  std::mutex mutex_;
+  std::deque<Error> kept_;
+  std::atomic<uint64_t> count_{0};
+};
+
+}  // namespace chute
