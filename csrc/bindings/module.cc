@@ -8,4 +8,5 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_tar(m);
   chute::bindings::register_decode(m);
   chute::bindings::register_indexed(m);
+  chute::bindings::register_remote(m);
 }

@@ -11,5 +11,6 @@ void register_stream(pybind11::module_& m);
 void register_tar(pybind11::module_& m);
 void register_decode(pybind11::module_& m);
 void register_indexed(pybind11::module_& m);
+void register_remote(pybind11::module_& m);
 
 }  // namespace chute::bindings
