@@ -5,15 +5,19 @@ object server or a local S3 server), and helpers for moto's S3 server."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import re
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
@@ -23,7 +27,7 @@ class Request:
     method: str
     path: str
     range: str | None
-    headers: dict[str, str]
+    headers: dict[str, str]  # names lowercased
 
 
 class _Server(ThreadingHTTPServer):
@@ -62,10 +66,8 @@ class _Base:
         self._server.server_close()
         with self._lock:
             for s in list(self._sockets):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
         self._thread.join(timeout=10)
 
     def __enter__(self) -> _Base:
@@ -87,9 +89,7 @@ class _Base:
 
     def count(self, method: str, path_contains: str = "") -> int:
         with self._lock:
-            return sum(
-                1 for r in self.requests if r.method == method and path_contains in r.path
-            )
+            return sum(1 for r in self.requests if r.method == method and path_contains in r.path)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -106,17 +106,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def finish(self) -> None:
         self.owner.track(self.connection, False)
-        try:
+        with contextlib.suppress(OSError):
             super().finish()
-        except OSError:
-            pass
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
     def record(self) -> None:
         self.owner.record(
-            Request(self.command, self.path, self.headers.get("Range"), dict(self.headers))
+            Request(
+                self.command,
+                self.path,
+                self.headers.get("Range"),
+                {k.lower(): v for k, v in self.headers.items()},
+            )
         )
 
 
@@ -192,15 +195,34 @@ class _ObjectHandler(_Handler):
 class ObjectServer(_Base):
     """Serves `objects` (path -> bytes, paths start with '/') with Range
     requests, a strong ETag per content (unless `with_etag` is False) and
-    If-Match; `redirects` maps a path to a Location for a 302."""
+    If-Match; `redirects` maps a path to a Location for a 302. With `tls`
+    (a server-side SSLContext) it speaks https."""
 
     handler = _ObjectHandler
 
-    def __init__(self, with_etag: bool = True) -> None:
+    def __init__(self, with_etag: bool = True, tls: ssl.SSLContext | None = None) -> None:
         super().__init__()
         self.objects: dict[str, bytes] = {}
         self.redirects: dict[str, str] = {}
         self.with_etag = with_etag
+        self.tls = tls
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    def range_bytes(self, path_contains: str) -> int:
+        """Bytes asked for by ranged GETs of matching paths (what was downloaded)."""
+        total = 0
+        with self._lock:
+            for r in self.requests:
+                if r.method == "GET" and path_contains in r.path and r.range:
+                    m = _RANGE.match(r.range)
+                    if m and m.group(1) and m.group(2):
+                        total += int(m.group(2)) - int(m.group(1)) + 1
+        return total
 
     def etag(self, path: str) -> str:
         return '"' + hashlib.sha1(self.objects[path]).hexdigest()[:16] + '"'
@@ -214,7 +236,10 @@ class Fault:
     "short" (a complete response that carries half the bytes it was asked
     for: 206 with a matching Content-Range and Content-Length), "status"
     (answers `status` itself), "delay" (waits `seconds`, then forwards),
-    "stall" (never answers until the proxy stops or `release` is set)."""
+    "stall" (waits until `release` is set, then forwards; gives up when the
+    client closes the connection or the proxy stops). `range_start` limits
+    the fault to ranged requests starting at that byte. `hit` is set when
+    the fault is applied."""
 
     kind: str
     method: str = "GET"
@@ -222,7 +247,9 @@ class Fault:
     times: int = 1
     status: int = 500
     seconds: float = 0.0
+    range_start: int | None = None
     release: threading.Event = field(default_factory=threading.Event)
+    hit: threading.Event = field(default_factory=threading.Event)
 
 
 class _ProxyHandler(_Handler):
@@ -247,7 +274,7 @@ class _ProxyHandler(_Handler):
     def _forward(self) -> None:
         self.record()
         proxy = self.owner
-        fault = proxy.take_fault(self.command, self.path)
+        fault = proxy.take_fault(self.command, self.path, self.headers.get("Range"))
         if fault is not None and fault.kind == "status":
             text = f"injected {fault.status}".encode()
             self.send_response(fault.status)
@@ -257,12 +284,13 @@ class _ProxyHandler(_Handler):
                 self.wfile.write(text)
             return
         if fault is not None and fault.kind == "stall":
-            while not (fault.release.is_set() or proxy.stopping.is_set()):
+            while not fault.release.is_set():
+                if proxy.stopping.is_set():
+                    return
                 if self._client_gone():
                     proxy.note_abandoned()
                     return
                 fault.release.wait(0.05)
-            return
         if fault is not None and fault.kind == "delay":
             proxy.stopping.wait(fault.seconds)
         length = int(self.headers.get("Content-Length") or 0)
@@ -350,11 +378,22 @@ class FaultProxy(_Base):
             self._faults.append(fault)
         return fault
 
-    def take_fault(self, method: str, path: str) -> Fault | None:
+    def take_fault(self, method: str, path: str, range_header: str | None) -> Fault | None:
+        start = None
+        if range_header is not None:
+            m = _RANGE.match(range_header.strip())
+            if m is not None and m.group(1):
+                start = int(m.group(1))
         with self._lock:
             for f in self._faults:
-                if f.times > 0 and f.method == method and f.path_contains in path:
+                if (
+                    f.times > 0
+                    and f.method == method
+                    and f.path_contains in path
+                    and (f.range_start is None or f.range_start == start)
+                ):
                     f.times -= 1
+                    f.hit.set()
                     return f
         return None
 
@@ -365,14 +404,121 @@ class FaultProxy(_Base):
         super().stop()
 
 
-def moto_server() -> Iterator[tuple[str, int]]:
-    """A moto S3 server on 127.0.0.1: yields (endpoint url, port)."""
+def tls_pair() -> tuple[ssl.SSLContext, str]:
+    """A server context for 127.0.0.1 whose certificate is signed by a fresh
+    CA, and that CA's certificate (PEM) for the client to trust."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start, end = now - datetime.timedelta(days=1), now + datetime.timedelta(days=1)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "chute test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    # load_cert_chain reads files only: write them to a private temporary directory.
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        cert_path, key_path = Path(d) / "cert.pem", Path(d) / "key.pem"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        ctx.load_cert_chain(str(cert_path), str(key_path))
+    return ctx, ca.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@dataclass
+class S3:
+    """A moto S3 server on 127.0.0.1 with dummy credentials."""
+
+    endpoint: str
+    port: int
+
+    def storage_options(self, endpoint: str | None = None) -> dict[str, str]:
+        return {
+            "endpoint": endpoint or self.endpoint,
+            "access_key_id": "testing",
+            "secret_access_key": "testing",
+            "region": "us-east-1",
+        }
+
+    def client(self) -> object:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+
+    def bucket(self, name: str, objects: dict[str, bytes]) -> None:
+        c = self.client()
+        c.create_bucket(Bucket=name)  # type: ignore[attr-defined]
+        for key, data in objects.items():
+            c.put_object(Bucket=name, Key=key, Body=data)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def object_server() -> Iterator[ObjectServer]:
+    with ObjectServer() as server:
+        assert isinstance(server, ObjectServer)
+        yield server
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[S3]:
+    pytest.importorskip("moto.server")
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
         host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}", port
+        yield S3(f"http://{host}:{port}", port)
     finally:
         server.stop()

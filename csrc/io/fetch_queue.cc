@@ -130,7 +130,8 @@ bool FetchQueue::try_pop(FetchRequest& out) {
         now + std::chrono::duration_cast<Clock::duration>(
                   std::chrono::duration<double>(settings_.timeout_s + kOverdueGraceS));
     out = *request;
-    in_flight_.emplace(request->id, InFlight{std::move(request), deadline});
+    const uint64_t id = request->id;
+    in_flight_.emplace(id, InFlight{std::move(request), deadline});
     ++stats_.requests;
     return true;
   }
