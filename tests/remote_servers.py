@@ -12,6 +12,7 @@ import re
 import select
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,11 @@ class Request:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # Clients that hang up (a cancelled request, an injected drop) are expected.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, ssl.SSLError, TimeoutError)):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class _Base:
