@@ -146,6 +146,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
         it->second.kind = failure.kind;
         it->second.error = os.str();
       }
+      range_failed_ = true;  // nothing past it will be read: request no more
       if (mode_ == Mode::kDownload) abandon_download_locked();
     }
     cv_.notify_all();
@@ -324,7 +325,8 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
   }
 
   void issue_locked() {
-    while (outstanding_ < settings_.max_in_flight && issue_from_ < size_ && !failed_) {
+    while (outstanding_ < settings_.max_in_flight && issue_from_ < size_ && !failed_ &&
+           !range_failed_) {
       const uint64_t length = std::min<uint64_t>(settings_.range_bytes, size_ - issue_from_);
       if (!queue_->try_reserve(length, outstanding_ == 0)) return;
       if (!queue_->submit(FetchOp::kRange, url_, issue_from_, length, etag_,
@@ -374,9 +376,9 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
         mode_ = Mode::kFollow;
         return;
       }
-      // Published (renamed) in the meantime?
-      if (try_hit_locked()) return;
     }
+    // The other download finished (or gave up) between our look and our lock?
+    if (try_hit_locked()) return;
     mode_ = Mode::kStream;
   }
 
@@ -473,7 +475,8 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
   std::condition_variable cv_;
   Mode mode_ = Mode::kHead;
   bool closed_ = false;
-  bool failed_ = false;
+  bool failed_ = false;        // the whole object failed (its HEAD, a closed queue, a stall)
+  bool range_failed_ = false;  // one range failed for good; the bytes before it are still read
   ErrorKind error_kind_ = ErrorKind::kIo;
   std::string error_;
   Clock::time_point progress_;  // when anything last arrived

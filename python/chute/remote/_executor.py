@@ -13,6 +13,8 @@ copy with the GIL released.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import re
 import threading
 from typing import Any
@@ -39,9 +41,7 @@ def classify(exc: BaseException) -> tuple[str, int, str, bool]:
     from obstore import exceptions as ox
 
     message = _first_line(exc)
-    if isinstance(exc, (RemoteDependencyError, ValueError)) and not isinstance(
-        exc, ox.BaseError
-    ):
+    if isinstance(exc, (RemoteDependencyError, ValueError)) and not isinstance(exc, ox.BaseError):
         return "usage", 0, message, False
     if isinstance(exc, FileNotFoundError):
         return "io", 404, message, False
@@ -104,7 +104,7 @@ class FetchExecutor:
             queue.consume_wake()
             wake.set()
 
-        def on_done(ticket_id: int) -> None:
+        def on_done(ticket_id: int, _task: asyncio.Task[None]) -> None:
             tasks.pop(ticket_id, None)
             wake.set()
 
@@ -124,13 +124,11 @@ class FetchExecutor:
                         break
                     task = loop.create_task(self._fetch(ticket))
                     tasks[ticket.id] = task
-                    task.add_done_callback(lambda _t, i=ticket.id: on_done(i))
+                    task.add_done_callback(functools.partial(on_done, ticket.id))
                 delay = queue.next_delay()
                 timeout = _TICK_S if delay is None else min(delay, _TICK_S)
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout)
-                except asyncio.TimeoutError:
-                    pass
         finally:
             loop.remove_reader(queue.wake_fd)
             pending = list(tasks.values())

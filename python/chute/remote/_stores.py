@@ -116,7 +116,9 @@ def split_url(url: str) -> tuple[str, str]:
     if scheme in _HTTP:
         parts = urlsplit(url)
         if parts.query or parts.fragment:
-            raise ValueError(f"cannot read {url!r}: query strings are not supported in http(s) urls")
+            raise ValueError(
+                f"cannot read {url!r}: query strings are not supported in http(s) urls"
+            )
         if not parts.netloc:
             raise ValueError(f"not a remote object url: {url!r}")
         return f"{scheme}://{parts.netloc}", unquote(parts.path.lstrip("/"))
@@ -189,16 +191,12 @@ class Stores:
         # attempt is counted, bounded and cancellable.
         retry: Any = {"max_retries": 0}
         if scheme in _HTTP:
-            client = self._client_options(scheme == "http", headers)
+            client: Any = self._client_options(scheme == "http", headers)
             return HTTPStore.from_url(root, client_options=client, retry_config=retry)
         endpoint = _configured_endpoint(self._options.storage_options) if scheme in _S3 else ""
         client = self._client_options(endpoint.startswith("http://"), headers)
-        return from_url(
-            root,
-            config=dict(self._options.storage_options) or None,
-            client_options=client,
-            retry_config=retry,
-        )
+        config: Any = dict(self._options.storage_options) or None
+        return from_url(root, config=config, client_options=client, retry_config=retry)
 
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
