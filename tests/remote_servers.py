@@ -155,7 +155,9 @@ class _ObjectHandler(_Handler):
             return
         etag = server.etag(path) if server.with_etag else None
         want = self.headers.get("If-Match")
-        if want is not None and etag is not None and want not in ("*", etag):
+        # If-Match compares strongly: a weak ETag never matches (RFC 9110 13.1.1).
+        strong = etag is not None and not etag.startswith("W/")
+        if want is not None and etag is not None and want != "*" and (not strong or want != etag):
             self._plain(412, b"precondition failed")
             return
         start, end, status = 0, len(data), 200
@@ -200,17 +202,20 @@ class _ObjectHandler(_Handler):
 
 class ObjectServer(_Base):
     """Serves `objects` (path -> bytes, paths start with '/') with Range
-    requests, a strong ETag per content (unless `with_etag` is False) and
-    If-Match; `redirects` maps a path to a Location for a 302. With `tls`
+    requests, a strong ETag per content (weak with `weak_etag`, none unless
+    `with_etag`) and If-Match; `redirects` maps a path to a Location for a 302. With `tls`
     (a server-side SSLContext) it speaks https."""
 
     handler = _ObjectHandler
 
-    def __init__(self, with_etag: bool = True, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, with_etag: bool = True, weak_etag: bool = False, tls: ssl.SSLContext | None = None
+    ) -> None:
         super().__init__()
         self.objects: dict[str, bytes] = {}
         self.redirects: dict[str, str] = {}
         self.with_etag = with_etag
+        self.weak_etag = weak_etag
         self.tls = tls
         if tls is not None:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
@@ -231,7 +236,8 @@ class ObjectServer(_Base):
         return total
 
     def etag(self, path: str) -> str:
-        return '"' + hashlib.sha1(self.objects[path]).hexdigest()[:16] + '"'
+        tag = '"' + hashlib.sha1(self.objects[path]).hexdigest()[:16] + '"'
+        return "W/" + tag if self.weak_etag else tag
 
 
 @dataclass

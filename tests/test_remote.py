@@ -80,6 +80,22 @@ def test_object_without_etag(tmp_path: Path):
         assert server.range_bytes("/x.bin") == len(data)  # the second read was a cache hit
 
 
+def test_object_with_a_weak_etag(tmp_path: Path):
+    # A weak ETag cannot be used with If-Match (it never matches), but still
+    # tells versions apart for the cache.
+    with ObjectServer(weak_etag=True) as server:
+        assert isinstance(server, ObjectServer)
+        server.objects["/w.bin"] = payload(150 * KiB)
+        url = f"{server.url}/w.bin"
+        with session(cache_dir=str(tmp_path)) as s:
+            assert s.read_bytes(url) == payload(150 * KiB)
+            assert s.read_bytes(url) == payload(150 * KiB)
+            server.objects["/w.bin"] = payload(150 * KiB, seed=3)
+            assert s.read_bytes(url) == payload(150 * KiB, seed=3)
+        assert not any("if-match" in r.headers for r in server.requests)
+        assert server.range_bytes("/w.bin") == 2 * 150 * KiB
+
+
 def test_https_with_a_private_ca():
     context, ca_pem = tls_pair()
     with ObjectServer(tls=context) as server:

@@ -263,8 +263,12 @@ def test_stale_leftovers_are_cleaned(object_server: ObjectServer, tmp_path: Path
     url = f"{object_server.url}/x.bin"
     object_server.objects["/x.bin"] = payload(R)
     name = entry(cache, url).name
-    # A dead downloader's part file and a dead pipe's temporary, long untouched.
-    leftovers = [cache / (name + "+part"), cache / ("0123456789abcdef-y.tar+tmp.1.0")]
+    # A dead downloader's part and lock files and a dead pipe's temporary, long untouched.
+    leftovers = [
+        cache / (name + "+part"),
+        cache / (name + "+lock"),
+        cache / ("0123456789abcdef-y.tar+tmp.1.0"),
+    ]
     for p in leftovers:
         p.write_bytes(b"junk")
         _age(p, 3600)

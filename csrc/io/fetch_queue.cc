@@ -173,7 +173,8 @@ void FetchQueue::complete_range(uint64_t id, const uint8_t* data, size_t n) {
   }
   if (n != request.length) {
     std::ostringstream why;
-    why << "short response: " << n << " of " << request.length << " bytes";
+    why << (n < request.length ? "short response: " : "response too long: ") << n << " bytes for a range of "
+        << request.length;
     fail(id, ErrorKind::kIo, 0, why.str(), true);
     return;
   }

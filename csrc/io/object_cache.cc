@@ -54,7 +54,7 @@ bool is_entry_name(const std::string& name) {
   });
 }
 
-// A `+part` or `+tmp.` file whose writer is gone, or a `+meta` whose entry is.
+// A `+part`, `+lock` or `+tmp.` file whose writer is gone, or a `+meta` whose entry is.
 bool is_stale_leftover(const std::string& dir, const std::string& name, const struct stat& st) {
   const int64_t age = static_cast<int64_t>(::time(nullptr)) - static_cast<int64_t>(st.st_mtime);
   if (age < kStaleSeconds) return false;
@@ -62,9 +62,11 @@ bool is_stale_leftover(const std::string& dir, const std::string& name, const st
   if (plus == std::string::npos || !is_entry_name(name.substr(0, plus))) return false;
   const std::string entry = dir + "/" + name.substr(0, plus);
   const std::string kind = name.substr(plus);
-  if (kind == "+part") {
+  if (kind == "+part" || kind == "+lock") {
+    // (A lock file is only ever taken after checking that it is still
+    // linked, so removing one nobody holds is safe.)
     LockWatch watch;
-    return !watch.open(entry) || !watch.owner_alive();
+    return !watch.open(entry);
   }
   if (kind == "+meta") {
     struct stat e {};

@@ -98,7 +98,9 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || mode_ != Mode::kHead) return;
     size_ = size;
-    etag_ = etag;
+    // A weak ETag (W/"...") never matches If-Match (a strong comparison), so
+    // it cannot guard the ranges; it still identifies the version for the cache.
+    if (etag.rfind("W/", 0) != 0) etag_ = etag;
     version_ = version;
     progress_ = Clock::now();
     if (entry_.empty()) {
@@ -482,7 +484,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
   Clock::time_point progress_;  // when anything last arrived
 
   uint64_t size_ = 0;
-  std::string etag_;
+  std::string etag_;  // sent as If-Match with every range; empty: none
   std::string version_;
 
   // Ranges requested and not yet retired (read in kStream, written in kDownload).
