@@ -130,6 +130,13 @@ def test_s3_from_the_standard_environment(moto_s3: S3, monkeypatch: pytest.Monke
         assert s.read_bytes("s3://from-env/a/b.bin") == payload(100 * KiB)
 
 
+def test_unknown_storage_option_is_a_usage_error(moto_s3: S3):
+    moto_s3.bucket("bad-option", {"k": b"x"})
+    options = {**moto_s3.storage_options(), "no_such_option": "1"}
+    with session(storage_options=options) as s, pytest.raises(ValueError, match="no_such_option"):
+        s.read_bytes("s3://bad-option/k")
+
+
 @pytest.mark.parametrize("backend", ["http", "s3"])
 def test_tar_parsed_while_arriving_equals_local(
     backend: str, object_server: ObjectServer, moto_s3: S3, tmp_path: Path
