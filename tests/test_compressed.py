@@ -146,3 +146,16 @@ def test_a_gzip_shard_cannot_be_indexed(plain: list[str], tmp_path: Path) -> Non
 
     with pytest.raises(ValueError, match="gzip-compressed: an index needs a plain tar"):
         build_index(gzipped(plain[0], tmp_path, "a.tgz"))
+
+
+def test_remote_gzip_shards_inflate_and_raw_reads_do_not(plain: list[str], object_server) -> None:
+    remote = pytest.importorskip("chute.remote")
+    pytest.importorskip("obstore")
+    packed = gzip.compress(Path(plain[0]).read_bytes())
+    object_server.objects["/d/shard.tgz"] = packed
+    with remote.RemoteSession(remote.RemoteOptions(range_bytes=16 << 10)) as session:
+        # A tar shard read remotely is inflated as it arrives...
+        samples = session.read_tar(f"{object_server.url}/d/shard.tgz")
+        assert [key for key, _, _ in samples] == [f"sample{i:07d}" for i in range(100)]
+        # ...while reading an object's bytes gives them as they are stored.
+        assert session.read_bytes(f"{object_server.url}/d/shard.tgz") == packed
