@@ -46,10 +46,14 @@ class LocalRangeReader final : public RangeReader {
       const int err = errno;
       CHUTE_CHECK(r >= 0, kIo, "read error in shard '" << url_ << "' at offset " << offset + done
                                                         << ": " << errno_message(err));
-      CHUTE_CHECK(r > 0, kData,
-                  "shard '" << url_ << "' ends at offset " << offset + done
-                            << ", inside the bytes [" << offset << ", " << offset + size
-                            << ") its index points at: the shard changed after it was indexed");
+      if (r == 0) {
+        struct stat st {};
+        const int64_t now = ::fstat(fd_.get(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+        CHUTE_CHECK(false, kData,
+                    "shard '" << url_ << "' now ends at offset " << now << ", before the end of the bytes ["
+                              << offset << ", " << offset + size
+                              << ") its index points at: the shard changed after it was indexed");
+      }
       done += static_cast<size_t>(r);
     }
   }

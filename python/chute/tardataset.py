@@ -360,6 +360,8 @@ class TarDataset(IndexedDataset):
         lacks a member (torch's collate of such dicts is left to torch)."""
         c = self._compiled
         converter = self._converter
+        # torch collates a column of tuple samples as a tuple, of dict samples as a list.
+        container: type = tuple if c.tuple_output and self._names is None else list
         out: dict[str, Any] = {}
         if not c.tuple_output:
             out[KEY_FIELD] = list(batch.keys())
@@ -368,10 +370,10 @@ class TarDataset(IndexedDataset):
                 out["__local_path__"] = [converter.local_paths[i] for i in batch.source_indices()]
         for f in c.fields:
             if f.name == KEY_FIELD:
-                out[f.name] = list(batch.keys())
+                out[f.name] = container(batch.keys())
                 continue
             if f.name == URL_FIELD:
-                out[f.name] = [self.urls[i] for i in batch.source_indices()]
+                out[f.name] = container(self.urls[i] for i in batch.source_indices())
                 continue
             column = batch.column(converter.native_index[f.name])
             if isinstance(column, np.ndarray):
@@ -384,7 +386,7 @@ class TarDataset(IndexedDataset):
                 values = [converter._decode_python(f, f.extensions[0], v) for v in column]
             else:
                 values = [converter._item(native, v) for v in column]
-            out[f.name] = torch.utils.data.default_collate(values)
+            out[f.name] = torch.utils.data.default_collate(container(values))
         if not c.tuple_output and c.keep_others:
             # Members no field names (none when the fields cover the dataset's extensions).
             if any(batch.other_members()):
