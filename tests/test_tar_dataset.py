@@ -124,7 +124,9 @@ def assert_same(a: Any, b: Any, where: str = "batch") -> None:
     """Equal values of equal types, recursively (tensors: dtype and shape too)."""
     assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
     if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        assert a.dtype == b.dtype and a.shape == b.shape, (
+            f"{where}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        )
         assert torch.equal(a, b), where
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype and a.shape == b.shape, where
@@ -179,7 +181,9 @@ def test_samples_equal_webdataset(shards: list[str], decode: Any, fields: Any) -
     assert len(ds) == len(ref) == 60
     for i in range(len(ds)):
         assert_same(_writable(ds[i]), ref[i], f"sample {i}")
-    assert_same([_writable(s) for s in ds.__getitems__([5, 0, 59, 5])], [ref[5], ref[0], ref[59], ref[5]])
+    assert_same(
+        [_writable(s) for s in ds.__getitems__([5, 0, 59, 5])], [ref[5], ref[0], ref[59], ref[5]]
+    )
 
 
 def test_dict_fields_name_the_output(shards: list[str]) -> None:
@@ -507,7 +511,9 @@ def test_shard_cut_while_open_is_not_read(shards: list[str], tmp_path: Path) -> 
     ds = chute.TarDataset(paths, fields=("__key__", "cls"))
     assert ds[0][0] == "s00000"  # the shard is open now
     os.truncate(paths[0], 4096)
-    with pytest.raises(chute.DataError, match=r"sample 's00020' at offset \d+: .* now ends at offset 4096"):
+    with pytest.raises(
+        chute.DataError, match=r"sample 's00020' at offset \d+: .* now ends at offset 4096"
+    ):
         ds[20]
 
 
@@ -546,8 +552,11 @@ def broken(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def test_corrupt_jpeg_raises_naming_shard_member_offset(broken: list[str]) -> None:
     ds = chute.TarDataset(broken, decode="rgb8", fields=("jpg;png", "cls"))
     offset = next(
-        m[1] for s in tarindex.read_index(broken[0])["samples"] if s["key"] == "s00004"
-        for m in s["members"] if m[0] == "jpg"
+        m[1]
+        for s in tarindex.read_index(broken[0])["samples"]
+        if s["key"] == "s00004"
+        for m in s["members"]
+        if m[0] == "jpg"
     )
     expected = rf"shard '{broken[0]}', member 's00004\.jpg' \(payload at offset {offset}\)"
     with pytest.raises(chute.DataError, match=expected):
@@ -558,7 +567,9 @@ def test_corrupt_jpeg_raises_naming_shard_member_offset(broken: list[str]) -> No
 
 @pytest.mark.parametrize("handler", [ignore_and_continue, warn_and_continue])
 def test_corrupt_jpeg_skipped(broken: list[str], handler: Any) -> None:
-    ds = chute.TarDataset(broken, decode="rgb8", fields=("__key__", "jpg;png", "cls"), handler=handler)
+    ds = chute.TarDataset(
+        broken, decode="rgb8", fields=("__key__", "jpg;png", "cls"), handler=handler
+    )
     ref = reference(broken, "rgb8", ("__key__", "jpg;png", "cls"), webdataset.ignore_and_continue)
     assert [s[0] for s in ref] == [f"s{i:05d}" for i in range(12) if i != 4]
     if handler is warn_and_continue:
@@ -583,7 +594,9 @@ def test_corrupt_jpeg_skipped(broken: list[str], handler: Any) -> None:
 
 def test_missing_field_is_a_data_error(shards: list[str]) -> None:
     ds = chute.TarDataset(shards, decode="rgb8", fields=("jpg", "cls"))
-    with pytest.raises(chute.DataError, match=r"sample 's00000' at offset \d+: field 'jpg' not found"):
+    with pytest.raises(
+        chute.DataError, match=r"sample 's00000' at offset \d+: field 'jpg' not found"
+    ):
         ds[0]
     assert ds[1][1] == reference(shards, "", ("cls",))[1][0] and isinstance(ds[1][1], int)
 

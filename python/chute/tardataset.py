@@ -25,15 +25,16 @@ from __future__ import annotations
 import glob
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.utils.data
 
 from chute import _core
+from chute.decoders import python_decode
 from chute.engine import default_threads
 from chute.extensions import KEY_FIELD, URL_FIELD
 from chute.handlers import (
@@ -48,7 +49,7 @@ from chute.loading import LoaderSettings
 from chute.pinning import pin_hooks
 from chute.shards import expand_urls, local_path
 from chute.tarindex import ShardColumns, load_indexes
-from chute.wds.compiler import CompiledPipeline, compile_stages, engine_handler
+from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, engine_handler
 from chute.wds.convert import BatchConverter, pin_copy
 from chute.wds.native import field_plan, handler_policy
 from chute.wds.pystages import apply_python_stage
@@ -149,7 +150,7 @@ class TarDataset(IndexedDataset):
     def __len__(self) -> int:
         return self._columns.num_samples
 
-    def __getitem__(self, index: int) -> Any:  # type: ignore[override]
+    def __getitem__(self, index: int) -> Any:
         n = len(self)
         i = int(index)
         if i < 0:
@@ -162,7 +163,7 @@ class TarDataset(IndexedDataset):
             raise native.skipped[0] if native.skipped else IndexError(i)
         return rows[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:  # type: ignore[override]
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """The samples of a whole index batch, read and decoded in one native
         call: what torch's fetcher hands to its collate_fn (without the ones
         the handler skipped)."""
@@ -279,7 +280,9 @@ class TarDataset(IndexedDataset):
         """For each index batch, its samples collated as torch's default
         collate does (see `IndexedDataset.iter_batches`)."""
         copy_to_pinned = pin_memory and pin_hooks() is None and torch.cuda.is_available()
-        for native in self._native_batches(index_batches, num_threads, prefetch, timeout, pin_memory):
+        for native in self._native_batches(
+            index_batches, num_threads, prefetch, timeout, pin_memory
+        ):
             stop = self._report(native.skipped)
             if native.batch.size > 0:
                 out = self._collated(native.batch)
@@ -323,7 +326,7 @@ class TarDataset(IndexedDataset):
         timeout: float,
         pin_memory: bool,
     ) -> Iterator[_Native]:
-        batches = IndexedDataset.iter_batches(
+        batches: Iterator[Any] = IndexedDataset.iter_batches(
             self, index_batches, num_threads, prefetch, timeout, pin_memory
         )
         try:
@@ -381,17 +384,25 @@ class TarDataset(IndexedDataset):
                 continue
             if any(v is None for v in column):
                 return None
-            native = f.native
-            if native is None:
-                values = [converter._decode_python(f, f.extensions[0], v) for v in column]
-            else:
-                values = [converter._item(native, v) for v in column]
+            values = [self._value(f, v) for v in column]
             out[f.name] = torch.utils.data.default_collate(container(values))
-        if not c.tuple_output and c.keep_others:
-            # Members no field names (none when the fields cover the dataset's extensions).
-            if any(batch.other_members()):
-                return None
+        # Members no field names (none when the fields cover the dataset's extensions).
+        if not c.tuple_output and c.keep_others and any(batch.other_members()):
+            return None
         return out
+
+    def _value(self, f: OutputField, value: Any) -> Any:
+        """One sample's value of field `f` from an engine column, as
+        webdataset's decoder makes it."""
+        native = f.native
+        if native is None:
+            if f.decode_name is None:
+                return value
+            name = f.extensions[0] if f.decode_name == MEMBER else f.decode_name
+            return python_decode(name, value, self._compiled.image_spec)
+        if native.decoder == _core.FieldDecoder.INT:
+            return int(value)
+        return torch.from_numpy(value) if native.as_torch else value
 
     def _report(self, errors: list[Exception]) -> bool:
         """Hands the skipped samples' errors to the handler; True when it asks to stop."""
