@@ -630,3 +630,76 @@ def test_tar_with_pax_headers_and_odd_names(tmp_path: Path) -> None:
     ref = reference([str(path)], "", ("__key__", "cls", "txt"))
     assert len(ds) == 2
     assert_same([ds[0], ds[1]], ref)
+
+
+# ---------------------------------------------------------------- streams and the index
+
+
+def _drop_last_sample_from_index(shard: str) -> None:
+    """A current index that counts one sample fewer than the shard holds:
+    whoever reports that count read it from the index."""
+    path = tarindex.index_path(shard)
+    document = json.loads(path.read_text())
+    document["samples"].pop()
+    path.write_text(json.dumps(document))
+
+
+def test_stream_counts_come_from_a_current_index(
+    tiny: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute.shards import split_by_node
+    from chute.wds.even import even_batch_count, shard_samples
+
+    paths = _copy_shards(tiny, tmp_path)
+    assert [shard_samples(p, "", 0.0) for p in paths] == [300, 300, 300]
+    with pytest.raises(ValueError, match="needs a current sidecar index"):
+        chute.WebDataset(paths, shardshuffle=False).with_length()
+    assert not any(tarindex.index_path(p).exists() for p in paths)  # streams never build them
+
+    chute.TarDataset(paths)  # builds them
+    for p in paths:
+        _drop_last_sample_from_index(p)
+    assert [shard_samples(p, "", 0.0) for p in paths] == [299, 299, 299]
+    ds = chute.WebDataset(paths, shardshuffle=False)
+    assert len(ds.with_length()) == 897
+    assert len(ds.decode().to_tuple("npy", "cls").batched(10).with_length()) == 90
+    assert len(ds.batched(10, partial=False).with_length()) == 89
+    assert len(ds.with_length(5)) == 5
+    with pytest.raises(ValueError, match=r"after \.select\(\)"):
+        ds.select(bool).with_length()
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    # Rank 0 has shards 0 and 2 (598 samples), rank 1 shard 1 (299): "cap" takes the fewest.
+    assert even_batch_count("cap", 100, True, paths[1::2], paths, split_by_node, "", 0.0) == 3
+
+    # A stale index is not used: the shard is scanned.
+    st = os.stat(paths[0])
+    os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert shard_samples(paths[0], "", 0.0) == 300
+
+
+def test_inspect_counts_from_a_current_index(
+    tiny: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chute.cli import main
+
+    paths = _copy_shards(tiny[:1], tmp_path)
+    assert main(["inspect", paths[0]]) == 0
+    assert "samples: 300" in capsys.readouterr().out
+    chute.TarDataset(paths)
+    _drop_last_sample_from_index(paths[0])
+    assert main(["inspect", paths[0]]) == 0
+    out = capsys.readouterr().out
+    assert "samples: 299" in out and "counted from its index" in out
+    assert main(["inspect", "--json", paths[0]]) == 0
+    report = json.loads(capsys.readouterr().out)[0]
+    assert report["counted_from"] == "index" and report["samples"] == 299
+    assert report["first_samples"][0]["fields"]["cls"]["value"] == 0
+    assert main(["inspect", "--scan", "--json", paths[0]]) == 0
+    report = json.loads(capsys.readouterr().out)[0]
+    assert report["counted_from"] == "scan" and report["samples"] == 300
+    st = os.stat(paths[0])
+    os.utime(paths[0], ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert main(["inspect", paths[0]]) == 0
+    out = capsys.readouterr().out
+    assert "samples: 300" in out and "index not used" in out and "stale" in out
