@@ -2,12 +2,12 @@
 // sources (fixed-shape rows: HDF5, arrays) or, in sample mode, from an
 // indexed sample source whose samples the field decoders decode into
 // columns exactly as the stream engine's batches are decoded
-// (pipeline/stream_batch.h). The caller submits index batches; each batch is cut into pieces of
-// rows that any worker may take (pipeline/piece_scheduler.h), so one large
-// batch still uses every core, while small batches stay whole and several
-// run side by side. Every piece writes its rows straight into their final
-// slot of the batch's tensors, and batches come back in submission order
-// (row i of a batch is index i).
+// (pipeline/stream_batch.h). The caller submits index batches; each batch
+// is cut into pieces of rows that any worker may take
+// (pipeline/piece_scheduler.h), so one large batch still uses every core,
+// while small batches stay whole and several run side by side. Every piece
+// writes its rows straight into their final slot of the batch's tensors, and
+// batches come back in submission order (row i of a batch is index i).
 #pragma once
 
 #include <atomic>
