@@ -6,19 +6,18 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "core/testing.h"
-#include "pipeline/ordered_results.h"
-#include "pipeline/piece_scheduler.h"
 #include "pipeline/sample_testing.h"
+#include "pipeline/stream_batch_testing.h"
 
 namespace chute {
 namespace {
 
+using test::BatchRun;
 using test::encoded_sample;
 
 FieldPlan field(const std::string& name, const std::string& extension,
@@ -32,57 +31,6 @@ FieldPlan field(const std::string& name, const std::string& extension,
   f.stack = stack;
   return f;
 }
-
-// One batch of samples through StreamBatchJob on a piece scheduler, as the
-// stream engine runs it, with the parts of an engine it needs.
-class BatchRun {
- public:
-  BatchRun() {
-    plan.urls = {"s0.tar", "s1.tar"};
-    plan.sources = std::make_shared<test::LocatingSources>();
-  }
-
-  // Probes `samples` (a probe failure fails the test) and decodes them as
-  // the batch at `absolute` in the epoch, on `workers` threads. The batch,
-  // or the error it was delivered as.
-  std::optional<Batch> run(std::vector<EncodedSample> samples, int64_t absolute = 0,
-                           int workers = 1) {
-    error.reset();
-    const SampleFields fields(plan);
-    BatchTask task;
-    task.sequence = 0;
-    task.absolute = absolute;
-    for (EncodedSample& s : samples) {
-      PlannedSample p;
-      p.encoded = std::move(s);
-      fields.probe(p);
-      task.samples.push_back(std::move(p));
-    }
-    OrderedResults results(2);
-    PieceScheduler scheduler(results);
-    const StreamBatchContext context{&plan, &fields, &allocator, &skips, &payload_buffers};
-    EXPECT_TRUE(scheduler.push(std::make_shared<StreamBatchJob>(context, std::move(task))));
-    scheduler.end();
-    results.finish(1);
-    std::vector<std::thread> threads;
-    for (int i = 1; i < workers; ++i) threads.emplace_back([&] { scheduler.work(); });
-    scheduler.work();
-    for (std::thread& t : threads) t.join();
-    Batch out;
-    OrderedResults::Status status = OrderedResults::Status::kEnd;
-    error = test::error_from([&] { status = results.next(&out, 30); });
-    if (error) return std::nullopt;
-    EXPECT_EQ(status, OrderedResults::Status::kBatch);
-    if (status != OrderedResults::Status::kBatch) return std::nullopt;
-    return out;
-  }
-
-  StreamPlan plan;
-  BatchAllocator allocator;
-  SkipLog skips;
-  ByteBufferPool payload_buffers{size_t{1} << 24, size_t{1} << 24};
-  std::optional<Error> error;  // the last run's, when its batch failed
-};
 
 std::vector<uint8_t> row_bytes(const Tensor& t, size_t row) {
   const size_t n = t.nbytes() / static_cast<size_t>(t.shape[0]);
