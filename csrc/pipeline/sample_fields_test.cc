@@ -227,6 +227,12 @@ TEST(SampleFields, ADifferentDtypeDoesNotFitABatch) {
   PlannedSample b = planned(encoded_sample("b", {{"bin", "34"}}));
   fields.probe(a);
   fields.probe(b);
+  b.fields[0].dtype = DType::kI8;  // the same shape
+  const std::optional<Error> same_shape = fields.incompatibility(a, b);
+  ASSERT_TRUE(same_shape);
+  EXPECT_EQ(same_shape->message().substr(0, same_shape->message().find(" (set")),
+            "shard-a.tar sample 'b' member 'b.bin': field 'x' has int8 shape (2,) but this "
+            "batch holds uint8 shape (2,)");
   b.fields[0].dtype = DType::kF32;
   b.fields[0].shape = {2, 3};
   const std::optional<Error> e = fields.incompatibility(a, b);

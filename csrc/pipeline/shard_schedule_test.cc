@@ -181,9 +181,38 @@ TEST(ShardSchedule, ResamplingDrawsFromTheStreamsShareForever) {
   // seed) reach every one of them.
   EXPECT_EQ(seen, std::set<uint32_t>(share.begin(), share.end()));
   EXPECT_EQ(take(s, 600), draws);  // deterministic
-  ShardScheduleSpec other_stream = s;
-  other_stream.stream = 0;
-  EXPECT_NE(shards_of(take(other_stream, 600)), shards_of(draws));
+}
+
+TEST(ShardSchedule, StreamsResampleIndependently) {
+  // Two streams drawing the same positions of their own shares would read
+  // in lockstep; each draws its own sequence.
+  std::vector<std::vector<size_t>> positions;
+  for (size_t stream : {0, 1}) {
+    ShardScheduleSpec s = spec(8, stream, 2, false, 42);
+    s.resampled = true;
+    std::vector<size_t> mine;
+    for (const Draw& d : take(s, 64)) mine.push_back(d.shard / 2);  // position in the share
+    positions.push_back(mine);
+  }
+  EXPECT_NE(positions[0], positions[1]);
+}
+
+TEST(ShardSchedule, EveryShardIsAsLikelyAtEveryPosition) {
+  // Over 4000 seeds (fixed, so the counts are too), each of 4 shards lands in
+  // each position about 1000 times; a skewed shuffle leaves some far off.
+  constexpr size_t kShards = 4;
+  std::vector<std::vector<int>> count(kShards, std::vector<int>(kShards, 0));
+  for (uint64_t seed = 0; seed < 4000; ++seed) {
+    const std::vector<uint32_t> order = shards_of(take(spec(kShards, 0, 1, true, seed), 10));
+    ASSERT_EQ(order.size(), kShards);
+    for (size_t pos = 0; pos < kShards; ++pos) ++count[pos][order[pos]];
+  }
+  for (size_t pos = 0; pos < kShards; ++pos) {
+    for (size_t shard = 0; shard < kShards; ++shard) {
+      EXPECT_GT(count[pos][shard], 850) << "shard " << shard << " at position " << pos;
+      EXPECT_LT(count[pos][shard], 1150) << "shard " << shard << " at position " << pos;
+    }
+  }
 }
 
 }  // namespace

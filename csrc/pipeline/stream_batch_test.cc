@@ -119,6 +119,21 @@ TEST(StreamBatch, ListBytesOptionalAndLeftoverMembers) {
   EXPECT_EQ(b->other_members[2], (Others{{"cls", "7"}}));
 }
 
+TEST(StreamBatch, AnOptionalFieldAbsentFromTheFirstRowTakesItsShapeFromAPresentOne) {
+  BatchRun r;
+  r.plan.fields = {field("depth", "depth", std::make_shared<test::DigitsDecoder>(), true)};
+  const std::optional<Batch> b = r.run({encoded_sample("a", {{"txt", "x"}}),
+                                        encoded_sample("b", {{"depth", "123"}}),
+                                        encoded_sample("c", {{"depth", "456"}})});
+  ASSERT_TRUE(b) << r.error->what();
+  const Column& depth = b->columns[0];
+  EXPECT_EQ(depth.stacked.dtype, DType::kU8);
+  EXPECT_EQ(depth.stacked.shape, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(depth.present, (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(row_bytes(depth.stacked, 0), (std::vector<uint8_t>{0, 0, 0}));
+  EXPECT_EQ(row_bytes(depth.stacked, 2), (std::vector<uint8_t>{4, 5, 6}));
+}
+
 TEST(StreamBatch, UnderSkipAFailingRowIsDroppedAndTheBatchCompacted) {
   BatchRun r;
   r.plan.on_error = ErrorPolicy::kSkip;
