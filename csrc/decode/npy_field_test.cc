@@ -59,14 +59,16 @@ TEST(NpyField, ProbesDtypeShapeAndWhereTheDataStarts) {
 TEST(NpyField, OtherDtypesAndAScalar) {
   const NpyFieldDecoder d;
   const std::vector<uint16_t> u16 = {1, 65535, 7};
-  const std::string a = npy_file("{'descr': '<u2', 'fortran_order': False, 'shape': (3,), }", raw_bytes(u16));
+  const std::string a =
+      npy_file("{'descr': '<u2', 'fortran_order': False, 'shape': (3,), }", raw_bytes(u16));
   ProbedField p = probe(d, a);
   EXPECT_EQ(p.dtype, DType::kU16);
   EXPECT_EQ(p.shape, (std::vector<int64_t>{3}));
   EXPECT_EQ(decode<uint16_t>(d, a, p, 3), u16);
 
   const std::vector<double> scalar = {-2.5};
-  const std::string b = npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", raw_bytes(scalar));
+  const std::string b =
+      npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", raw_bytes(scalar));
   p = probe(d, b);
   EXPECT_EQ(p.dtype, DType::kF64);
   EXPECT_TRUE(p.shape.empty());

@@ -251,7 +251,9 @@ TEST(PieceScheduler, AFreeWorkerTakesAnUntakenPieceOfAnEarlierBatchFirst) {
   Gate gates[2];
   auto first = std::make_shared<TestJob>(0, 3, 1, allocator, &log);
   first->on_piece = [&](size_t begin, size_t) {
-    if (begin < 2) EXPECT_TRUE(gates[begin].wait());
+    if (begin < 2) {
+      EXPECT_TRUE(gates[begin].wait());
+    }
   };
   ASSERT_TRUE(scheduler.push(first));
   ASSERT_TRUE(scheduler.push(std::make_shared<TestJob>(1, 1, 1, allocator, &log)));
@@ -347,7 +349,9 @@ TEST(PieceScheduler, ABatchIsDeliveredOnlyWhenItsLastPieceIsDone) {
   Gate first_piece;
   auto job = std::make_shared<TestJob>(0, 4, 2, allocator, &log);
   job->on_piece = [&](size_t begin, size_t) {
-    if (begin == 0) EXPECT_TRUE(first_piece.wait());
+    if (begin == 0) {
+      EXPECT_TRUE(first_piece.wait());
+    }
   };
   ASSERT_TRUE(scheduler.push(job));
   scheduler.end();
@@ -393,7 +397,9 @@ TEST_P(PieceSchedulerLowestRow, TheBatchFailsWithItsLowestFailingRow) {
   job->reverse_rows = true;
   job->row_error = [&](size_t row) -> std::exception_ptr {
     if (row != 5 && row != 6) return nullptr;
-    if (row == 5) EXPECT_TRUE(row6_failed.wait()) << "row 6 never failed";
+    if (row == 5) {
+      EXPECT_TRUE(row6_failed.wait()) << "row 6 never failed";
+    }
     {
       std::lock_guard<std::mutex> lock(order_mutex);
       failed_in_order.push_back(static_cast<int>(row));
@@ -540,7 +546,9 @@ TEST(PieceScheduler, EndLetsWorkersDrainTheQueueThenReturn) {
   std::vector<std::shared_ptr<TestJob>> jobs;
   for (int64_t s = 0; s < 4; ++s) jobs.push_back(std::make_shared<TestJob>(s, 6, 2, allocator));
   jobs[0]->on_piece = [&](size_t begin, size_t) {
-    if (begin == 0) EXPECT_TRUE(ended.wait());
+    if (begin == 0) {
+      EXPECT_TRUE(ended.wait());
+    }
   };
   Workers workers(scheduler, results, 2);
   for (const auto& job : jobs) ASSERT_TRUE(scheduler.push(job));
@@ -576,7 +584,9 @@ TEST(PieceScheduler, CloseDropsQueuedBatchesAndWorkersReturn) {
   // One worker is held inside batch 0's first piece while close() is called.
   auto held = std::make_shared<TestJob>(0, 4, 2, allocator, &log);
   held->on_piece = [&](size_t begin, size_t) {
-    if (begin == 0) EXPECT_TRUE(closed.wait());
+    if (begin == 0) {
+      EXPECT_TRUE(closed.wait());
+    }
   };
   auto queued = std::make_shared<TestJob>(1, 4, 2, allocator, &log);
   ASSERT_TRUE(scheduler.push(held));

@@ -89,7 +89,8 @@ TEST(StreamBatch, ListBytesOptionalAndLeftoverMembers) {
   const std::optional<Batch> b =
       r.run({encoded_sample("a", {{"tok", "1"}, {"json", "{}"}, {"depth", "12"}, {"txt", "hi"}}),
              encoded_sample("b", {{"tok", "234"}, {"json", "[]"}}),
-             encoded_sample("c", {{"cls", "7"}, {"tok", "56"}, {"json", "{\"a\":1}"}, {"depth", "34"}})});
+             encoded_sample("c", {{"cls", "7"}, {"tok", "56"}, {"json", "{\"a\":1}"},
+                                  {"depth", "34"}})});
   ASSERT_TRUE(b) << r.error->what();
   ASSERT_EQ(b->size, 3);
   const Column& tokens = b->columns[0];
@@ -140,11 +141,12 @@ TEST(StreamBatch, UnderSkipAFailingRowIsDroppedAndTheBatchCompacted) {
   r.plan.keep_other_members = true;
   r.plan.fields = {field("digits", "dig", std::make_shared<test::DigitsDecoder>()),
                    field("meta", "json", nullptr)};
-  const std::optional<Batch> b = r.run({encoded_sample("a", {{"dig", "11"}, {"json", "A"}, {"t", "0"}}, 0),
-                                        encoded_sample("b", {{"dig", "2x"}, {"json", "B"}, {"t", "1"}}, 1),
-                                        encoded_sample("c", {{"dig", "33"}, {"json", "C"}, {"t", "2"}}, 0),
-                                        encoded_sample("d", {{"dig", "y4"}, {"json", "D"}, {"t", "3"}}, 1),
-                                        encoded_sample("e", {{"dig", "55"}, {"json", "E"}, {"t", "4"}}, 1)});
+  const std::optional<Batch> b =
+      r.run({encoded_sample("a", {{"dig", "11"}, {"json", "A"}, {"t", "0"}}, 0),
+             encoded_sample("b", {{"dig", "2x"}, {"json", "B"}, {"t", "1"}}, 1),
+             encoded_sample("c", {{"dig", "33"}, {"json", "C"}, {"t", "2"}}, 0),
+             encoded_sample("d", {{"dig", "y4"}, {"json", "D"}, {"t", "3"}}, 1),
+             encoded_sample("e", {{"dig", "55"}, {"json", "E"}, {"t", "4"}}, 1)});
   ASSERT_TRUE(b) << r.error->what();
   ASSERT_EQ(b->size, 3);
   EXPECT_EQ(b->columns[0].stacked.shape, (std::vector<int64_t>{3, 2}));
