@@ -25,20 +25,23 @@ def python_blocks() -> list[tuple[int, str]]:
 
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """shards/train-0000NN.tar (jpg + nsdgeneral.npy + trial.npy),
-    sessions/*.h5 (betas, coco_ids), questions.npy and cluster_ids.npy."""
+    """shards/train-000000..000127.tar (jpg + cls + nsdgeneral.npy +
+    trial.npy), sessions/*.h5 (betas, coco_ids), questions.npy and
+    cluster_ids.npy."""
     root = tmp_path_factory.mktemp("readme")
     rng = np.random.default_rng(0)
+    images = [jpeg_bytes(rng, 24, 24) for _ in range(16)]
     samples: list[dict[str, object]] = [
         {
             "__key__": f"trial{i:05d}",
-            "jpg": jpeg_bytes(rng, 24, 24),
+            "jpg": images[i % 16],
+            "cls": i % 10,
             "nsdgeneral.npy": npy_bytes(rng.standard_normal(50).astype(np.float32)),
             "trial.npy": npy_bytes(np.array([i], dtype=np.int64)),
         }
-        for i in range(200)
+        for i in range(128 * 12)
     ]
-    write_shards(root / "shards", samples, per_shard=20, prefix="train")
+    write_shards(root / "shards", samples, per_shard=12, prefix="train")
     (root / "sessions").mkdir()
     for s in range(2):
         with h5py.File(root / "sessions" / f"s{s}.h5", "w") as f:

@@ -55,7 +55,7 @@ from chute.wds.compiler import (
 )
 from chute.wds.convert import DROPPED as _DROPPED
 from chute.wds.convert import BatchConverter, pin_copy
-from chute.wds.even import EVEN_BATCH_MODES, even_batch_count
+from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.fluent import Fluent
 from chute.wds.native import (
     EngineSettings,
@@ -258,6 +258,16 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         result = copy.copy(self)
         result._reset_runtime()
         return result
+
+    def with_length(self, n: int | None = None, silent: bool = False) -> Self:
+        """``len()`` of the pipeline is `n` (webdataset's, which warns that it
+        does not change the epoch unless `silent`); without `n`, the items
+        its stages make of every sample, counted from the shards' sidecar
+        indexes. Changes this pipeline and returns it, as webdataset does."""
+        if n is None:
+            self.nominal_length = indexed_length(self.urls, self.stages)
+            return self
+        return super().with_length(n, silent=silent)
 
     def __getstate__(self) -> dict[str, Any]:
         # A dataset pickles for spawn/forkserver worker processes even while
