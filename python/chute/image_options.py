@@ -87,9 +87,8 @@ def _channel_values(name: str, value: Any, channels: int) -> tuple[float, ...]:
     except (TypeError, ValueError):
         raise ValueError(f"normalize {name} must be numbers, not {value!r}") from None
     if len(out) not in (1, channels):
-        raise ValueError(
-            f"normalize {name} needs 1 or {channels} values (one per channel), got {len(out)}"
-        )
+        wanted = "1 value" if channels == 1 else f"1 or {channels} values (one per channel)"
+        raise ValueError(f"normalize {name} needs {wanted}, got {len(out)}")
     if not all(math.isfinite(v) for v in out):
         raise ValueError(f"normalize {name} must be finite, not {value!r}")
     return out

@@ -61,6 +61,13 @@ from chute.wds.stages import STATEFUL_PYTHON_STAGES, Fluent, Stage
 _default_convert: Callable[[Any], Any] = default_convert
 
 
+def engine_seed(base_seed: int, rank: int, worker: int) -> int:
+    """The engine's seed for a rank's torch worker: ranks and workers read
+    different shards, so their shuffles and per-image draws (crops, flips)
+    differ too."""
+    return (base_seed * 1_000_003 + rank * 1009 + worker) & ((1 << 63) - 1)
+
+
 class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
     """Drop-in for ``webdataset.WebDataset`` that runs on native threads.
 
@@ -426,8 +433,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             base_seed = shuffle_seed
         else:
             base_seed = self.seed
-        # Ranks and torch workers read different shards; their shuffles differ too.
-        plan.seed = (base_seed * 1_000_003 + rank * 1009 + worker) & ((1 << 63) - 1)
+        plan.seed = engine_seed(base_seed, rank, worker)
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
         plan.partial = compiled.partial if batched else True
