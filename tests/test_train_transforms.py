@@ -346,7 +346,8 @@ def test_crops_independent_of_the_other_samples(tmp_path: Path) -> None:
     # A row's draws depend on its position, not on its neighbours: replacing
     # every other sample (by images of other sizes) leaves the rest as they were.
     base = make_samples(16, seed=3)
-    mixed = [s if i % 2 == 0 else make_samples(16, seed=4, lo=20, hi=40)[i] for i, s in enumerate(base)]
+    other = make_samples(16, seed=4, lo=20, hi=40)
+    mixed = [s if i % 2 == 0 else other[i] for i, s in enumerate(base)]
     a = write_shards(tmp_path / "a", base, per_shard=16)
     b = write_shards(tmp_path / "b", mixed, per_shard=16)
     kw: dict[str, Any] = {"size": OUT, "crop": "random_resized", "flip": True}

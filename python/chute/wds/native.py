@@ -11,8 +11,8 @@ import torch
 
 from chute import _core
 from chute.decoders import IMAGE_SPECS
-from chute.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.handlers import Handler, ignore_and_continue, reraise_exception, warn_and_continue
+from chute.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.pinning import pin_hooks
 from chute.wds.compiler import OutputField
 
@@ -54,7 +54,8 @@ def image_output_spec(image_spec: str, decode_opts: dict[str, Any]) -> Any:
     spec = _core.ImageOutputSpec()
     layout = decode_opts.get("layout") or ("CHW" if atype == "torch" else "HWC")
     spec.layout = _LAYOUTS[layout]
-    spec.dtype = _PIXEL_TYPES[decode_opts.get("dtype") or ("float32" if etype == "float" else "uint8")]
+    dtype = decode_opts.get("dtype") or ("float32" if etype == "float" else "uint8")
+    spec.dtype = _PIXEL_TYPES[dtype]
     if decode_opts.get("size") is not None:
         spec.out_height, spec.out_width = decode_opts["size"]
         spec.crop = _CROP_MODES[decode_opts["crop"]]

@@ -14,8 +14,8 @@ from typing_extensions import Self
 
 from chute.collate import default_collate
 from chute.decoders import IMAGE_SPECS
-from chute.image_options import image_options
 from chute.handlers import Handler, reraise_exception
+from chute.image_options import image_options
 
 
 @dataclass
