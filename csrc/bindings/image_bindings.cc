@@ -251,7 +251,8 @@ std::tuple<WindowTuple, BoxTuple, bool> image_placement_py(const ImageOutputSpec
                                                            int64_t batch, size_t row,
                                                            size_t field) {
   const ImageFieldDecoder decoder(color, spec, "<diagnostic>");
-  const ImagePlacement p = decoder.placement(height, width, RowPosition{seed, epoch, batch, row, field});
+  const ImagePlacement p =
+      decoder.placement(height, width, RowPosition{seed, epoch, batch, row, field});
   const Box& b = p.area.box;
   return {from_window(p.area.region), BoxTuple{b.y0, b.x0, b.y1, b.x1}, p.flip};
 }

@@ -30,7 +30,9 @@ std::vector<uint8_t> photo(int h, int w, int seed) {
     for (int x = 0; x < w; ++x) {
       for (int c = 0; c < 3; ++c) {
         const double wave = std::sin(0.11 * (c + 1) * x + seed) * std::cos(0.07 * (c + 2) * y);
-        const uint32_t hash = static_cast<uint32_t>((x * 73856093) ^ (y * 19349663) ^ (c * 83492791) ^ seed);
+        const uint32_t hash = (static_cast<uint32_t>(x) * 73856093u) ^
+                              (static_cast<uint32_t>(y) * 19349663u) ^
+                              (static_cast<uint32_t>(c) * 83492791u) ^ static_cast<uint32_t>(seed);
         const double v = 128 + 100 * wave + static_cast<double>(hash % 17) - 8;
         rgb[(static_cast<size_t>(y) * w + x) * 3 + c] =
             static_cast<uint8_t>(std::lround(std::fmin(255.0, std::fmax(0.0, v))));
@@ -265,12 +267,14 @@ TEST(ImageField, CenterAndRandomCropsCoverTheOutput) {
     spec.crop = crop;
     const ImageFieldDecoder d(ColorMode::kRgb, spec, "f");
     for (size_t row = 0; row < 6; ++row) {
-      EXPECT_EQ(decode_row(d, e, at(0, row)), expected_row(d, spec, e, ColorMode::kRgb, at(0, row)));
+      EXPECT_EQ(decode_row(d, e, at(0, row)),
+                expected_row(d, spec, e, ColorMode::kRgb, at(0, row)));
     }
   }
   // Centre: cover 30x50 -> 16x27, the crop at column (27 - 16) / 2 = 5.
   spec.crop = CropMode::kCenter;
-  const SourceArea a = ImageFieldDecoder(ColorMode::kRgb, spec, "f").placement(30, 50, at(0, 0)).area;
+  const SourceArea a =
+      ImageFieldDecoder(ColorMode::kRgb, spec, "f").placement(30, 50, at(0, 0)).area;
   EXPECT_DOUBLE_EQ(a.box.x0, 5 * 50.0 / 27);
   EXPECT_DOUBLE_EQ(a.box.y1, 30.0);
   // Eval: torchvision's Resize(20) then CenterCrop(16).
