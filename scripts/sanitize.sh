@@ -9,12 +9,12 @@
 #
 # The host is the ordinary CPython, so the sanitizer runtime must be loaded
 # first (LD_PRELOAD). Each variant is staged as its own package directory
-# (build/<variant>/pkg/chute: links to python/chute/*.py and its subpackages
-# plus that build's _core), so the developer build in python/chute is left
-# alone. pytest runs with --capture=sys so that a sanitizer report (written
-# to fd 2) is not swallowed by fd capture when the process aborts.
-# CHUTE_SANITIZER tells the tests which checks mean nothing under a sanitizer
-# (RSS: ASan's quarantine keeps freed memory resident on purpose).
+# (build/<variant>/pkg/chute: links to python/chute/*.py plus that build's
+# _core), so the developer build in python/chute is left alone. pytest runs
+# with --capture=sys so that a sanitizer report (written to fd 2) is not
+# swallowed by fd capture when the process aborts. CHUTE_SANITIZER tells the
+# tests which checks mean nothing under a sanitizer (RSS: ASan's quarantine
+# keeps freed memory resident on purpose).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 which=${1:-all}
@@ -23,7 +23,9 @@ python=${PYTHON:-python}
 tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test_arrays.py
        tests/test_webdataset.py tests/test_faults_tar.py tests/test_faults_h5.py
        tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py
-       tests/test_transforms.py tests/test_train_transforms.py)
+       tests/test_transforms.py tests/test_train_transforms.py
+       tests/test_remote.py tests/test_remote_faults.py tests/test_remote_cache.py
+       tests/test_remote_queue.py)
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1
@@ -37,9 +39,8 @@ build_variant() {  # name sanitizer
   rm -rf "$build/pkg"
   mkdir -p "$pkg"
   for f in "$root"/python/chute/*.py; do ln -s "$f" "$pkg/"; done
-  # Subpackages (wds/, cli/) hold only Python: linked whole.
-  for d in "$root"/python/chute/*/; do
-    [ -f "$d/__init__.py" ] && ln -s "${d%/}" "$pkg/"
+  for d in "$root"/python/chute/*/; do  # subpackages (chute.remote, ...)
+    if [ -f "$d/__init__.py" ]; then ln -s "${d%/}" "$pkg/"; fi
   done
   ln -s "$(find "$build" -maxdepth 1 -name '_core*.so' | head -n 1)" "$pkg/"
 }

@@ -7,7 +7,8 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'Layout', 'PixelType', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+import typing_extensions
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'Layout', 'PixelType', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -806,6 +807,104 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+class FetchTicket:
+    """
+    A request taken from a FetchQueue; answer it exactly once.
+    """
+    def complete(self, data: typing_extensions.Buffer) -> None:
+        """
+        Delivers a range's bytes (copied with the GIL released). Fewer bytes than asked for count as a retryable failure.
+        """
+    def complete_head(self, size: typing.SupportsInt | typing.SupportsIndex, etag: str, version: str) -> None:
+        """
+        Answers a HEAD: size, ETag ('' if none), content version.
+        """
+    def fail(self, kind: str, status: typing.SupportsInt | typing.SupportsIndex, message: str, retryable: bool) -> None:
+        """
+        kind: 'io', 'timeout', 'usage' or 'data'; status: HTTP status or 0. A retryable failure is retried after a backoff while attempts remain.
+        """
+    @property
+    def attempt(self) -> int:
+        """
+        0 on the first try.
+        """
+    @property
+    def id(self) -> int:
+        ...
+    @property
+    def if_match(self) -> str:
+        """
+        ETag the object must still have ('' for any).
+        """
+    @property
+    def length(self) -> int:
+        ...
+    @property
+    def offset(self) -> int:
+        ...
+    @property
+    def op(self) -> str:
+        """
+        'head' or 'range'.
+        """
+    @property
+    def url(self) -> str:
+        ...
+class FetchQueue:
+    """
+    Requests of remote byte sources, for chute.remote's executor (see csrc/io/fetch_queue.h).
+    """
+    def __init__(self, range_bytes: typing.SupportsInt | typing.SupportsIndex = 8388608, max_in_flight: typing.SupportsInt | typing.SupportsIndex = 4, prefetch_bytes: typing.SupportsInt | typing.SupportsIndex = 268435456, retries: typing.SupportsInt | typing.SupportsIndex = 5, backoff_s: typing.SupportsFloat | typing.SupportsIndex = 0.25, max_backoff_s: typing.SupportsFloat | typing.SupportsIndex = 8.0, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 60.0) -> None:
+        ...
+    def close(self) -> None:
+        """
+        Fails everything queued or in flight and wakes the executor.
+        """
+    def consume_wake(self) -> None:
+        ...
+    def next_delay(self) -> float | None:
+        """
+        Seconds until the next delayed retry is due, or None.
+        """
+    def stats(self) -> dict[str, int]:
+        """
+        Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, reserved_bytes.
+        """
+    def take_cancelled(self) -> list[int]:
+        """
+        Ids of popped requests nobody wants any more (abort them).
+        """
+    def try_pop(self) -> FetchTicket | None:
+        """
+        The next ready request, or None.
+        """
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def wake_fd(self) -> int:
+        """
+        Readable when there is something to do (an eventfd).
+        """
+class RemoteReader:
+    """
+    A remote url read as a byte stream.
+    """
+    def __init__(self, url: str, queue: FetchQueue, cache_dir: str = '', cache_limit_bytes: typing.SupportsInt | typing.SupportsIndex = 0, cache_fsync: bool = True) -> None:
+        ...
+    def close(self) -> None:
+        """
+        Stops any read in progress and releases the object.
+        """
+    def read(self, n: typing.SupportsInt | typing.SupportsIndex = -1) -> bytes:
+        """
+        Up to n bytes (all that is left when n < 0); b'' at the end.
+        """
+    @property
+    def in_place(self) -> bool:
+        """
+        Whether the object is read from a mapped local file (a cache hit).
+        """
 def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, resize: typing.SupportsInt | typing.SupportsIndex, crop_h: typing.SupportsInt | typing.SupportsIndex, crop_w: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
     """
     Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
@@ -866,6 +965,10 @@ def probe_image(data: bytes, where: str = '<bytes>') -> tuple[str, int, int]:
     """
     (format, width, height) from the image header alone.
     """
+def read_remote_tar(url: str, queue: FetchQueue, cache_dir: str = '', cache_limit_bytes: typing.SupportsInt | typing.SupportsIndex = 0, in_place: bool = False) -> list[tuple[str, dict[str, bytes], int]]:
+    """
+    The samples of a remote tar shard, as read_tar_samples returns them.
+    """
 def read_tar_bytes(data: bytes, name: str = '<bytes>') -> list[typing.Any]:
     """
     read_tar_samples for a shard held in memory (`name` stands for it in errors).
@@ -873,6 +976,10 @@ def read_tar_bytes(data: bytes, name: str = '<bytes>') -> list[typing.Any]:
 def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, dict[str, bytes], int]]:
     """
     Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].
+    """
+def remote_schemes() -> list[str]:
+    """
+    The url schemes read through a FetchQueue.
     """
 def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, int | float]:
     """
