@@ -514,6 +514,14 @@ def test_options_after_a_python_stage_raise(shards: Any) -> None:
     )
     with pytest.raises(ValueError, match="engine only"):
         next(iter(ds))
+    # A handler callable makes the decode Python's too.
+    ds = (
+        chute.WebDataset(urls, shardshuffle=False)
+        .decode("torchrgb8", lambda key, data: None, size=OUT)
+        .to_tuple("jpg;png")
+    )
+    with pytest.raises(ValueError, match="has handler callables"):
+        next(iter(ds))
 
 
 def test_options_refuse_images_only_python_decodes(tmp_path: Path) -> None:

@@ -105,8 +105,9 @@ def python_decoder(stage: Stage) -> Callable[[dict[str, Any]], dict[str, Any]]:
     if has_transforms(stage.kwargs):
         raise ValueError(
             "decode's image options (size, crop, flip, normalize, dtype, layout) run in the "
-            "engine only: put the decode before any Python stage (map, select, ...) of a "
-            "WebDataset; a WebLoader's stages all run in Python"
+            "engine only, and this decode runs in Python: it follows a Python stage (map, "
+            "select, ...), has handler callables, or belongs to a WebLoader; decode with one "
+            "image spec before any Python stage of a WebDataset"
         )
     specs = stage.args
     image_spec = next((s.lower() for s in specs if isinstance(s, str)), None)
