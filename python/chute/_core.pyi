@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'Layout', 'PixelType', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -744,12 +744,42 @@ class ArraySource(RowSource):
     """
     def __init__(self, name: str, array: numpy.typing.NDArray[typing.Any]) -> None:
         ...
+class IndexedSampleSource:
+    """
+    Samples read by id (sample mode of the IndexedEngine).
+    """
+    @property
+    def num_samples(self) -> int:
+        ...
+class TarIndexSource(IndexedSampleSource):
+    """
+    Tar shards read by sample id through their index; neighbouring samples share a read.
+    """
+    def __init__(self, urls: collections.abc.Sequence[str], paths: collections.abc.Sequence[str], sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], mtimes_ns: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extensions: collections.abc.Sequence[str], shard_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], sample_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], key_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], keys: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], member_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_extensions: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], member_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], max_gap: typing.SupportsInt | typing.SupportsIndex = 32768, max_read: typing.SupportsInt | typing.SupportsIndex = 16777216, max_open: typing.SupportsInt | typing.SupportsIndex = 64) -> None:
+        ...
+    @property
+    def bytes_read(self) -> int:
+        """
+        Bytes those reads brought in.
+        """
+    @property
+    def reads(self) -> int:
+        """
+        Range reads made so far.
+        """
 class IndexedPlan:
     """
     What an IndexedEngine reads and how.
     """
+    collect_keys: bool
+    keep_other_members: bool
+    on_error: ErrorPolicy
     def __init__(self) -> None:
         ...
+    def set_fields(self, fields: collections.abc.Sequence[FieldPlan]) -> None:
+        """
+        Sample mode: the output fields (FieldPlan, as for a StreamPlan).
+        """
     def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).
@@ -777,6 +807,20 @@ class IndexedPlan:
     def piece_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def samples(self) -> IndexedSampleSource:
+        """
+        Sample mode: the source read by id (instead of `sources`).
+        """
+    @samples.setter
+    def samples(self, arg1: IndexedSampleSource) -> None:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+    @seed.setter
+    def seed(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def sources(self) -> list[RowSource]:
         """
         One row source per output field, all with the same number of rows.
@@ -800,9 +844,13 @@ class IndexedEngine:
         ...
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> int:
+    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], epoch: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
         """
-        Queue a batch of row indices; returns its sequence number.
+        Queue a batch of row indices; returns its sequence number. In sample mode the decoders' random draws for sample i derive from (seed, epoch, i).
+        """
+    def take_skipped(self) -> list[typing.Any]:
+        """
+        Sample mode: exceptions of the samples skipped since the last call, oldest first.
         """
     @property
     def num_rows(self) -> int:
@@ -980,6 +1028,10 @@ def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
 def remote_schemes() -> list[str]:
     """
     The url schemes read through a FetchQueue.
+    """
+def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]:
+    """
+    The content of a tar shard's sidecar index, grouped by the engine's key rule: (keys, sample header offsets, members per sample, member extensions, payload offsets, payload sizes), the last three per member in archive order.
     """
 def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, int | float]:
     """
