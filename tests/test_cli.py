@@ -286,6 +286,38 @@ def test_bench_bad_arguments(
     assert code == 2 and "not one" in err
 
 
+def test_bench_image_option_errors(image_shards: list[str], capsys: pytest.CaptureFixture[str]):
+    shard = image_shards[0]
+    code, _, err = run(capsys, "bench", shard, "--size", "32")
+    assert code == 2 and "need an image spec" in err
+    spec = ["--decode", "torchrgb8"]
+    code, _, err = run(capsys, "bench", shard, *spec, "--size", "32", "--normalize", "imagenet")
+    assert code == 2 and "float output" in err
+    # --compare resizes webdataset's images as chute does for --size, and no more.
+    code, _, err = run(capsys, "bench", shard, *spec, "--size", "32", "--flip", "--compare")
+    assert code == 2 and "--compare runs webdataset's own decode" in err
+    code, _, err = run(capsys, "bench", shard, *spec, "--dtype", "float16", "--normalize", "1,2")
+    assert code == 2 and "image options" in err
+    code, _, err = run(capsys, "bench", shard, *spec, "--size", "big")
+    assert code == 2 and "image options" in err
+    code, _, err = run(capsys, "bench", shard, *spec, "--crop", "random_resized")
+    assert code == 2 and "needs size" in err
+
+
+@pytest.mark.slow
+def test_bench_with_image_options(image_shards: list[str]):
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "bench", *image_shards, "--decode", "torchrgb8",
+         "--size", "24,20", "--crop", "random_resized", "--flip", "--normalize", "imagenet",
+         "--dtype", "float16", "--to-tuple", "jpg;png cls", "--workers", "1", "--json",
+         "--no-progress"],
+        capture_output=True, text=True, env=_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)
+    assert result["loader"] == "chute" and result["samples"] == 120
+
+
 @pytest.mark.slow
 def test_bench_compare_subprocess(tiny_shards: list[str], tmp_path: Path):
     shards = []
@@ -355,6 +387,8 @@ def test_bench_takes_comma_separated_fields_and_a_size_for_mixed_images(tmp_path
 
 def test_bench_size_needs_an_image_spec(tiny_shards: list[str], capsys):
     code, _, err = run(capsys, "bench", tiny_shards[0], "--size", "8", "8")
-    assert code == 2 and "--size resizes decoded images" in err
+    assert code == 2 and "need an image spec" in err
     code, _, err = run(capsys, "bench", tiny_shards[0], "--decode", "rgb8", "--size", "0", "8")
     assert code == 2 and "two positive numbers" in err
+    code, _, err = run(capsys, "bench", "--decode", "rgb8", "--size", "8", "8", tiny_shards[0])
+    assert code == 2 and "give the shard paths before --size" in err

@@ -608,6 +608,7 @@ def test_torch_workers_with_spawn_and_forkserver(small: list[str], method: str) 
         lambda ds, h: ds.decode(handler=h),
         lambda ds, h: ds.decode(handler=h).to_tuple("__key__", "json", "cls"),
         lambda ds, h: ds.decode(handler=h).to_tuple("json", "cls").batched(3),
+        lambda ds, h: ds.decode(handler=h).batched(3),
     ],
 )
 def test_members_decoded_in_python_follow_the_decode_handler(tmp_path: Path, build: Any) -> None:
@@ -631,6 +632,9 @@ def test_members_decoded_in_python_follow_the_decode_handler(tmp_path: Path, bui
         # batches, so its batches stay full): compare the rows.
         ref = [(j, int(c)) for b in ref for j, c in zip(*b, strict=True)]
         got = [(j, int(c)) for b in got for j, c in zip(*b, strict=True)]
+    elif isinstance(got[0], dict) and isinstance(got[0]["__key__"], list):
+        ref = [r for b in ref for r in zip(b["__key__"], b["json"], b["cls"], strict=True)]
+        got = [r for b in got for r in zip(b["__key__"], b["json"], b["cls"], strict=True)]
     assert_same(ref, got)
     assert ds.stats()["samples_skipped"] == 2
 

@@ -51,7 +51,7 @@ from chute.pinning import pin_hooks
 from chute.shards import expand_urls, local_path
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers
-from chute.wds.convert import DROPPED, BatchConverter, pin_copy
+from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
 from chute.wds.fluent import Fluent
 from chute.wds.native import ErrorHandlers, field_plan
 from chute.wds.pystages import apply_python_stage
@@ -383,7 +383,11 @@ class TarDataset(IndexedDataset):
                 continue
             column = batch.column(converter.native_index[f.name])
             if isinstance(column, np.ndarray):
-                out[f.name] = torch.from_numpy(column)
+                out[f.name] = (
+                    converter.image_tensor(column)
+                    if _is_torch_image(f)
+                    else torch.from_numpy(column)
+                )
                 continue
             if any(v is None for v in column):
                 return None
@@ -402,9 +406,13 @@ class TarDataset(IndexedDataset):
             if f.decode_name is None:
                 return value
             name = f.extensions[0] if f.decode_name == MEMBER else f.decode_name
+            if self._converter.transforms:
+                refuse_python_image(name, self._compiled.image_spec)
             return python_decode(name, value, self._compiled.image_spec)
         if native.decoder == _core.FieldDecoder.INT:
             return int(value)
+        if _is_torch_image(f):
+            return self._converter.image_tensor(value)
         return torch.from_numpy(value) if native.as_torch else value
 
     def _report(self, errors: list[Exception]) -> bool:
@@ -438,6 +446,11 @@ class TarDataset(IndexedDataset):
 
     def __repr__(self) -> str:
         return f"TarDataset({len(self.urls)} shards, {len(self)} samples)"
+
+
+def _is_torch_image(f: OutputField) -> bool:
+    native = f.native
+    return native is not None and native.decoder == _core.FieldDecoder.IMAGE and native.as_torch
 
 
 def _expand(urls: str | Sequence[str]) -> list[str]:

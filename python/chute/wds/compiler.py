@@ -52,7 +52,7 @@ class CompiledPipeline:
     partial: bool
     python_stages: list[Stage]
     shuffle: tuple[int, int, int] | None  # capacity, initial, seed
-    decode_opts: dict[str, Any] = field(default_factory=dict)  # size, crop, flip of the decode
+    decode_opts: dict[str, Any] = field(default_factory=dict)  # the decode stage's keywords
     torch_collate: bool = False  # batches shaped as torch's default collate makes them
     decode_only: set[str] | None = None  # the decode stage's `only`: members it decodes
     native_stages: list[Stage] = field(default_factory=list)  # the prefix the engine runs

@@ -16,7 +16,15 @@ from chute import _core
 from chute.collate import combine_values, default_collate
 from chute.decoders import NativeDecode, python_decode
 from chute.errors import DecodingError
-from chute.extensions import KEY_FIELD, SAMPLE_FIELDS, URL_FIELD
+from chute.extensions import (
+    IMAGE_EXTENSIONS,
+    KEY_FIELD,
+    NATIVE_IMAGE_EXTENSIONS,
+    SAMPLE_FIELDS,
+    URL_FIELD,
+    last_extension,
+)
+from chute.image_options import has_transforms
 from chute.shards import local_path
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField
 
@@ -39,6 +47,10 @@ class BatchConverter:
         self.on_failure = on_failure
         self.stopped = False  # a handler asked to end the iteration
         self.local_paths = [local_path(u) for u in urls]
+        # Image options apply to the natively decoded images only; bfloat16
+        # rows come from the engine as their uint16 bits.
+        self.transforms = has_transforms(compiled.decode_opts)
+        self.bfloat16 = compiled.decode_opts.get("dtype") == "bfloat16"
         self.native_index = {}
         index = 0
         for f in compiled.fields:
@@ -48,6 +60,8 @@ class BatchConverter:
 
     def _decode(self, name: str, payload: bytes, key: str, url: str) -> Any:
         """One member decoded in Python; its failure as webdataset reports it."""
+        if self.transforms:
+            refuse_python_image(name, self.compiled.image_spec)
         try:
             return python_decode(name, payload, self.compiled.image_spec)
         except Exception as exn:
@@ -74,19 +88,23 @@ class BatchConverter:
         if not self.on_failure(error):
             self.stopped = True
 
-    @staticmethod
-    def _item(native: NativeDecode, value: Any) -> Any:
+    def image_tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A native image row or column as a tensor of the decode's dtype."""
+        tensor = torch.from_numpy(array)
+        return tensor.view(torch.bfloat16) if self.bfloat16 else tensor
+
+    def _item(self, native: NativeDecode, value: Any) -> Any:
         if native.decoder == _core.FieldDecoder.INT:
             return int(value)
         if native.decoder == _core.FieldDecoder.IMAGE and native.as_torch:
-            return torch.from_numpy(value)
+            return self.image_tensor(value)
         return value
 
     def batch(self, batch: Any) -> Any | None:
         """One engine batch as one collated batch; None when every row was dropped."""
         c = self.compiled
         if not c.tuple_output:
-            rows = list(self.rows(batch))
+            rows = [r for r in self.rows(batch) if r is not DROPPED]
             if not rows:
                 return None
             collated = default_collate(rows)
@@ -148,7 +166,7 @@ class BatchConverter:
             return combine_values(column)
         if isinstance(column, np.ndarray):
             if native.decoder == _core.FieldDecoder.IMAGE and native.as_torch:
-                return torch.from_numpy(column)
+                return self.image_tensor(column)
             return column
         return combine_values([self._item(native, v) for v in column])
 
@@ -232,6 +250,17 @@ def _take(column: Any, keep: list[int]) -> Any:
     if isinstance(column, torch.Tensor):
         return column[torch.as_tensor(keep)]
     return [column[i] for i in keep]
+
+
+def refuse_python_image(name: str, image_spec: str | None) -> None:
+    """Raises for an image that only Python can decode (a format the engine
+    does not read) when the decode stage asks for image options, which the
+    engine alone applies: its row would silently lack them."""
+    if image_spec is not None and last_extension(name).lower() in IMAGE_EXTENSIONS:
+        raise ValueError(
+            f"{name!r}: decode's image options (size, crop, flip, normalize, dtype, layout) "
+            f"apply to {', '.join(sorted(NATIVE_IMAGE_EXTENSIONS))} members only"
+        )
 
 
 def as_torch_column(column: Any, container: type) -> Any:

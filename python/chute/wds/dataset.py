@@ -127,6 +127,14 @@ EMPTY_MESSAGE = (
 )
 
 
+def engine_seed(base_seed: int, rank: int, worker: int, pass_index: int = 0) -> int:
+    """The engine's seed for a rank's torch worker in one pass of an epoch:
+    ranks and workers read different shards, and the passes of an epoch are
+    shuffled anew, so their shuffles and per-image draws (crops, flips)
+    differ too."""
+    return (base_seed * 1_000_003 + rank * 1009 + worker + pass_index * 7_919_009) & ((1 << 63) - 1)
+
+
 class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
     """Drop-in for ``webdataset.WebDataset`` that runs on native threads.
 
@@ -484,11 +492,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             base_seed = shuffle_seed
         else:
             base_seed = self.seed
-        # Ranks and torch workers read different shards, and the passes of
-        # an epoch are shuffled anew: their seeds differ too.
-        plan.seed = (base_seed * 1_000_003 + rank * 1009 + worker + pass_index * 7_919_009) & (
-            (1 << 63) - 1
-        )
+        plan.seed = engine_seed(base_seed, rank, worker, pass_index)
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
         plan.partial = compiled.partial if batched else True

@@ -16,9 +16,12 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import torch
+
 from chute.collate import default_collate
 from chute.decoders import IMAGE_SPECS
 from chute.handlers import Handler, reraise_exception
+from chute.image_options import image_options
 from chute.wds.pystages import XDECODE_DEFAULTS, getfirst, python_shuffle
 from chute.wds.stages import Stage
 
@@ -45,23 +48,43 @@ def decode(
     post: Sequence[Callable[[str, bytes], Any]] | None = None,
     only: str | Iterable[str] | None = None,
     partial: bool = False,
-    size: tuple[int, int] | None = None,
+    size: int | tuple[int, int] | None = None,
     crop: str = "center",
     flip: bool = False,
+    resize: int | None = None,
+    scale: tuple[float, float] | None = None,
+    ratio: tuple[float, float] | None = None,
+    normalize: tuple[Any, Any] | None = None,
+    dtype: torch.dtype | str | None = None,
+    layout: str | None = None,
 ) -> Stage:
     """Decode each member: `args` are image specs (``"torchrgb8"``) and
     handler callables ``f(key, data)``, webdataset's `pre`/`post` handler
-    lists, `only` (members to decode) and `partial`. chute's additions:
-    ``size=(h, w)`` resizes (shorter side) and crops each image to a fixed
-    size in C++, ``crop`` is ``"center"``, ``"random"`` or ``"none"`` (plain
-    resize), ``flip`` mirrors half of the images at random."""
+    lists, `only` (members to decode) and `partial`. chute's image options,
+    run in C++ by the decoding thread (see the README): ``size=(h, w)`` with
+    ``crop`` ``"center"`` (shorter side to the output, or to ``resize``
+    first: torchvision's Resize(resize) + CenterCrop(size)), ``"random"``,
+    ``"none"`` (plain resize) or ``"random_resized"`` (torchvision's
+    RandomResizedCrop(size, scale, ratio)); ``flip`` mirrors half of the
+    images at random; ``normalize=(mean, std)`` as torchvision's Normalize
+    after ToTensor; ``dtype`` (uint8, float32, float16, bfloat16) and
+    ``layout`` ("CHW", "HWC") override the image spec's."""
     for spec in args:
         if isinstance(spec, str) and spec.lower() not in IMAGE_SPECS:
             raise ValueError(f"Unknown imagespec: {spec}")
-    if crop not in ("center", "random", "none"):
-        raise ValueError(f"crop must be 'center', 'random' or 'none', not {crop!r}")
-    if size is not None and (len(size) != 2 or min(size) < 1):
-        raise ValueError(f"size must be (height, width) with positive values, not {size!r}")
+    image_spec = next((s.lower() for s in args if isinstance(s, str)), None)
+    opts = image_options(
+        image_spec,
+        size=size,
+        crop=crop,
+        flip=flip,
+        resize=resize,
+        scale=scale,
+        ratio=ratio,
+        normalize=normalize,
+        dtype=dtype,
+        layout=layout,
+    )
     if isinstance(only, str):
         only = only.split()
     return Stage(
@@ -69,9 +92,7 @@ def decode(
         args,
         {
             "handler": handler,
-            "size": size,
-            "crop": crop,
-            "flip": flip,
+            **opts,
             "pre": list(pre) if pre is not None else None,
             "post": list(post) if post is not None else None,
             "only": set(only) if only is not None else None,

@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import torch
 from typing_extensions import Self
 
 from chute.collate import default_collate
@@ -61,9 +62,15 @@ class Fluent:
         only: str | Iterable[str] | None = None,
         partial: bool = False,
         handler: Handler = reraise_exception,
-        size: tuple[int, int] | None = None,
+        size: int | tuple[int, int] | None = None,
         crop: str = "center",
         flip: bool = False,
+        resize: int | None = None,
+        scale: tuple[float, float] | None = None,
+        ratio: tuple[float, float] | None = None,
+        normalize: tuple[Any, Any] | None = None,
+        dtype: torch.dtype | str | None = None,
+        layout: str | None = None,
     ) -> Self:
         """See ``chute.wds.filters.decode``."""
         return self._compose(
@@ -77,6 +84,12 @@ class Fluent:
                 size=size,
                 crop=crop,
                 flip=flip,
+                resize=resize,
+                scale=scale,
+                ratio=ratio,
+                normalize=normalize,
+                dtype=dtype,
+                layout=layout,
             )
         )
 

@@ -16,6 +16,7 @@ from fnmatch import fnmatch
 from typing import TYPE_CHECKING, Any
 
 from chute.handlers import Handler, reraise_exception
+from chute.image_options import has_transforms
 from chute.wds.autodecode import decoder_of
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def apply_python_stage(
         return python_shuffle(items, int(stage.args[0]), stage.kwargs)
     if kind == "decode":
         kw = stage.kwargs
+        refuse_python_transforms(kw)
         return guarded(
             decoder_of(
                 stage.args,
@@ -109,6 +111,19 @@ def apply_python_stage(
     if kind == "info":
         return _info(items, **stage.kwargs)
     raise AssertionError(f"unknown stage {kind}")
+
+
+def refuse_python_transforms(kwargs: dict[str, Any]) -> None:
+    """Raises for a decode stage that runs in Python and asks for image
+    options, which the engine alone applies."""
+    if has_transforms(kwargs):
+        raise ValueError(
+            "decode's image options (size, crop, flip, normalize, dtype, layout) run in the "
+            "engine only, and this decode runs in Python: it follows a Python stage (map, "
+            "select, ...), has handler callables or pre/post handlers, belongs to a "
+            "WebLoader or is called on an iterator; decode with one image spec before any "
+            "Python stage of a WebDataset"
+        )
 
 
 def _mapped(
