@@ -25,9 +25,10 @@ from typing_extensions import Self
 
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
-from chute.wds.dataset import STREAM_STATS_KEYS, WebDataset, converted_items
+from chute.wds.dataset import WebDataset
 from chute.wds.fluent import Fluent
 from chute.wds.pystages import python_batched
+from chute.wds.run import STREAM_STATS_KEYS, converted_items
 from chute.wds.shardlists import ResampledShards, SimpleShardList
 from chute.wds.stages import Stage
 
