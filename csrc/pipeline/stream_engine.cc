@@ -46,6 +46,11 @@ StreamEngine::StreamEngine(StreamPlan plan)
   CHUTE_CHECK(plan_.batch_size >= 1, kUsage, "batch_size must be >= 1, got " << plan_.batch_size);
   CHUTE_CHECK(plan_.num_streams >= 1, kUsage, "streams must be >= 1");
   CHUTE_CHECK(plan_.num_threads >= 1, kUsage, "threads must be >= 1");
+  CHUTE_CHECK(plan_.deliver_stride >= 1 && plan_.deliver_offset >= 0 &&
+                  plan_.deliver_offset < plan_.deliver_stride,
+              kUsage,
+              "deliver_offset must be in [0, deliver_stride), got "
+                  << plan_.deliver_offset << " of " << plan_.deliver_stride);
   for (const FieldPlan& f : plan_.fields) {
     CHUTE_CHECK(!f.extensions.empty(), kUsage, "field '" << f.name << "' names no extension");
   }
@@ -132,7 +137,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
         fields_.probe(sample);
       } catch (const Error& e) {
         if (plan_.on_error == ErrorPolicy::kRaise) throw;
-        skips_.record(e);
+        record_formation_skip(e);
         continue;
       }
       buffer.push_back(std::move(sample));
@@ -157,7 +162,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     if (closed_.load()) return;  // a read the closing engine cancelled
     ShardJob::Chunk last;
     if (plan_.on_error == ErrorPolicy::kSkip) {
-      skips_.record(e);
+      record_formation_skip(e);
       last.end = true;
     } else {
       last.error = std::current_exception();
@@ -328,7 +333,7 @@ void StreamEngine::run_assembler() {
               decoding_.end();
               return;
             }
-            skips_.record(*misfit);
+            record_formation_skip(*misfit);
             continue;
           }
         }
@@ -338,7 +343,8 @@ void StreamEngine::run_assembler() {
       const bool full = task.samples.size() == batch_size;
       if (full || (plan_.partial && !task.samples.empty())) {
         task.absolute = formed++;
-        if (task.absolute >= plan_.skip_batches) {
+        if (task.absolute >= plan_.skip_batches &&
+            task.absolute % plan_.deliver_stride == plan_.deliver_offset) {
           if (!results_.wait_for_slot(sequence)) return;
           task.sequence = sequence++;
           if (!queue_for_decoding(std::move(task))) return;
@@ -358,6 +364,10 @@ void StreamEngine::run_assembler() {
   // decoders drain what was queued.
   for (auto& q : stream_queues_) q->close();
   decoding_.end();
+}
+
+void StreamEngine::record_formation_skip(const Error& error) {
+  if (plan_.deliver_offset == 0) skips_.record(error);
 }
 
 bool StreamEngine::queue_for_decoding(BatchTask&& task) {

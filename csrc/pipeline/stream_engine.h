@@ -72,6 +72,9 @@ class StreamEngine {
   void run_assembler();
   // False once the engine closed (the task is dropped).
   bool queue_for_decoding(BatchTask&& task);
+  // A sample skipped before decoding (every process worker forms every
+  // batch, see StreamPlan::deliver_stride): logged by one engine only.
+  void record_formation_skip(const Error& error);
 
   const StreamPlan plan_;
   const SampleDecoding sample_decoding_;

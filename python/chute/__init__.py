@@ -12,6 +12,7 @@ from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
+from chute.workers.pool import WorkerFallbackWarning
 
 __all__ = [
     "ArrayDataset",
@@ -30,6 +31,7 @@ __all__ = [
     "ValidationError",
     "WebDataset",
     "WebLoader",
+    "WorkerFallbackWarning",
     "WorkerInitFnWarning",
     "create_loader",
     "set_epoch",

@@ -6,8 +6,13 @@ Datasets that implement ``chute.loading.EngineDataset`` run on the engine:
   machinery produces the index batches (so the order is torch's, including
   the base-seed draw from ``generator`` that every torch iterator makes
   first), and the engine reads each index batch on native threads.
-- the others (``WebDataset``): iterated in this process; ``num_workers``
-  becomes the number of native decode threads instead of worker processes.
+- the others (``WebDataset``): iterated in this process.
+
+``num_workers`` is the number of native decode threads, unless the dataset
+runs Python per sample (``.map`` and other Python stages, members decoded
+in Python, a ``collate_fn`` of a map-style dataset): then it is the number
+of worker processes that run that Python, each with its own engine (see
+``chute.workers`` and the README, "Python stages and worker processes").
 
 Any other dataset is handed to ``torch.utils.data.DataLoader`` unchanged.
 
@@ -28,9 +33,12 @@ from typing import Any, TypeVar
 import torch
 import torch.utils.data
 
+from chute.engine import default_threads
 from chute.index_batches import array_index_batches
+from chute.intraop import single_threaded
 from chute.loading import EngineDataset, LoaderSettings
 from chute.shards import rank_and_world_size
+from chute.workers.pool import NotSendable, WorkerFallbackWarning, WorkerPool
 
 logger = logging.getLogger("chute")
 _told_fallback = False
@@ -41,6 +49,12 @@ _T_co = TypeVar("_T_co", covariant=True)
 class WorkerInitFnWarning(UserWarning):
     """``worker_init_fn`` was given for a dataset chute runs on native threads,
     where there are no worker processes to call it in."""
+
+
+_NOT_SENDABLE = "chute.DataLoader: {} cannot be sent to worker processes ({}); its Python " + (
+    "stages run in this process. Define its functions at module level, or pass "
+    "multiprocessing_context='fork'"
+)
 
 
 def _state_kind(native: EngineDataset | None) -> str | None:
@@ -63,13 +77,22 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     - ``seed``: the DistributedSampler seed.
     - ``progress``: show a progress bar with samples/s (tqdm when installed).
 
-    For chute's datasets ``num_workers`` is the number of native threads and
-    no worker process is started, so ``worker_init_fn`` is not called: it is
-    accepted with a one-time ``WorkerInitFnWarning`` (calling it in this
-    process would apply per-worker set-up, such as ``torch.set_num_threads(1)``
-    or ``get_worker_info()`` splitting, to the main process). Other datasets
-    go through torch's own iterator, worker processes and ``worker_init_fn``
-    included.
+    - ``worker_threads``: native threads of each worker process (default:
+      the CPUs this process may use, divided among the workers).
+
+    For chute's datasets without Python work, ``num_workers`` is the number
+    of native threads and no worker process is started, so
+    ``worker_init_fn`` is not called: it is accepted with a one-time
+    ``WorkerInitFnWarning`` (calling it in this process would apply
+    per-worker set-up, such as ``torch.set_num_threads(1)`` or
+    ``get_worker_info()`` splitting, to the main process). With Python work
+    (see the module docstring) ``num_workers`` processes run it:
+    ``worker_init_fn(worker_id)`` is called in each, ``multiprocessing_context``
+    (default: forkserver), ``persistent_workers``, ``prefetch_factor`` (results
+    in flight per worker) and ``timeout`` apply as in torch, and the batches,
+    their order and ``state_dict()`` are those of ``num_workers=0``. Other
+    datasets go through torch's own iterator, worker processes and
+    ``worker_init_fn`` included.
 
     ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
     batch: the next iteration replays the same order and skips what was seen.
@@ -100,6 +123,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         distributed: bool = False,
         seed: int = 0,
         progress: bool = False,
+        worker_threads: int | None = None,
     ) -> None:
         global _told_fallback
         native = dataset if isinstance(dataset, EngineDataset) else None
@@ -155,7 +179,15 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._position: dict[str, Any] | None = None  # the running indexed iteration's
         self._running: Iterator[Any] | None = None  # the running stream iteration
         self._resume: dict[str, Any] | None = None
-        if native is not None and worker_init_fn is not None and num_workers > 0:
+        self.worker_threads = worker_threads
+        self._pool: WorkerPool | None = None
+        self._told_not_sendable = False
+        if (
+            native is not None
+            and worker_init_fn is not None
+            and num_workers > 0
+            and not self._python_work(native)
+        ):
             _warn_worker_init_fn(type(dataset).__name__)
         if native is None and not _told_fallback:
             _told_fallback = True
@@ -184,6 +216,66 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             pin_memory=self.pin_memory,
         )
 
+    def _python_work(self, native: EngineDataset) -> bool:
+        """Whether iterating `native` runs Python that workers take over."""
+        try:
+            return native.python_work(self._settings())
+        except Exception:  # noqa: BLE001 - the iteration raises it in its place
+            return False
+
+    def _workers(self, native: EngineDataset, base_seed: int | None = None) -> WorkerPool | None:
+        """The worker processes this iteration runs on, started when needed
+        (and kept across epochs with ``persistent_workers``); None when the
+        dataset runs on native threads only."""
+        if self.num_workers <= 0 or not self._python_work(native):
+            return None
+        target = native.worker_dataset()
+        pool = self._pool
+        if pool is not None and pool.alive and pool.dataset is target:
+            return pool
+        self.close_workers()
+        if base_seed is None:
+            # As torch's iterators do, a base seed for the workers' generators.
+            base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator))
+        threads = self.worker_threads or max(1, default_threads() // self.num_workers)
+        try:
+            pool = WorkerPool(
+                target,
+                self.num_workers,
+                threads=threads,
+                prefetch=self.prefetch_factor or 2,
+                context=self.multiprocessing_context,
+                worker_init_fn=self.worker_init_fn,
+                collate_fn=self._user_collate_fn,
+                base_seed=base_seed,
+            )
+        except NotSendable as exc:
+            if not self._told_not_sendable:
+                self._told_not_sendable = True
+                warnings.warn(
+                    _NOT_SENDABLE.format(type(target).__name__, exc),
+                    WorkerFallbackWarning,
+                    stacklevel=4,
+                )
+            return None
+        self._pool = pool
+        return pool
+
+    def _done_with(self, pool: WorkerPool | None) -> None:
+        if pool is not None and not (self.persistent_workers and pool.alive):
+            self.close_workers()
+
+    def close_workers(self) -> None:
+        """Ends this loader's worker processes (``persistent_workers`` keeps
+        them otherwise until the loader is collected)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_pool", None) is not None:
+            self.close_workers()
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         native = self._native
         if native is not None and not native.index_driven:
@@ -209,7 +301,12 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if self._resume is not None:
             native.load_loader_state(self._resume["dataset"])
             self._resume = None
-        batches = native.loader_batches(self._settings(), None)
+        pool = self._workers(native)
+        batches = (
+            native.loader_batches(self._settings(), None)
+            if pool is None
+            else native.worker_batches(self._settings(), None, pool)
+        )
         self._running = batches
         try:
             yield from batches
@@ -219,6 +316,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+            self._done_with(pool)
 
     def _iterate_indexed(self, native: EngineDataset) -> Iterator[Any]:
         resume, self._resume = self._resume, None
@@ -239,20 +337,31 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         index_batches: Iterator[Any] = array_index_batches(self._index_sampler) or iter(
             self._index_sampler
         )
-        torch.empty((), dtype=torch.int64).random_(generator=generator)
+        base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
         if position["batches"]:
             index_batches = islice(index_batches, position["batches"], None)
         self._position = position
-        batches = native.loader_batches(self._settings(), index_batches)
+        settings = self._settings()
+        pool = self._workers(native, base_seed)
+        if pool is not None:
+            inner = native.worker_batches(settings, index_batches, pool)
+            self._running = batches = inner
+        else:
+            inner = native.loader_batches(settings, index_batches)
+            batches = single_threaded(inner) if self._python_work(native) else inner
         try:
             for batch in batches:
                 position["batches"] += 1
                 yield batch
         finally:
             self._position = None
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
+            if self._running is inner:
+                self._running = None
+            for it in (batches, inner):
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+            self._done_with(pool)
 
     def _fingerprint(self) -> dict[str, Any]:
         """What a state of this loader must match when loaded."""

@@ -296,30 +296,62 @@ class TarDataset(IndexedDataset):
     def loader_batches(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
     ) -> Iterator[Any]:
-        assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
+        self._begin_epoch()
+        return super().loader_batches(settings, index_batches)
+
+    def _begin_epoch(self) -> None:
+        """A loader's epoch begins: its draws use the epoch set, else the
+        next one."""
         self._draw_epoch = self._epoch
         if not self._epoch_set:
             self._epoch += 1
         self._epoch_set = False
+
+    def loader_batch_outputs(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
+    ) -> Iterator[tuple[list[Any], bool]]:
         collate_fn = settings.collate_fn
-        if collate_fn is None:
-            yield from self.iter_batches(
-                index_batches,
-                settings.threads,
-                settings.prefetch,
-                settings.timeout,
-                settings.pin_memory,
-            )
-            return
         # A custom collate_fn gets the samples, as torch's fetcher hands them over.
-        for native in self._native_batches(
-            index_batches, settings.threads, settings.prefetch, settings.timeout, False
-        ):
-            stop = self._report(native.skipped)
-            if native.batch.size > 0:
-                yield collate_fn(self._rows(native.batch))
-            if stop:
-                return
+        pin_memory = settings.pin_memory and collate_fn is None
+        copy_to_pinned = pin_memory and pin_hooks() is None and torch.cuda.is_available()
+        natives = self._native_batches(
+            index_batches, settings.threads, settings.prefetch, settings.timeout, pin_memory
+        )
+        try:
+            for native in natives:
+                stop = self._report(native.skipped)
+                results = []
+                if native.batch.size > 0:
+                    if collate_fn is not None:
+                        results.append(collate_fn(self._rows(native.batch)))
+                    else:
+                        out = self._collated(native.batch)
+                        results.append(pin_copy(out) if copy_to_pinned else out)
+                        del out
+                del native
+                yield results, stop
+                del results
+                if stop:
+                    return
+        finally:
+            natives.close()
+
+    # -- worker processes ------------------------------------------------------------------
+
+    def python_work(self, settings: LoaderSettings) -> bool:
+        c = self._compiled
+        return (
+            settings.collate_fn is not None
+            or bool(c.python_stages)
+            or any(f.native is None and f.decode_name is not None for f in c.fields)
+        )
+
+    def worker_epoch(self) -> Any:
+        self._begin_epoch()
+        return self._draw_epoch
+
+    def enter_worker_epoch(self, state: Any) -> None:
+        self._draw_epoch = int(state)
 
     def _native_batches(
         self,

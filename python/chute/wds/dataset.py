@@ -22,7 +22,7 @@ import random
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch.utils.data import IterableDataset
 from typing_extensions import Self
@@ -42,9 +42,7 @@ from chute.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
-from chute.wds.compiler import (
-    CompiledPipeline,
-)
+from chute.wds.compiler import CompiledPipeline, compile_stages
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.fluent import Fluent
 from chute.wds.native import (
@@ -53,8 +51,13 @@ from chute.wds.native import (
     field_plan,
 )
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
+from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.run import STREAM_STATS_KEYS, EpochIteration, EpochRun
 from chute.wds.stages import Stage
+
+if TYPE_CHECKING:
+    from chute.workers.main import Outgoing, WorkerContext
+    from chute.workers.pool import WorkerPool
 
 # Members a dict sample may have that the engine decodes, whether or not the
 # first sample has them (pipe: and remote shards are not opened to look).
@@ -342,6 +345,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         timeout: float | None = None,
         pin_memory: bool = False,
         loader: LoaderSettings | None = None,
+        pool: WorkerPool | None = None,
     ) -> Iterator[Any]:
         """One epoch, with the engine settings overridden for this iteration
         (``chute.DataLoader`` passes its ``num_workers`` here as threads).
@@ -351,7 +355,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         batch size with the default collate: batches collated by torch's
         rules, by the engine when the pipeline ends in native stages without
         a ``.batched``, else in Python; a ``collate_fn``: it is called on
-        lists of items)."""
+        lists of items). `pool`: worker processes that run the engine and the
+        item-wise Python stages (see chute.wds.parallel)."""
         resume, self._resume = self._resume, None
         if resume is not None:
             self._epoch = resume.epoch
@@ -366,7 +371,12 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             timeout=timeout if timeout is not None else self.timeout,
             pin_memory=pin_memory,
         )
-        it = EpochIteration(EpochRun(self, epoch, settings, loader, resume))
+        run = (
+            EpochRun(self, epoch, settings, loader, resume)
+            if pool is None
+            else WorkerEpochRun(self, epoch, settings, loader, resume, pool)
+        )
+        it = EpochIteration(run)
         self._iterations.append(weakref.ref(it))
         return it
 
@@ -380,6 +390,27 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             pin_memory=settings.pin_memory,
             loader=settings,
         )
+
+    def python_work(self, settings: LoaderSettings) -> bool:
+        # The shuffle seed given keeps the compiler from drawing on a
+        # shuffle's rng (that draw belongs to the epoch).
+        compiled = compile_stages(
+            self.stages, lambda: self.first_sample_extensions(self.urls), seed=0, shuffle_seed=0
+        )
+        return has_worker_work(compiled)
+
+    def worker_batches(
+        self,
+        settings: LoaderSettings,
+        index_batches: Iterator[Sequence[int]] | None,
+        pool: WorkerPool,
+    ) -> Iterator[Any]:
+        return self.iterate(
+            timeout=settings.timeout, pin_memory=settings.pin_memory, loader=settings, pool=pool
+        )
+
+    def worker_task(self, kind: str, spec: Any, context: WorkerContext) -> Iterator[Outgoing]:
+        return stream_task(self, spec, context)
 
     def make_plan(
         self,
