@@ -68,6 +68,11 @@ struct EncodedSample {
   std::vector<uint8_t> data;
   std::shared_ptr<const InPlaceStorage> in_place;
   size_t payload_bytes = 0;
+  // The source found a fault that it left out of this sample (a repeated
+  // extension, the members after a cut) and throws its error on the next
+  // call. Under the skip policy the sample is delivered as read, as
+  // webdataset delivers it; under raise the error comes instead.
+  bool flawed = false;
 
   const uint8_t* bytes() const { return in_place ? in_place->data() : data.data(); }
   const SampleMember* find(const std::string& extension) const {

@@ -18,8 +18,14 @@ class SampleSource {
   virtual ~SampleSource() = default;
   // Fills `out` with the next sample, reusing its buffers (`out.data` may
   // arrive with capacity); false at the end. Throws chute::Error naming the
-  // url and offset when the source is malformed or cannot be read.
+  // url and offset when the source is malformed or cannot be read; see
+  // resumable() for what the error cost, and EncodedSample::flawed.
   virtual bool next(EncodedSample& out) = 0;
+  // After next() threw: true when the error cost only the sample it names
+  // (or nothing, after a flawed sample) and next() goes on after it; false
+  // when the source ended there (a corrupt header, a truncation, a failed
+  // read), and next() then returns false.
+  virtual bool resumable() const = 0;
   // Whether samples point into shared storage (InPlaceStorage) rather than
   // holding copies: they then need no payload buffer.
   virtual bool in_place() const = 0;

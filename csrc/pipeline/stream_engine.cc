@@ -111,13 +111,32 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     };
     PlannedSample sample;
     sample.encoded.data = payload_buffer();
-    while (!closed_.load(std::memory_order_relaxed) && source->next(sample.encoded)) {
+    const bool raise = plan_.on_error == ErrorPolicy::kRaise;
+    // The sample delivered last carried a fault that the source throws next:
+    // that error costs no sample.
+    bool after_flawed = false;
+    while (!closed_.load(std::memory_order_relaxed)) {
+      bool more = false;
+      try {
+        more = source->next(sample.encoded);
+      } catch (const Error& e) {
+        if (raise || closed_.load()) throw;
+        skips_.record(e, after_flawed ? 0 : 1);
+        after_flawed = false;
+        if (source->resumable()) continue;
+        break;
+      }
+      if (!more) break;
+      after_flawed = sample.encoded.flawed;
+      // Under raise a flawed sample is not delivered: its fault is raised
+      // in its place (the source throws it now).
+      if (after_flawed && raise) source->next(sample.encoded);
       samples_read_.fetch_add(1, std::memory_order_relaxed);
       encoded_bytes_.fetch_add(sample.encoded.payload_bytes, std::memory_order_relaxed);
       try {
         fields_.probe(sample);
       } catch (const Error& e) {
-        if (plan_.on_error == ErrorPolicy::kRaise) throw;
+        if (raise) throw;
         skips_.record(e);
         continue;
       }
@@ -136,9 +155,9 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     end.end = true;
     push(std::move(end));
   } catch (const Error& e) {
-    // Samples already parsed still reach the consumer. Under the skip policy
-    // the rest of the shard is lost (a tar stream cannot be resynchronised)
-    // and counted here; under raise the error travels to the consumer.
+    // Samples already parsed still reach the consumer. Under raise the
+    // error travels to the consumer; under the skip policy (a shard that
+    // does not open) the shard is lost and counted here as one sample.
     if (!flush()) return;
     if (closed_.load()) return;  // a read the closing engine cancelled
     ShardJob::Chunk last;
