@@ -4,6 +4,7 @@
 
 #include "bindings/numpy_convert.h"
 #include "bindings/registry.h"
+#include "bindings/text.h"
 #include "core/error.h"
 
 namespace py = pybind11;
@@ -57,13 +58,13 @@ void register_batch(py::module_& m) {
         CHUTE_CHECK(i < b.columns.size(), kUsage, "column " << i << " out of range");
         return column_to_python(b.columns[i]);
       })
-      .def("keys", [](const Batch& b) { return b.keys; })
+      .def("keys", [](const Batch& b) { return name_list(b.keys); })
       .def("source_indices", [](const Batch& b) { return b.source_index; })
       .def("other_members", [](const Batch& b) {
         py::list rows(b.other_members.size());
         for (size_t i = 0; i < b.other_members.size(); ++i) {
           py::dict d;
-          for (const auto& [ext, payload] : b.other_members[i]) d[py::str(ext)] = py::bytes(payload);
+          for (const auto& [ext, payload] : b.other_members[i]) d[name_text(ext)] = py::bytes(payload);
           rows[i] = d;
         }
         return rows;

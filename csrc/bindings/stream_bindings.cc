@@ -9,6 +9,7 @@
 #include "bindings/errors.h"
 #include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
+#include "bindings/text.h"
 #include "compose/stream_request.h"
 #include "pipeline/stream_engine.h"
 
@@ -58,8 +59,13 @@ void register_stream(py::module_& m) {
 
   py::class_<FieldRequest> field(m, "FieldPlan");
   field.def(py::init<>());
-  forward(field, "name", &FieldRequest::field, &FieldPlan::name);
-  forward(field, "extensions", &FieldRequest::field, &FieldPlan::extensions);
+  // Names and extensions come from member names (surrogateescape str, see text.h).
+  field.def_property(
+      "name", [](const FieldRequest& r) { return name_text(r.field.name); },
+      [](FieldRequest& r, const py::handle& value) { r.field.name = name_bytes(value); });
+  field.def_property(
+      "extensions", [](const FieldRequest& r) { return name_list(r.field.extensions); },
+      [](FieldRequest& r, const py::iterable& values) { r.field.extensions = name_bytes_list(values); });
   forward(field, "decoder", &FieldRequest::codec, &FieldCodecSpec::codec);
   forward(field, "color", &FieldRequest::codec, &FieldCodecSpec::color);
   forward(field, "image", &FieldRequest::codec, &FieldCodecSpec::image);

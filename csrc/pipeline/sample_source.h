@@ -19,13 +19,20 @@ class SampleSource {
   // Fills `out` with the next sample, reusing its buffers (`out.data` may
   // arrive with capacity); false at the end. Throws chute::Error naming the
   // url and offset when the source is malformed or cannot be read; see
-  // resumable() for what the error cost, and EncodedSample::flawed.
+  // failure() for what the error cost, and EncodedSample::flawed.
   virtual bool next(EncodedSample& out) = 0;
-  // After next() threw: true when the error cost only the sample it names
-  // (or nothing, after a flawed sample) and next() goes on after it; false
-  // when the source ended there (a corrupt header, a truncation, a failed
-  // read), and next() then returns false.
-  virtual bool resumable() const = 0;
+  // What the error that next() threw last cost.
+  struct Failure {
+    // next() goes on after the error; else the source ended there (a
+    // corrupt header, a truncation, a failed read) and next() returns false.
+    bool resumable = false;
+    // Samples it cost: 1 for a bad sample; 0 for a fault reported after the
+    // sample it flawed, which went on without it (a repeated member left
+    // out); 1 for an error that ended the source, whatever came after it
+    // (a sample it cut short was delivered as read).
+    uint64_t samples_lost = 1;
+  };
+  virtual Failure failure() const = 0;
   // Whether samples point into shared storage (InPlaceStorage) rather than
   // holding copies: they then need no payload buffer.
   virtual bool in_place() const = 0;

@@ -112,25 +112,21 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     PlannedSample sample;
     sample.encoded.data = payload_buffer();
     const bool raise = plan_.on_error == ErrorPolicy::kRaise;
-    // The sample delivered last carried a fault that the source throws next:
-    // that error costs no sample.
-    bool after_flawed = false;
     while (!closed_.load(std::memory_order_relaxed)) {
       bool more = false;
       try {
         more = source->next(sample.encoded);
       } catch (const Error& e) {
         if (raise || closed_.load()) throw;
-        skips_.record(e, after_flawed ? 0 : 1);
-        after_flawed = false;
-        if (source->resumable()) continue;
+        const SampleSource::Failure cost = source->failure();
+        skips_.record(e, cost.samples_lost);
+        if (cost.resumable) continue;
         break;
       }
       if (!more) break;
-      after_flawed = sample.encoded.flawed;
       // Under raise a flawed sample is not delivered: its fault is raised
       // in its place (the source throws it now).
-      if (after_flawed && raise) source->next(sample.encoded);
+      if (sample.encoded.flawed && raise) source->next(sample.encoded);
       samples_read_.fetch_add(1, std::memory_order_relaxed);
       encoded_bytes_.fetch_add(sample.encoded.payload_bytes, std::memory_order_relaxed);
       try {

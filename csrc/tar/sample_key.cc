@@ -1,5 +1,7 @@
 #include "tar/sample_key.h"
 
+#include "tar/unicode_lower.h"
+
 namespace chute {
 namespace {
 
@@ -44,13 +46,7 @@ std::optional<size_t> sample_key_length(const std::string& name) {
 }
 
 std::string sample_extension(const std::string& name, size_t key_length) {
-  std::string extension(name, key_length + 1);
-  // ASCII only: Python's str.lower() also folds other letters, which member
-  // extensions do not use in practice (see the README's compatibility notes).
-  for (char& c : extension) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return extension;
+  return lower_like_python(name.substr(key_length + 1));
 }
 
 std::optional<SampleKey> split_sample_key(const std::string& name) {

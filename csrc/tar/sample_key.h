@@ -3,8 +3,9 @@
 // chute inspect) report it, so the two can never disagree.
 //
 // The key is the member path up to the first dot of its basename, the
-// extension the rest, lowercased (webdataset's base_plus_ext regex
-// `^((?:.*/|)[^.]+)[.]([^/]*)$` and `suffix.lower()`). Metadata members (a
+// extension the rest, lowercased as Python lowercases it (webdataset's
+// base_plus_ext regex `^((?:.*/|)[^.]+)[.]([^/]*)$` and `suffix.lower()`,
+// tar/unicode_lower.h). Metadata members (a
 // first path component matching `__[^/]*__`) and names the regex does not
 // match are dropped. Names are bytes here; Python sees them decoded as UTF-8
 // with surrogateescape, as tarfile decodes them, and the rule gives the same

@@ -23,10 +23,17 @@ TEST(SampleKey, KeyEndsAtTheFirstDotOfTheBasename) {
   EXPECT_EQ(split("x."), "x|");
 }
 
-TEST(SampleKey, ExtensionsAreLowercasedAsciiOnly) {
+TEST(SampleKey, ExtensionsAreLowercasedAsPythonDoes) {
   EXPECT_EQ(split("K.JPG"), "K|jpg");
   EXPECT_EQ(split("K.Seg.PNG"), "K|seg.png");
-  EXPECT_EQ(split("K.\xc3\x9c"), "K|\xc3\x9c");  // Ü stays as it is
+  EXPECT_EQ(split("K.\xc3\x9c"), "K|\xc3\xbc");  // Ü → ü
+  EXPECT_EQ(split("K.\xc4\xb0"), "K|i\xcc\x87");  // İ → i + combining dot
+  // Σ → ς at the end of a word, σ elsewhere.
+  EXPECT_EQ(split("K.\xce\x91\xce\xa3"), "K|\xce\xb1\xcf\x82");
+  EXPECT_EQ(split("K.\xce\xa3\xce\x91"), "K|\xcf\x83\xce\xb1");
+  // Bytes that are not UTF-8 stay; the letters around them are lowered.
+  EXPECT_EQ(split("K.A\xff\xc3B"), "K|a\xff\xc3b");
+  EXPECT_EQ(split("K.\xed\xa0\x80X"), "K|\xed\xa0\x80x");  // an encoded surrogate is not UTF-8
 }
 
 TEST(SampleKey, NamesWithoutAKeyAndExtensionAreDropped) {

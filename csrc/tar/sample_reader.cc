@@ -41,14 +41,14 @@ struct SampleReader::Impl {
   size_t pending_key_len = 0;
   bool has_pending = false;
   // Errors of the sample handed out last, thrown one per call before
-  // anything else; `ends` marks the one that ended the archive.
+  // anything else.
   struct Deferred {
     Error error;
-    bool ends;
+    SampleSource::Failure cost;
   };
   std::deque<Deferred> deferred;
-  bool ended = false;      // the archive ended at an error
-  bool resumable = false;  // what the last error cost (see resumable())
+  bool ended = false;             // the archive ended at an error
+  SampleSource::Failure failure;  // what the last error cost
   // Sizes of the previous sample: samples of a shard tend to be alike, so one
   // exact reservation usually covers the next one (samples are moved into a
   // shuffle buffer, so their capacity beyond size is memory held for nothing).
@@ -117,8 +117,8 @@ struct SampleReader::Impl {
     out.members.push_back(std::move(m));
   }
 
-  [[noreturn]] void fail(const Error& error, bool resumes) {
-    resumable = resumes;
+  [[noreturn]] void fail(const Error& error, bool resumable, uint64_t lost) {
+    failure = SampleSource::Failure{resumable, lost};
     throw error;
   }
 };
@@ -129,7 +129,7 @@ SampleReader::SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_i
 
 bool SampleReader::in_place() const { return impl_->storage != nullptr; }
 
-bool SampleReader::resumable() const { return impl_->resumable; }
+SampleSource::Failure SampleReader::failure() const { return impl_->failure; }
 
 SampleReader::~SampleReader() = default;
 
@@ -145,7 +145,7 @@ bool SampleReader::next(EncodedSample& out) {
   if (!s.deferred.empty()) {
     const Impl::Deferred d = std::move(s.deferred.front());
     s.deferred.pop_front();
-    s.fail(d.error, !d.ends);
+    s.fail(d.error, d.cost.resumable, d.cost.samples_lost);
   }
   if (s.ended) return false;
   if (!s.has_pending) {
@@ -153,7 +153,7 @@ bool SampleReader::next(EncodedSample& out) {
       s.has_pending = s.advance();
     } catch (const Error& e) {
       s.ended = true;
-      s.fail(e, false);
+      s.fail(e, false, 1);
     }
   }
   if (!s.has_pending) return false;
@@ -176,24 +176,24 @@ bool SampleReader::next(EncodedSample& out) {
     s.ended = true;
     s.has_pending = false;
     if (bad) {
-      s.deferred.push_back({e, true});
-      s.fail(*bad, true);
+      s.deferred.push_back({e, {false, 1}});
+      s.fail(*bad, true, 1);
     }
-    if (out.members.empty()) s.fail(e, false);
-    for (const Error& r : repeats) s.deferred.push_back({r, false});
-    s.deferred.push_back({e, true});
+    if (out.members.empty()) s.fail(e, false, 1);
+    for (const Error& r : repeats) s.deferred.push_back({r, {true, 0}});
+    s.deferred.push_back({e, {false, 1}});
     out.flawed = true;
     return true;
   }
-  if (bad) s.fail(*bad, true);
+  if (bad) s.fail(*bad, true, 1);
   // Copied out of a mapping: bytes past a cut read as zeros, and nothing
   // else will look at them again.
   if (mapped && !out.in_place && s.storage->refresh() && s.storage->lost(out)) {
     s.ended = true;
     s.has_pending = false;
-    s.fail(s.storage->lost_error(out), false);
+    s.fail(s.storage->lost_error(out), false, 1);
   }
-  for (Error& r : repeats) s.deferred.push_back({std::move(r), false});
+  for (Error& r : repeats) s.deferred.push_back({std::move(r), {true, 0}});
   out.flawed = !repeats.empty();
   s.data_hint = out.data.size();
   s.members_hint = out.members.size();

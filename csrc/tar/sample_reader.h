@@ -11,7 +11,8 @@
 //   error naming shard, member and offset, then goes on;
 // - a truncation or a corrupt header ends the archive; the members of the
 //   sample read before it come out as a flawed sample, and the next call
-//   throws the error.
+//   throws the error, which counts as one lost sample (what followed it
+//   cannot be counted).
 //
 // Samples fill the pipeline's EncodedSample: offsets are byte offsets in the
 // shard (a sample's and a member's first header; end_offset is just past the
@@ -23,6 +24,7 @@
 
 #include "io/byte_source.h"
 #include "pipeline/encoded_sample.h"
+#include "pipeline/sample_source.h"
 
 namespace chute {
 
@@ -40,8 +42,9 @@ class SampleReader {
   // zero blocks or a clean EOF on a block boundary). Errors are kData naming
   // url and offset (see above for which ones the reader goes on after).
   bool next(EncodedSample& out);
-  // After next() threw: whether the reader goes on after the error.
-  bool resumable() const;
+  // After next() threw: whether the reader goes on after the error, and
+  // what it cost (see SampleSource::failure).
+  SampleSource::Failure failure() const;
 
   bool in_place() const;
 

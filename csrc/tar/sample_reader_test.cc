@@ -145,18 +145,20 @@ TEST(SampleReader, SameKeyApartMakesSeparateSamples) {
                                                         {"a", 2048, 2561, {{"cls", "a.cls", 2048, "3"}}}}));
 }
 
-// The error the reader throws next, and whether it goes on after it.
+// The error the reader throws next, whether it goes on after it and the
+// samples it cost.
 struct Thrown {
   std::string message;
   bool resumable;
+  uint64_t lost;
 };
 
 Thrown thrown(SampleReader& reader) {
   EncodedSample s;
   const std::optional<Error> e = error_from([&] { reader.next(s); });
-  if (!e) return {"<no error>", false};
+  if (!e) return {"<no error>", false, 99};
   EXPECT_EQ(e->kind(), ErrorKind::kData);
-  return {e->message(), reader.resumable()};
+  return {e->message(), reader.failure().resumable, reader.failure().samples_lost};
 }
 
 TEST(SampleReader, RepeatedExtensionIsLeftOutAndReportedAfterTheSample) {
@@ -177,6 +179,7 @@ TEST(SampleReader, RepeatedExtensionIsLeftOutAndReportedAfterTheSample) {
             "duplicate file name in tar archive 'mem.tar': member 'a.JPG' at offset 3072 repeats "
             "extension 'jpg' of sample 'a' (sample at offset 1024)");
   EXPECT_TRUE(t.resumable);
+  EXPECT_EQ(t.lost, 0u);
   ASSERT_TRUE(reader.next(s));
   EXPECT_FALSE(s.flawed);
   EXPECT_EQ(simplify(s), (Sample{"b", 4096, 4609, {{"jpg", "b.jpg", 4096, "3"}}}));
@@ -217,6 +220,7 @@ TEST(SampleReader, AnUnreadableMemberLosesItsSampleOnly) {
               "map has a region (offset 0, 99 bytes) out of order or past the file's 10 bytes "
               "(sample 'b' at offset 1024 is lost)");
     EXPECT_TRUE(t.resumable);
+    EXPECT_EQ(t.lost, 1u);
     ASSERT_TRUE(reader.next(s));
     EXPECT_EQ(simplify(s), (Sample{"c", 5120, 5633, {{"txt", "c.txt", 5120, "c"}}}));
     EXPECT_FALSE(reader.next(s));
@@ -239,6 +243,7 @@ TEST(SampleReader, ACutDeliversTheMembersReadBeforeItThenItsError) {
             "truncated tar archive 'mem.tar': the stream ends at offset 3589 inside the data of "
             "member 'b.bin' (header at offset 3072, 2000 bytes declared)");
   EXPECT_FALSE(t.resumable);
+  EXPECT_EQ(t.lost, 1u);  // what followed the cut cannot be counted
   EXPECT_FALSE(reader.next(s));
   EXPECT_FALSE(reader.next(s));
 }
@@ -257,6 +262,7 @@ TEST(SampleReader, ACutInTheFirstMemberOfASampleLosesIt) {
             "truncated tar archive 'mem.tar': the stream ends at offset 1541 inside the data of "
             "member 'a.bin' (header at offset 1024, 2000 bytes declared)");
   EXPECT_FALSE(t.resumable);
+  EXPECT_EQ(t.lost, 1u);
   EXPECT_FALSE(reader.next(s));
 }
 
@@ -273,6 +279,7 @@ TEST(SampleReader, ACorruptHeaderEndsTheArchiveAfterWhatWasRead) {
   const Thrown t = thrown(reader);
   EXPECT_EQ(t.message, "bad header checksum in tar archive 'mem.tar' at offset 1024");
   EXPECT_FALSE(t.resumable);
+  EXPECT_EQ(t.lost, 1u);
   EXPECT_FALSE(reader.next(s));
 }
 
@@ -286,11 +293,13 @@ TEST(SampleReader, ALostSampleThenACut) {
             "tar archive 'mem.tar': member 'a.bin' at offset 0 cannot be read: GNU sparse member "
             "without an expanded size (sample 'a' at offset 0 is lost)");
   EXPECT_TRUE(lost.resumable);
+  EXPECT_EQ(lost.lost, 1u);
   const Thrown cut = thrown(reader);
   EXPECT_EQ(cut.message,
             "truncated tar archive 'mem.tar': the stream ends at offset 2561 inside the data of "
             "member 'a.cls' (header at offset 2048, 100 bytes declared)");
   EXPECT_FALSE(cut.resumable);
+  EXPECT_EQ(cut.lost, 1u);
   EncodedSample s;
   EXPECT_FALSE(reader.next(s));
 }

@@ -34,7 +34,7 @@ class TarSampleSource final : public SampleSource {
     return more;
   }
 
-  bool resumable() const override { return !lost_ && reader_.resumable(); }
+  Failure failure() const override { return lost_ ? Failure{false, 1} : reader_.failure(); }
 
   bool in_place() const override { return reader_.in_place(); }
 

@@ -19,10 +19,12 @@ Per sample: its key, the byte offset of its first member's header, and per
 member ``[extension, payload offset, payload size]``, in archive order. The
 payload offset points at the first byte of the member's data (after any PAX
 or GNU long-name headers), so one ``pread(size, offset)`` reads it. Samples are
-grouped with the engine's rule (``csrc/tar/sample_reader.cc``): the key is the
-member path up to the first dot of its basename, the extension the rest,
-lowercased; consecutive members with the same key form one sample; metadata
-members (``__*__``) and names without an extension are left out.
+grouped by the engine's own rule, which ``_core.list_tar_payloads`` reports
+per member (``csrc/tar/sample_key.h``): the key is the member path up to the
+first dot of its basename, the extension the rest, lowercased; consecutive
+members with the same key form one sample; metadata members (``__*__``) and
+names without an extension are left out. A shard with a GNU sparse member
+cannot be indexed: its payload is not one range of the shard.
 
 JSON rather than a binary table: an index is read once per shard at open, its
 size is about 60 bytes per member, and it stays readable with any tool.
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -43,29 +44,6 @@ INDEX_SUFFIX = ".idx.json"
 FORMAT = "chute-tar-index"
 VERSION = 1
 
-# The key rule of webdataset's base_plus_ext, as the engine implements it.
-_KEY_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
-_META_RE = re.compile(r"__[^/]*__($|/)")
-
-
-def split_member_name(name: str) -> tuple[str, str] | None:
-    """``(key, extension)`` of a member name, or None when the engine skips it."""
-    if _META_RE.match(name):
-        return None
-    match = _KEY_RE.match(name)
-    if match is None:
-        return None
-    return match.group(1), _lower_ascii(match.group(2))
-
-
-def _lower_ascii(text: str) -> str:
-    # The engine lowercases ASCII only; str.lower() would also fold other letters.
-    return text.translate(_ASCII_LOWER)
-
-
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
-
-
 def index_path(shard: str | os.PathLike[str]) -> Path:
     return Path(os.fspath(shard) + INDEX_SUFFIX)
 
@@ -74,18 +52,21 @@ def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
     """Scans a shard once (headers only) and returns its index document.
 
     Raises ``chute.DataError`` for a corrupt or truncated shard and
-    ``ValueError`` for a sample that repeats an extension (the engine refuses
-    such shards too).
+    ``ValueError`` for a sample that repeats an extension (a reader drops
+    the repeat) or a sparse member.
     """
     path = os.fspath(shard)
     st = os.stat(path)
     samples: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
-    for name, header_offset, data_offset, size in _core.list_tar_payloads(path):
-        split = split_member_name(name)
-        if split is None:
+    for name, header_offset, data_offset, size, key, extension in _core.list_tar_payloads(path):
+        if key is None or extension is None:
             continue
-        key, extension = split
+        if data_offset is None:
+            raise ValueError(
+                f"{path}: member {name!r} at offset {header_offset} is a sparse file, whose"
+                " payload is not one range of the shard; it cannot be indexed"
+            )
         if current is None or current["key"] != key:
             current = {"key": key, "offset": int(header_offset), "members": []}
             samples.append(current)

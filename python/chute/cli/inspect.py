@@ -84,14 +84,23 @@ def _describe_payload(extension: str, data: bytes, where: str) -> dict[str, Any]
 
 def inspect_tar(path: str, first: int = 3) -> TarReport:
     from chute import _core
-    from chute.tarindex import split_member_name
 
     report = TarReport(path=path, size=os.path.getsize(path))
     try:
         members = _core.list_tar_payloads(path)
     except (_core.DataError, _core.ReadError) as exc:
         report.problems.append(f"unreadable: {exc}")
-        # Keep what came before the damage: the engine stops at the same place.
+        # Count what readers get before the damage, as the engine counts it.
+        try:
+            counts = _core.count_tar_samples(path)
+        except (_core.DataError, _core.ReadError):
+            return report
+        report.samples = counts["samples"]
+        report.problems.append(
+            f"{counts['samples']} samples before the first error;"
+            f" {counts['samples_skipping']} delivered and {counts['samples_lost']} lost under a"
+            " handler that goes on"
+        )
         return report
     keys_seen: dict[str, int] = {}
     sample_exts: list[frozenset[str]] = []
@@ -105,13 +114,11 @@ def inspect_tar(path: str, first: int = 3) -> TarReport:
         if len(report.first_samples) < first:
             report.first_samples.append(_peek_sample(path, current_key, current, report))
 
-    for name, header_offset, data_offset, size in members:
-        split = split_member_name(name)
+    for name, header_offset, data_offset, size, key, ext in members:
         report.members += 1
-        if split is None:
+        if key is None or ext is None:
             report.skipped_members.append(name)
             continue
-        key, ext = split
         if key != current_key:
             finish()
             current_key, current = key, []
@@ -131,7 +138,9 @@ def inspect_tar(path: str, first: int = 3) -> TarReport:
                 f"sample {key!r}: member {name!r} at offset {header_offset} repeats"
                 f" extension {ext!r} (readers raise on it)"
             )
-        current.append((ext, int(data_offset), int(size)))
+        if data_offset is None:
+            report.notes.append(f"sample {key!r}: member {name!r} is a sparse file")
+        current.append((ext, -1 if data_offset is None else int(data_offset), int(size)))
         stats = report.extensions.setdefault(ext, _ExtensionStats())
         stats.members += 1
         stats.bytes += int(size)
@@ -159,6 +168,9 @@ def _peek_sample(
     fd = os.open(path, os.O_RDONLY)
     try:
         for ext, offset, size in members:
+            if offset < 0:  # a sparse file: not one range to read
+                fields[ext] = {"bytes": size, "type": "sparse"}
+                continue
             where = f"{path}: sample {key!r} member {ext!r}"
             data = os.pread(fd, size, offset)
             try:
