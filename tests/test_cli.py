@@ -224,6 +224,31 @@ def test_inspect_problems(
     assert code == 1 and "no samples" in out
 
 
+def test_inspect_counts_the_samples_before_a_cut(
+    tmp_path: Path, tiny_shards: list[str], capsys: pytest.CaptureFixture[str]
+):
+    # Cut inside sample 97's npy: readers get 97 samples before the error, as
+    # webdataset does under a handler that raises.
+    import webdataset
+
+    shard = Path(tiny_shards[0])
+    with tarfile.open(shard) as tf:
+        member = tf.getmember("sample0000097.npy")
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(shard.read_bytes()[: member.offset_data + 100])
+    delivered = 0
+    with pytest.raises(tarfile.ReadError):
+        for _ in webdataset.WebDataset(str(cut), shardshuffle=False):
+            delivered += 1
+    assert delivered == 97
+    code, out, _ = run(capsys, "inspect", "--json", str(cut))
+    assert code == 1
+    (report,) = json.loads(out)
+    assert report["samples"] == 97
+    assert any("truncated" in p for p in report["problems"])
+    assert any("97 samples before the first error" in p for p in report["problems"])
+
+
 def test_inspect_hdf5(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     path = tmp_path / "f.h5"
     with h5py.File(path, "w") as f:

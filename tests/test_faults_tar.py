@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import struct
+import subprocess
 import tarfile
 import time
 import zlib
@@ -280,6 +282,95 @@ def test_shard_deleted_between_construction_and_iteration(tmp_path: Path) -> Non
     assert isinstance(info.value, FileNotFoundError) or "No such file" in str(info.value)
     assert len(keys_of(skipping)) == 4
     assert skipping.stats()["samples_skipped"] == 1
+
+
+def gnu_tar() -> bool:
+    if shutil.which("tar") is None:
+        return False
+    version = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+    return "GNU tar" in version
+
+
+def _archive_body(data: bytes) -> bytes:
+    """`data` (a tar archive) without its end-of-archive blocks, so that more
+    members can follow."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        last = tf.getmembers()[-1]
+        return data[: last.offset_data + (last.size + 511) // 512 * 512]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_each_loss_is_counted_once_and_only_the_bad_sample_is_lost(
+    tmp_path: Path, threads: int
+) -> None:
+    # GNU tar writes a sparse file, a FIFO, a symlink and a hard link among
+    # good samples (webdataset expands the first and skips the others: no
+    # loss); then a sample with a member whose sparse map is wrong (lost), a
+    # corrupt JPEG (lost), a good sample, and a cut in the next sample (lost).
+    if not gnu_tar():
+        pytest.skip("needs GNU tar")
+    rng = np.random.default_rng(7)
+    root = tmp_path / "src"
+    root.mkdir()
+    names: list[str] = []
+    for i in range(6):
+        (root / f"s{i}.jpg").write_bytes(jpeg_bytes(rng, 12, 10))
+        (root / f"s{i}.cls").write_bytes(str(i).encode())
+        names += [f"s{i}.jpg", f"s{i}.cls"]
+    with open(root / "s1.bin", "wb") as f:
+        f.seek(100000)
+        f.write(b"tail")
+    os.mkfifo(root / "s2.fifo")
+    os.symlink("s0.cls", root / "s3.link")
+    os.link(root / "s0.cls", root / "s4.hard")
+    names += ["s1.bin", "s2.fifo", "s3.link", "s4.hard"]
+    names.sort()
+    gnu = tmp_path / "gnu.tar"
+    subprocess.run(
+        ["tar", "--format=gnu", "--sparse", "-cf", str(gnu), "-C", str(root), *names], check=True
+    )
+    tail = io.BytesIO()
+    with tarfile.open(fileobj=tail, mode="w", format=tarfile.PAX_FORMAT) as tf:
+
+        def add(name: str, payload: bytes, pax: dict[str, str] | None = None) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            if pax:
+                info.pax_headers = pax
+            tf.addfile(info, io.BytesIO(payload))
+
+        add("t0.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"})
+        add("t0.cls", b"7")
+        add("t0.jpg", jpeg_bytes(rng, 12, 10))
+        add("t1.cls", b"8")
+        add("t1.jpg", jpeg_bytes(rng, 12, 10)[:150])
+        add("t2.cls", b"9")
+        add("t2.jpg", jpeg_bytes(rng, 12, 10))
+        add("t3.jpg", jpeg_bytes(rng, 12, 10))
+    offset = len(_archive_body(gnu.read_bytes()))  # where t0.bin's PAX header lands
+    body = _archive_body(gnu.read_bytes()) + _archive_body(tail.getvalue())
+    tail.seek(0)
+    with tarfile.open(fileobj=tail) as tf:
+        t3 = tf.getmember("t3.jpg")
+    path = tmp_path / "mixed.tar"
+    # The cut falls inside t3.jpg, its sample's first member.
+    path.write_bytes(body[: offset + t3.offset_data + 100])
+
+    def pipeline(handler: Any) -> Any:
+        return (
+            chute.WebDataset([str(path)], shardshuffle=False, handler=handler, threads=threads)
+            .decode("rgb8")
+            .to_tuple("__key__", "jpg", "cls")
+        )
+
+    with pytest.raises(chute.DataError, match="t0.bin") as info:
+        list(pipeline(wds.reraise_exception))
+    assert_names(str(info.value), str(path), f"member 't0.bin' at offset {offset}")
+    ds = pipeline(SKIP)
+    assert [row[0] for row in ds] == [f"s{i}" for i in range(6)] + ["t2"]
+    stats = ds.stats()
+    assert stats["samples_skipped"] == 3
+    assert stats["samples_yielded"] == 7
 
 
 # Local shards read without a shuffle are parsed and decoded in place from a

@@ -62,10 +62,12 @@ void register_stream(py::module_& m) {
   // Names and extensions come from member names (surrogateescape str, see text.h).
   field.def_property(
       "name", [](const FieldRequest& r) { return name_text(r.field.name); },
-      [](FieldRequest& r, const py::handle& value) { r.field.name = name_bytes(value); });
+      [](FieldRequest& r, const py::str& value) { r.field.name = name_bytes(value); });
   field.def_property(
       "extensions", [](const FieldRequest& r) { return name_list(r.field.extensions); },
-      [](FieldRequest& r, const py::iterable& values) { r.field.extensions = name_bytes_list(values); });
+      [](FieldRequest& r, const py::typing::Iterable<py::str>& values) {
+        r.field.extensions = name_bytes_list(values);
+      });
   forward(field, "decoder", &FieldRequest::codec, &FieldCodecSpec::codec);
   forward(field, "color", &FieldRequest::codec, &FieldCodecSpec::color);
   forward(field, "image", &FieldRequest::codec, &FieldCodecSpec::image);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pybind11/typing.h>
 
 #include <string>
 #include <vector>
@@ -44,13 +45,13 @@ inline std::string name_bytes(pybind11::handle value) {
   return std::string(owned);
 }
 
-inline pybind11::list name_list(const std::vector<std::string>& names) {
+inline pybind11::typing::List<pybind11::str> name_list(const std::vector<std::string>& names) {
   pybind11::list out(names.size());
   for (size_t i = 0; i < names.size(); ++i) out[i] = name_text(names[i]);
   return out;
 }
 
-inline std::vector<std::string> name_bytes_list(const pybind11::iterable& values) {
+inline std::vector<std::string> name_bytes_list(const pybind11::typing::Iterable<pybind11::str>& values) {
   std::vector<std::string> out;
   for (pybind11::handle v : values) out.push_back(name_bytes(v));
   return out;

@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -255,7 +255,7 @@ class FieldPlan:
     def extensions(self) -> list[str]:
         ...
     @extensions.setter
-    def extensions(self, arg1: collections.abc.Sequence[str]) -> None:
+    def extensions(self, arg1: collections.abc.Iterable[str]) -> None:
         ...
 class StreamPlan:
     cache_dir: str
@@ -692,6 +692,10 @@ def _simd_level() -> str:
     """
     Diagnostic: the resampler's SIMD level on this CPU.
     """
+def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, typing.Any]:
+    """
+    Samples of a tar shard as the engine delivers them: {'samples': before the first error, 'samples_skipping': delivered under a handler that goes on, 'samples_lost': lost under it, 'errors': the messages}.
+    """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
     Decode a JPEG or PNG (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').
@@ -704,9 +708,9 @@ def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
     """
     Regular-file members of a tar shard: [(name, header offset, size)].
     """
-def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int, int]]:
+def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
     """
-    Regular-file members of a tar shard: [(name, header offset, payload offset, size)].
+    Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, extension)]; the payload offset is None for a sparse file (not one range of the shard), key and extension None for members the reader skips.
     """
 def parse_int_label(data: bytes, where: str = '<bytes>') -> int:
     """

@@ -44,6 +44,7 @@ INDEX_SUFFIX = ".idx.json"
 FORMAT = "chute-tar-index"
 VERSION = 1
 
+
 def index_path(shard: str | os.PathLike[str]) -> Path:
     return Path(os.fspath(shard) + INDEX_SUFFIX)
 
