@@ -82,7 +82,7 @@ py::array decode_npy_py(const py::bytes& data, const std::string& where) {
     header = parse_npy_header(in.data, in.size, where);
   }
   std::vector<py::ssize_t> shape(header.shape.begin(), header.shape.end());
-  py::array out(numpy_dtype(header.dtype), shape);
+  py::array out(header.descr.empty() ? numpy_dtype(header.dtype) : numpy_dtype(header.descr), shape);
   auto* dst = static_cast<uint8_t*>(out.mutable_data());
   {
     py::gil_scoped_release release;

@@ -14,6 +14,17 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
+// The row's type and shape as numpy would state them: an element only
+// numpy names (descr) is its last axis of bytes here.
+std::string type_string(const ProbedField& p) {
+  return p.descr.empty() ? std::string(dtype_name(p.dtype)) : "dtype " + p.descr;
+}
+
+std::vector<int64_t> element_shape(const ProbedField& p) {
+  if (p.descr.empty() || p.shape.empty()) return p.shape;
+  return std::vector<int64_t>(p.shape.begin(), p.shape.end() - 1);
+}
+
 }  // namespace
 
 std::string SampleFields::location(const EncodedSample& sample, const SampleMember* member) const {
@@ -52,6 +63,7 @@ void SampleFields::probe(PlannedSample& sample) const {
       if (f.optional) {
         p.dtype = DType::kU8;  // nothing left over from a sample probed before
         p.shape.clear();
+        p.descr.clear();
         continue;
       }
       std::string wanted;
@@ -77,12 +89,12 @@ std::optional<Error> SampleFields::incompatibility(const PlannedSample& first,
     const ProbedField& a = first.fields[i];
     const ProbedField& b = other.fields[i];
     if (a.member < 0 || b.member < 0) continue;
-    if (a.dtype == b.dtype && a.shape == b.shape) continue;
+    if (a.dtype == b.dtype && a.shape == b.shape && a.descr == b.descr) continue;
     const SampleMember& m = other.encoded.members[static_cast<size_t>(b.member)];
     std::ostringstream os;
-    os << location(other.encoded, &m) << ": field '" << f.name << "' has " << dtype_name(b.dtype)
-       << " shape " << shape_string(b.shape) << " but this batch holds " << dtype_name(a.dtype)
-       << " shape " << shape_string(a.shape)
+    os << location(other.encoded, &m) << ": field '" << f.name << "' has " << type_string(b)
+       << " shape " << shape_string(element_shape(b)) << " but this batch holds "
+       << type_string(a) << " shape " << shape_string(element_shape(a))
        << " (set an output size to resize images, or batch variable shapes as lists)";
     return Error(ErrorKind::kData, os.str(), __FILE__, __LINE__);
   }
