@@ -23,6 +23,8 @@ PyObject* python_class(ErrorKind kind) {
       return PyExc_ValueError;
     case ErrorKind::kTimeout:
       return PyExc_TimeoutError;
+    case ErrorKind::kMemory:
+      return PyExc_MemoryError;
   }
   return PyExc_RuntimeError;
 }

@@ -87,6 +87,8 @@ void register_stream(py::module_& m) {
   forward(plan, "num_threads", &StreamRequest::plan, &StreamPlan::num_threads);
   forward(plan, "parse_ahead", &StreamRequest::plan, &StreamPlan::parse_ahead);
   forward(plan, "prefetch_batches", &StreamRequest::plan, &StreamPlan::prefetch_batches);
+  forward(plan, "max_inflight_bytes", &StreamRequest::plan, &StreamPlan::max_inflight_bytes);
+  forward(plan, "max_batch_bytes", &StreamRequest::plan, &StreamPlan::max_batch_bytes);
   forward(plan, "resampled", &StreamRequest::plan, &StreamPlan::resampled);
   forward(plan, "shuffle_shards", &StreamRequest::plan, &StreamPlan::shuffle_shards);
   forward(plan, "repeat", &StreamRequest::plan, &StreamPlan::repeat);

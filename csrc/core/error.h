@@ -15,6 +15,7 @@ enum class ErrorKind {
   kIo,       // the OS failed us: missing file, read error, pipe command failed
   kUsage,    // the caller asked for something impossible: bad spec, index out of range
   kTimeout,  // a wait exceeded its limit
+  kMemory,   // an allocation failed: the memory asked for is not there
 };
 
 class Error : public std::runtime_error {

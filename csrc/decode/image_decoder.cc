@@ -1,5 +1,6 @@
 #include "decode/image_decoder.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -49,6 +50,14 @@ inline uint8_t luma(int r, int g, int b) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<int64_t> g_max_image_pixels{kDefaultMaxImagePixels};
+}  // namespace
+
+void set_max_image_pixels(int64_t pixels) { g_max_image_pixels.store(pixels < 0 ? 0 : pixels); }
+
+int64_t max_image_pixels() { return g_max_image_pixels.load(std::memory_order_relaxed); }
 
 const char* image_format_name(ImageFormat format) {
   return format == ImageFormat::kJpeg ? "jpeg" : "png";
@@ -117,11 +126,14 @@ void check_image_size(const char* format, int64_t width, int64_t height,
   CHUTE_CHECK(width > 0 && height > 0, kData,
               where << ": " << format << " header declares an empty image (" << width << "x"
                     << height << ")");
-  // Checked before any pixel memory exists: a 60000x60000 header in a 1 KiB
-  // member would otherwise ask for 10 GiB (a decompression bomb).
-  CHUTE_CHECK(width <= kMaxImagePixels / height, kData,
-              where << ": " << format << " image is " << width << "x" << height
-                    << ", above the limit of " << kMaxImagePixels << " pixels");
+  // Checked before any pixel memory exists: a 15000x15000 header in a
+  // 640 KiB member would otherwise ask for 645 MiB (a decompression bomb).
+  const int64_t limit = max_image_pixels();
+  CHUTE_CHECK(limit <= 0 || width <= limit / height, kData,
+              where << ": " << format << " image is " << width << "x" << height << " = "
+                    << width * height << " pixels, above the limit of " << limit
+                    << " pixels (a decompression bomb guard, as Pillow's; "
+                       "chute.set_max_image_pixels() changes it)");
 }
 
 void rgb_to_l(const uint8_t* rgb, uint8_t* l, size_t pixels) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -18,7 +20,15 @@ Tensor make_tensor(BatchAllocator& allocator, DType dtype, std::vector<int64_t> 
   t.dtype = dtype;
   t.shape = std::move(shape);
   for (int64_t d : t.shape) CHUTE_CHECK(d >= 0, kUsage, "negative dimension " << d);
-  t.block = allocator.allocate(t.nbytes());
+  try {
+    t.block = allocator.allocate(t.nbytes());
+  } catch (const std::bad_alloc&) {
+    std::ostringstream shape;
+    for (size_t i = 0; i < t.shape.size(); ++i) shape << (i ? ", " : "") << t.shape[i];
+    CHUTE_CHECK(false, kMemory, "out of memory: cannot allocate " << t.nbytes() << " bytes for a "
+                                    << dtype_name(dtype) << " tensor of shape (" << shape.str()
+                                    << ")");
+  }
   return t;
 }
 

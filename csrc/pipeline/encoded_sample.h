@@ -81,8 +81,17 @@ struct EncodedSample {
     }
     return nullptr;
   }
-  // What holding the sample costs, for the shuffle buffer's byte bound.
-  size_t encoded_bytes() const { return payload_bytes + key.size() + members.size() * 64; }
+  // The memory holding the sample costs: its payload buffer as allocated
+  // (a reused buffer may be larger than the payload), or the payload's
+  // bytes of the storage it points into, and its bookkeeping. What the
+  // engine's byte bounds (chunks, shuffle buffers, batches in flight) count.
+  size_t held_bytes() const {
+    size_t bytes = sizeof(EncodedSample) + key.capacity() +
+                   members.capacity() * sizeof(SampleMember) +
+                   (in_place ? payload_bytes : data.capacity());
+    for (const SampleMember& m : members) bytes += m.extension.capacity() + m.name.capacity();
+    return bytes;
+  }
 };
 
 }  // namespace chute

@@ -1,5 +1,6 @@
 #include "pipeline/sample_fields.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace chute {
@@ -79,6 +80,26 @@ void SampleFields::probe(PlannedSample& sample) const {
       f.decoder->probe(enc.bytes() + member.data_begin, member.data_size, p);
     });
   }
+}
+
+size_t SampleFields::decoded_bytes(const PlannedSample& sample) const {
+  size_t bytes = 0, claimed = 0;
+  for (size_t i = 0; i < plan_.fields.size() && i < sample.fields.size(); ++i) {
+    const ProbedField& p = sample.fields[i];
+    if (p.member < 0) continue;
+    const size_t member_bytes = sample.encoded.members[static_cast<size_t>(p.member)].data_size;
+    claimed += member_bytes;
+    if (plan_.fields[i].decoder == nullptr) {
+      bytes += member_bytes;
+      continue;
+    }
+    size_t n = dtype_size(p.dtype);
+    for (int64_t d : p.shape) n *= static_cast<size_t>(d);
+    bytes += n;
+  }
+  // Members no field claims are copied out too when the plan keeps them.
+  if (plan_.keep_other_members) bytes += sample.encoded.payload_bytes - std::min(claimed, sample.encoded.payload_bytes);
+  return bytes;
 }
 
 std::optional<Error> SampleFields::incompatibility(const PlannedSample& first,

@@ -6,6 +6,8 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/random.h"
@@ -15,6 +17,20 @@
 namespace chute {
 
 namespace {
+
+// Samples travel from parse threads to stream threads to the assembler in
+// chunks of at most this many bytes (or of the chunk's sample count, or of
+// one sample larger than this): enough to make a hand-off cheap, little
+// enough that the queues between the threads hold a few MiB, not a few
+// chunks of large samples.
+constexpr size_t kChunkBytes = size_t{4} << 20;
+
+// The machine's memory: a batch that needs more can never be formed.
+uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
 
 void update_max(std::atomic<uint64_t>& target, uint64_t value) {
   uint64_t current = target.load(std::memory_order_relaxed);
@@ -26,7 +42,7 @@ void update_max(std::atomic<uint64_t>& target, uint64_t value) {
 
 StreamEngine::StreamEngine(StreamPlan plan)
     : plan_(std::move(plan)),
-      results_(std::max<int64_t>(1, plan_.prefetch_batches)) {
+      results_(std::max<int64_t>(1, plan_.prefetch_batches), plan_.max_inflight_bytes) {
   CHUTE_CHECK(!plan_.urls.empty(), kUsage, "no shards to read");
   CHUTE_CHECK(plan_.sources != nullptr, kUsage, "the plan has no source factory");
   CHUTE_CHECK(plan_.batch_size >= 1, kUsage, "batch_size must be >= 1, got " << plan_.batch_size);
@@ -89,6 +105,7 @@ struct StreamEngine::ShardJob {
 
 void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
   std::vector<PlannedSample> buffer;
+  size_t buffer_bytes = 0;
   buffer.reserve(chunk_size);
   auto push = [&](ShardJob::Chunk&& c) { return job.chunks.push(std::move(c)); };
   auto flush = [&]() -> bool {
@@ -96,6 +113,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     ShardJob::Chunk c;
     c.samples.swap(buffer);
     buffer.reserve(chunk_size);
+    buffer_bytes = 0;
     return push(std::move(c));
   };
   try {
@@ -136,10 +154,17 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
         skips_.record(e);
         continue;
       }
+      // A sample that waits in a shuffle buffer holds its buffer all that
+      // time: not one much larger than its payload (a reused one can be).
+      std::vector<uint8_t>& data = sample.encoded.data;
+      if (plan_.shuffle_capacity > 0 && data.capacity() > 2 * data.size() + 4096) {
+        data.shrink_to_fit();
+      }
+      buffer_bytes += sample.encoded.held_bytes();
       buffer.push_back(std::move(sample));
       sample = PlannedSample();
       sample.encoded.data = payload_buffer();
-      if (buffer.size() >= chunk_size) {
+      if (buffer.size() >= chunk_size || buffer_bytes >= kChunkBytes) {
         read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
         if (!flush()) return;
         t0 = now_ns();
@@ -180,16 +205,19 @@ void StreamEngine::run_stream(int stream) {
       derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch), static_cast<uint64_t>(stream),
                    0x5355464655ULL}));
   StreamItem item;
+  size_t item_bytes = 0;
   auto flush = [&]() -> bool {
     if (item.samples.empty()) return true;
     StreamItem out;
     out.samples.swap(item.samples);
     item.samples.reserve(chunk);
+    item_bytes = 0;
     return queue.push(std::move(out));
   };
   auto emit = [&](PlannedSample&& s) -> bool {
+    item_bytes += s.encoded.held_bytes();
     item.samples.push_back(std::move(s));
-    return item.samples.size() < chunk || flush();
+    return (item.samples.size() < chunk && item_bytes < kChunkBytes) || flush();
   };
   auto account_shuffle = [&] {
     shuffle_bytes_.store(shuffle.bytes());
@@ -247,7 +275,7 @@ void StreamEngine::run_stream(int stream) {
           bool ok = true;
           if (shuffle.enabled()) {
             PlannedSample out;
-            const size_t bytes = sample.encoded.encoded_bytes();
+            const size_t bytes = sample.encoded.held_bytes();
             if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
             while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
           } else {
@@ -301,8 +329,13 @@ void StreamEngine::run_assembler() {
       const size_t slot = turn % active.size();
       const size_t s = active[slot];
       BatchTask task;
-      task.samples.reserve(batch_size);
-      while (task.samples.size() < batch_size) {
+      // A batch fills as samples come: reserving batch_size up front would
+      // ask for memory that a short epoch never uses.
+      task.samples.reserve(std::min<size_t>(batch_size, 1024));
+      size_t task_bytes = 0;   // encoded, for max_batch_bytes
+      uint64_t cost = 0;       // encoded and decoded, for the bytes in flight
+      bool cut = false;        // by max_batch_bytes
+      while (task.samples.size() < batch_size && !cut) {
         if (pending[s].empty()) {
           if (ended[s]) break;
           std::optional<StreamItem> item = stream_queues_[s]->pop();
@@ -333,13 +366,19 @@ void StreamEngine::run_assembler() {
             continue;
           }
         }
+        const size_t held = sample.encoded.held_bytes();
+        const size_t decoded = fields_.decoded_bytes(sample);
+        if (formed == 0 && task.samples.empty()) check_batch_fits(held + decoded);
+        task_bytes += held;
+        cost += held + decoded;
         task.samples.push_back(std::move(sample));
+        cut = plan_.max_batch_bytes > 0 && task_bytes >= plan_.max_batch_bytes;
       }
-      const bool full = task.samples.size() == batch_size;
+      const bool full = task.samples.size() == batch_size || cut;
       if (full || (plan_.partial && !task.samples.empty())) {
         task.absolute = formed++;
         if (task.absolute >= plan_.skip_batches) {
-          if (!results_.wait_for_slot(sequence)) return;
+          if (!results_.wait_for_slot(sequence, cost)) return;
           task.sequence = sequence++;
           if (!queue_for_decoding(std::move(task))) return;
         }
@@ -358,6 +397,23 @@ void StreamEngine::run_assembler() {
   // decoders drain what was queued.
   for (auto& q : stream_queues_) q->close();
   decoding_.end();
+}
+
+void StreamEngine::check_batch_fits(size_t sample_bytes) const {
+  // Samples of a shard are alike: if batch_size of the first one cannot fit
+  // in the machine, the first full batch would fail to allocate, after
+  // holding the whole epoch's samples while it waited for them.
+  const uint64_t memory = physical_memory();
+  const auto rows = static_cast<uint64_t>(plan_.batch_size);
+  if (memory == 0 || plan_.max_batch_bytes > 0 || rows <= 1) return;
+  const uint64_t per_row = std::max<uint64_t>(1, sample_bytes);
+  CHUTE_CHECK(rows <= memory / per_row, kUsage,
+              "batch_size " << rows << " cannot fit: a batch of samples like the first one ("
+                            << sample_bytes << " bytes each, encoded and decoded) needs about "
+                            << (rows > UINT64_MAX / per_row ? std::string("more than 2^64")
+                                                            : std::to_string(rows * per_row))
+                            << " bytes, more than the " << memory
+                            << " bytes of memory of this machine");
 }
 
 bool StreamEngine::queue_for_decoding(BatchTask&& task) {

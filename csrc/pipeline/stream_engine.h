@@ -72,6 +72,9 @@ class StreamEngine {
   void run_assembler();
   // False once the engine closed (the task is dropped).
   bool queue_for_decoding(BatchTask&& task);
+  // Throws kUsage when batch_size samples of this many bytes (encoded and
+  // decoded) exceed the machine's memory.
+  void check_batch_fits(size_t sample_bytes) const;
 
   const StreamPlan plan_;
   const SampleFields fields_{plan_};

@@ -7,6 +7,7 @@ from chute.dataloader import DataLoader
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
+from chute.limits import get_max_image_pixels, set_max_image_pixels
 from chute.splits import create_loader
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
@@ -26,6 +27,8 @@ __all__ = [
     "WebDataset",
     "WebLoader",
     "create_loader",
+    "get_max_image_pixels",
+    "set_max_image_pixels",
     "validate_batch",
     "validate_first_batch",
 ]

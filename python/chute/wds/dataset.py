@@ -48,6 +48,7 @@ from chute.wds.compiler import (
 from chute.wds.convert import BatchConverter, pin_copy
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count
 from chute.wds.native import (
+    UNBATCHED_BATCH_BYTES,
     EngineSettings,
     apply_pin_hooks,
     field_plan,
@@ -430,6 +431,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.seed = (base_seed * 1_000_003 + rank * 1009 + worker) & ((1 << 63) - 1)
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
+        plan.max_batch_bytes = 0 if batched else UNBATCHED_BATCH_BYTES
         plan.partial = compiled.partial if batched else True
         plan.max_batches = (
             self.epoch_items if (self.epoch_items > 0 and compiled.ends_in_native_batches) else -1

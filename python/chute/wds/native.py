@@ -26,6 +26,12 @@ class EngineSettings:
     pin_memory: bool = False
 
 
+# Without a .batched the engine still works in batches, whose rows are handed
+# out one by one: batch_size rows, or fewer once their samples hold this many
+# bytes, so that large samples do not pile up whole batches of them.
+UNBATCHED_BATCH_BYTES = 8 << 20
+
+
 def handler_policy(handler: Handler) -> Any:
     """The engine's error policy for `handler`: raise, or skip and report."""
     return _core.ErrorPolicy.RAISE if handler is reraise_exception else _core.ErrorPolicy.SKIP
