@@ -29,12 +29,13 @@ class OrderedResults {
 
   // Producer: blocks until batch `sequence`, which will hold `bytes`, may
   // start (fewer than max_in_flight batches ahead of the consumer, and room
-  // for its bytes). False once closed.
+  // for its bytes). A caller that states no bytes (a worker of a batch
+  // already admitted) waits for the batch count only. False once closed.
   bool wait_for_slot(int64_t sequence, uint64_t bytes = 0) {
     std::unique_lock<std::mutex> lock(mutex_);
     slot_free_.wait(lock, [&] {
       return closed_ || (sequence < consumed_ + max_in_flight_ &&
-                         (max_bytes_ == 0 || bytes_in_flight_ == 0 ||
+                         (bytes == 0 || max_bytes_ == 0 || bytes_in_flight_ == 0 ||
                           bytes_in_flight_ + bytes <= max_bytes_));
     });
     if (closed_) return false;

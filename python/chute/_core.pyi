@@ -7,7 +7,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -291,10 +291,22 @@ class StreamPlan:
     def fields(self, arg0: collections.abc.Sequence[FieldPlan]) -> None:
         ...
     @property
+    def max_batch_bytes(self) -> int:
+        ...
+    @max_batch_bytes.setter
+    def max_batch_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def max_batches(self) -> int:
         ...
     @max_batches.setter
     def max_batches(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def max_inflight_bytes(self) -> int:
+        ...
+    @max_inflight_bytes.setter
+    def max_inflight_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def num_streams(self) -> int:
@@ -702,7 +714,7 @@ def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> nump
     """
 def decode_npy(data: bytes, where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
-    Decode .npy bytes (numeric dtypes) to a native-order C-contiguous array.
+    Decode .npy bytes to a C-contiguous array as np.load reads them (the numeric dtypes in native byte order).
     """
 def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int]]:
     """
@@ -711,6 +723,10 @@ def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
 def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
     """
     Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, extension)]; the payload offset is None for a sparse file (not one range of the shard), key and extension None for members the reader skips.
+    """
+def max_image_pixels() -> int | None:
+    """
+    The decompression bomb guard's limit in pixels; None when there is none.
     """
 def parse_int_label(data: bytes, where: str = '<bytes>') -> int:
     """
@@ -735,6 +751,10 @@ def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
 def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, int | float]:
     """
     Parses a tar shard into samples without building Python objects; returns counts and the parse time in seconds (measured in C++).
+    """
+def set_max_image_pixels(pixels: typing.SupportsInt | typing.SupportsIndex | None) -> None:
+    """
+    Images of more pixels are refused from their header (a decompression bomb guard); None: no limit.
     """
 def tar_cache_file_name(url: str) -> str:
     """
