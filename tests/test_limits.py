@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -149,3 +150,51 @@ def test_an_allocation_that_fails_is_a_memory_error_naming_it(tmp_path: Path) ->
     assert report["error"] == "MemoryError"
     assert "cannot allocate 4800000000 bytes" in report["message"]
     assert "uint8 tensor of shape (40000, 40000, 3)" in report["message"]
+
+
+# ---------------------------------------------------------------- error texts
+
+# What an error text must never show: an empty field between separators, a
+# separator with nothing after it, a detail left empty before the source
+# location.
+EMPTY_FIELD = re.compile(r": :|:\s*$|:\s*\[|''|\(\)")
+
+
+def engine_errors(tmp_path: Path) -> dict[str, str]:
+    """The message of each kind of bad sample, as the engine raises it."""
+    rng = np.random.default_rng(0)
+    good = jpeg_bytes(rng, 16, 16)
+    png = bomb_png(8)
+    bad: dict[str, dict[str, bytes]] = {
+        "corrupt-jpeg": {"jpg": good[:200]},
+        "corrupt-png": {"png": png[:45]},
+        "garbage-jpeg": {"jpg": b"\xff\xd8\xff" + bytes(64)},
+        "not-an-image": {"jpg": b""},
+        "bad-npy": {"npy": b"\x93NUMPY\x01\x00"},
+        "bad-label": {"cls": b"seven"},
+    }
+    messages = {}
+    for name, fields in bad.items():
+        url = write_shards(tmp_path / name, [{"__key__": "k", **fields}], 1)[0]
+        field = next(iter(fields))
+        spec = "jpg;png" if field in ("jpg", "png") else field
+        with pytest.raises(chute.DataError) as info:
+            list(chute.WebDataset(url, shardshuffle=False).decode("rgb8").to_tuple(spec))
+        messages[name] = str(info.value)
+    return messages
+
+
+def test_error_texts_have_no_empty_fields(tmp_path: Path) -> None:
+    for name, message in engine_errors(tmp_path).items():
+        assert "shard '" in message and "member 'k." in message and "offset 0" in message, name
+        assert not EMPTY_FIELD.search(message), (name, message)
+    # The decoders called on their own, without a place, start with their words.
+    for call in (
+        lambda: _core.decode_image(b"\xff\xd8\xff" + bytes(64), "rgb", ""),
+        lambda: _core.decode_npy(b"\x93NUMPY\x01\x00", ""),
+        lambda: _core.parse_int_label(b"x", ""),
+    ):
+        with pytest.raises(chute.DataError) as info:
+            call()
+        message = str(info.value)
+        assert not message.startswith(":") and not EMPTY_FIELD.search(message), message

@@ -32,9 +32,9 @@ std::string leading_bytes(const uint8_t* data, size_t size) {
 ImageFormat sniff(const uint8_t* data, size_t size, const std::string& where) {
   if (starts_with(data, size, kJpegMagic, sizeof(kJpegMagic))) return ImageFormat::kJpeg;
   if (starts_with(data, size, kPngMagic, sizeof(kPngMagic))) return ImageFormat::kPng;
-  CHUTE_CHECK(size > 0, kData, where << ": empty image data");
+  CHUTE_CHECK(size > 0, kData, At{where} << "empty image data");
   CHUTE_CHECK(false, kData,
-              where << ": not a JPEG or PNG image (" << size << " bytes starting with "
+              At{where} << "not a JPEG or PNG image (" << size << " bytes starting with "
                     << leading_bytes(data, size) << ")");
   return ImageFormat::kJpeg;  // unreachable
 }
@@ -110,7 +110,7 @@ RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorM
   CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.y + r.height <= info.height &&
                   r.x + r.width <= info.width,
               kUsage,
-              where << ": resample region " << r.height << "x" << r.width << " at (" << r.y
+              At{where} << "resample region " << r.height << "x" << r.width << " at (" << r.y
                     << ", " << r.x << ") does not fit the " << info.height << "x" << info.width
                     << " image");
   Resampler resampler(area, mode == ColorMode::kRgb ? 3 : 1, out);
@@ -124,13 +124,13 @@ namespace detail {
 void check_image_size(const char* format, int64_t width, int64_t height,
                       const std::string& where) {
   CHUTE_CHECK(width > 0 && height > 0, kData,
-              where << ": " << format << " header declares an empty image (" << width << "x"
+              At{where} << format << " header declares an empty image (" << width << "x"
                     << height << ")");
   // Checked before any pixel memory exists: a 15000x15000 header in a
   // 640 KiB member would otherwise ask for 645 MiB (a decompression bomb).
   const int64_t limit = max_image_pixels();
   CHUTE_CHECK(limit <= 0 || width <= limit / height, kData,
-              where << ": " << format << " image is " << width << "x" << height << " = "
+              At{where} << format << " image is " << width << "x" << height << " = "
                     << width * height << " pixels, above the limit of " << limit
                     << " pixels (a decompression bomb guard, as Pillow's; "
                        "chute.set_max_image_pixels() changes it)");

@@ -71,7 +71,7 @@ class HeaderParser {
  private:
   [[noreturn]] void fail(const std::string& what) const {
     CHUTE_CHECK(false, kData,
-                where_ << ": bad .npy header: " << what << " at character " << pos_ << " of "
+                At{where_} << "bad .npy header: " << what << " at character " << pos_ << " of "
                        << printable(text_, size_));
     __builtin_unreachable();  // CHUTE_CHECK(false, ...) always throws
   }
@@ -413,19 +413,19 @@ inline void copy_element(const uint8_t* src, uint8_t* dst, size_t itemsize, bool
 
 NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& where) {
   CHUTE_CHECK(size >= kMagicSize + 2 && std::memcmp(data, kMagic, kMagicSize) == 0, kData,
-              where << ": not a .npy file (no \\x93NUMPY magic)");
+              At{where} << "not a .npy file (no \\x93NUMPY magic)");
   const int major = data[6];
   const int minor = data[7];
   CHUTE_CHECK(minor == 0 && (major == 1 || major == 2 || major == 3), kData,
-              where << ": unsupported .npy format version " << major << "." << minor);
+              At{where} << "unsupported .npy format version " << major << "." << minor);
   // 1.0: 2-byte header length; 2.0 widened it to 4; 3.0 only allows UTF-8
   // text in it, which a numeric header never uses.
   const int len_bytes = major == 1 ? 2 : 4;
   const size_t prefix = kMagicSize + 2 + len_bytes;
-  CHUTE_CHECK(size >= prefix, kData, where << ": truncated .npy header (" << size << " bytes)");
+  CHUTE_CHECK(size >= prefix, kData, At{where} << "truncated .npy header (" << size << " bytes)");
   const size_t header_len = read_le(data + kMagicSize + 2, len_bytes);
   CHUTE_CHECK(header_len <= size - prefix, kData,
-              where << ": truncated .npy header: it declares " << header_len
+              At{where} << "truncated .npy header: it declares " << header_len
                     << " bytes, the file has " << size - prefix << " after the prefix");
   HeaderParser parser(reinterpret_cast<const char*>(data + prefix), header_len, where);
   NpyHeader header = parser.parse();
@@ -434,13 +434,13 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   uint64_t count = 1;
   for (int64_t d : header.shape) {
     CHUTE_CHECK(!__builtin_mul_overflow(count, static_cast<uint64_t>(d), &count), kData,
-                where << ": .npy shape overflows (element count above 2^64)");
+                At{where} << ".npy shape overflows (element count above 2^64)");
   }
   uint64_t bytes = 0;
   CHUTE_CHECK(!__builtin_mul_overflow(count, static_cast<uint64_t>(header.itemsize), &bytes),
-              kData, where << ": .npy shape overflows (byte count above 2^64)");
+              kData, At{where} << ".npy shape overflows (byte count above 2^64)");
   CHUTE_CHECK(bytes <= size - header.data_offset, kData,
-              where << ": truncated .npy payload: the header promises " << bytes << " bytes of "
+              At{where} << "truncated .npy payload: the header promises " << bytes << " bytes of "
                     << (header.descr.empty() ? dtype_name(header.dtype) : header.descr)
                     << ", the file has " << size - header.data_offset);
   header.data_bytes = static_cast<size_t>(bytes);

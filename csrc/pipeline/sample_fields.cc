@@ -38,10 +38,9 @@ Error SampleFields::in_context(const Error& error, const EncodedSample& sample,
     sample.in_place->refresh();
     if (sample.in_place->lost(sample)) return sample.in_place->lost_error(sample);
   }
-  std::string where = location(sample, member);
-  // A decoder called without a place of its own starts its message with ": ".
-  if (error.message().compare(0, 2, ": ") != 0) where += ": ";
-  return error.with_prefix(where);
+  // A decoder called without a place of its own starts its message with its
+  // own words (At in core/error.h): the place goes in front.
+  return error.with_prefix(location(sample, member) + ": ");
 }
 
 void SampleFields::probe(PlannedSample& sample) const {
