@@ -530,3 +530,39 @@ def test_no_fd_or_process_leak(tmp_path):
     assert len(os.listdir("/proc/self/fd")) == before
     children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
     assert children == []
+
+
+def test_peek_passes_over_errors_only_when_asked(tmp_path):
+    # The first sample has a member whose sparse map is wrong: a reader that
+    # goes on skips it, and the peek can do the same.
+    path = tmp_path / "bad-first.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+        for name, payload, pax in [
+            ("a.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"}),
+            ("a.cls", b"1", None),
+            ("b.txt", b"t", None),
+            ("b.cls", b"2", None),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            if pax:
+                info.pax_headers = pax
+            tf.addfile(info, io.BytesIO(payload))
+    with pytest.raises(DataError, match="a.bin"):
+        _core.peek_tar_sample(str(path))
+    assert _core.peek_tar_sample(str(path), skip_errors=True) == ["txt", "cls"]
+    # Cut inside the first sample's second member: its first member is what
+    # a reader that goes on delivers; cut inside its first, nothing.
+    good = tmp_path / "good.tar"
+    with tarfile.open(good, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name in ["a.txt", "a.cls"]:
+            info = tarfile.TarInfo(name)
+            info.size = 700
+            tf.addfile(info, io.BytesIO(b"x" * 700))
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(good.read_bytes()[: 1536 + 512 + 100])
+    assert _core.peek_tar_sample(str(cut), skip_errors=True) == ["txt"]
+    cut.write_bytes(good.read_bytes()[:600])
+    assert _core.peek_tar_sample(str(cut), skip_errors=True) is None
+    with pytest.raises(DataError, match="truncated"):
+        _core.peek_tar_sample(str(cut))

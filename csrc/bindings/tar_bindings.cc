@@ -204,21 +204,36 @@ py::dict scan_tar_samples(const std::string& url, const std::string& cache_dir,
 void register_tar(py::module_& m) {
   m.def(
       "peek_tar_sample",
-      [](const std::string& url, const std::string& cache_dir, double pipe_timeout) -> py::object {
+      [](const std::string& url, const std::string& cache_dir, double pipe_timeout,
+         bool skip_errors) -> py::object {
         std::vector<std::string> extensions;
         bool found = false;
         {
           py::gil_scoped_release release;
           SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout)), 0);
           EncodedSample sample;
-          found = reader.next(sample);
+          // Under a handler that goes on, the first sample the engine would
+          // deliver: past bad samples, a flawed one as it was read.
+          for (;;) {
+            try {
+              found = reader.next(sample);
+            } catch (const Error&) {
+              if (!skip_errors) throw;
+              if (reader.failure().resumable) continue;
+              found = false;
+            }
+            break;
+          }
           for (const SampleMember& m : sample.members) extensions.push_back(m.extension);
         }
         if (!found) return py::none();
         return name_list(extensions);
       },
       py::arg("url"), py::arg("cache_dir") = "", py::arg("pipe_timeout") = 0.0,
-      "Member extensions of the first sample of a shard, or None for an empty shard.");
+      py::arg("skip_errors") = false,
+      "Member extensions of the first sample of a shard, or None for a shard without one. "
+      "With skip_errors, errors are passed over as a handler that goes on passes them (None "
+      "when the shard ends at one before any sample).");
   m.def("read_tar_samples", &read_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].");
