@@ -23,7 +23,9 @@ python=${PYTHON:-python}
 tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test_arrays.py
        tests/test_webdataset.py tests/test_faults_tar.py tests/test_faults_h5.py
        tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py
-       tests/test_transforms.py tests/test_tar_names.py tests/test_npy_dtypes.py
+       tests/test_transforms.py tests/test_tar_dataset.py
+       tests/test_remote.py tests/test_remote_faults.py tests/test_remote_cache.py
+       tests/test_remote_queue.py tests/test_tar_names.py tests/test_npy_dtypes.py
        tests/test_limits.py)
 
 build_variant() {  # name sanitizer
@@ -38,6 +40,9 @@ build_variant() {  # name sanitizer
   rm -rf "$build/pkg"
   mkdir -p "$pkg"
   for f in "$root"/python/chute/*.py; do ln -s "$f" "$pkg/"; done
+  for d in "$root"/python/chute/*/; do  # subpackages (chute.remote, ...)
+    if [ -f "$d/__init__.py" ]; then ln -s "${d%/}" "$pkg/"; fi
+  done
   ln -s "$(find "$build" -maxdepth 1 -name '_core*.so' | head -n 1)" "$pkg/"
 }
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from remote_servers import moto_s3, object_server  # noqa: F401  (fixtures)
 
 os.environ.setdefault("WDS_SEED", "0")  # webdataset's own seed, for reproducible references
 

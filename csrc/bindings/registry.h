@@ -12,5 +12,6 @@ void register_tar(pybind11::module_& m);
 void register_decode(pybind11::module_& m);
 void register_indexed(pybind11::module_& m);
 void register_image(pybind11::module_& m);
+void register_remote(pybind11::module_& m);
 
 }  // namespace chute::bindings

@@ -10,6 +10,8 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "io/object_cache.h"
+#include "io/remote_source.h"
 #include "io/sources.h"
 #include "io/unique_fd.h"
 
@@ -30,39 +32,19 @@ uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
-// mkdir -p; a concurrent creator is not an error.
-void make_dirs(const std::string& dir, const std::string& url) {
-  std::string path;
-  size_t i = 0;
-  while (i <= dir.size()) {
-    size_t slash = dir.find('/', i);
-    if (slash == std::string::npos) slash = dir.size();
-    path = dir.substr(0, slash);
-    i = slash + 1;
-    if (path.empty()) continue;
-    if (::mkdir(path.c_str(), 0777) != 0) {
-      const int err = errno;
-      struct stat st;
-      CHUTE_CHECK(err == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode), kIo,
-                  "cannot create cache directory '" << path << "' for '" << url
-                                                    << "': " << errno_message(err));
-    }
-  }
-}
-
-bool is_regular_file(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 // Tees the bytes of a pipe into a temporary file and publishes it only after a
 // complete, successful read; a reader that stops early or fails leaves nothing.
 class CachingSource final : public ByteSource {
  public:
-  CachingSource(std::unique_ptr<ByteSource> inner, std::string final_path)
-      : inner_(std::move(inner)), final_path_(std::move(final_path)) {
+  CachingSource(std::unique_ptr<ByteSource> inner, std::string cache_dir, std::string final_path,
+                uint64_t cache_limit, bool fsync)
+      : inner_(std::move(inner)),
+        cache_dir_(std::move(cache_dir)),
+        final_path_(std::move(final_path)),
+        cache_limit_(cache_limit),
+        fsync_(fsync) {
     static std::atomic<uint64_t> counter{0};
-    tmp_path_ = final_path_ + ".tmp." + std::to_string(::getpid()) + "." +
+    tmp_path_ = final_path_ + "+tmp." + std::to_string(::getpid()) + "." +
                 std::to_string(counter.fetch_add(1));
     const int fd =
         ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
@@ -110,13 +92,10 @@ class CachingSource final : public ByteSource {
 
   void publish() {
     if (!tmp_.valid()) return;
-    // Flush before the rename so a crash cannot leave a short file under the final name.
-    const bool ok = ::fdatasync(tmp_.get()) == 0;
+    const bool ok = cache::publish(tmp_.get(), tmp_path_, final_path_, fsync_);
     tmp_.reset();
-    if (!ok || ::rename(tmp_path_.c_str(), final_path_.c_str()) != 0) {
-      (void)::unlink(tmp_path_.c_str());
-    }
     tmp_path_.clear();
+    if (ok) (void)cache::make_room(cache_dir_, cache_limit_, 0);
   }
 
   void abandon() {
@@ -127,7 +106,10 @@ class CachingSource final : public ByteSource {
   }
 
   std::unique_ptr<ByteSource> inner_;
+  std::string cache_dir_;
   std::string final_path_;
+  uint64_t cache_limit_;
+  bool fsync_;
   std::string tmp_path_;
   UniqueFd tmp_;
   bool at_eof_ = false;
@@ -177,9 +159,22 @@ std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOpti
       return open_pipe_source(url, command, options.pipe_timeout_s, options.cancel);
     }
     const std::string cached = options.cache_dir + "/" + cache_file_name(url);
-    if (is_regular_file(cached)) return open_file_source(url, cached, options.readahead_bytes);
-    make_dirs(options.cache_dir, url);
-    return open_caching_source(open_pipe_source(url, command, options.pipe_timeout_s, options.cancel), cached);
+    // Read under a shared lock, which keeps eviction away from it.
+    UniqueFd entry = cache::open_entry(cached);
+    if (entry.valid()) {
+      return open_file_source_fd(url, cached, std::move(entry), options.readahead_bytes);
+    }
+    cache::make_dirs(options.cache_dir, url);
+    return open_caching_source(
+        open_pipe_source(url, command, options.pipe_timeout_s, options.cancel), options.cache_dir,
+        cached, options.cache_limit_bytes, options.cache_fsync);
+  }
+  if (is_remote_url(url)) {
+    CHUTE_CHECK(options.remote != nullptr, kUsage,
+                "cannot read '" << url << "' here: remote urls are read through chute.remote "
+                                << "(pip install 'chute[remote]'), or wrap it in a pipe, e.g. "
+                                << "'pipe:curl -sf " << url << "'");
+    return open_remote_source(url, options);
   }
   std::string path = url;
   if (starts_with(url, "file://")) {
@@ -198,8 +193,11 @@ std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOpti
 }
 
 std::unique_ptr<ByteSource> open_caching_source(std::unique_ptr<ByteSource> inner,
-                                                const std::string& final_path) {
-  return std::make_unique<CachingSource>(std::move(inner), final_path);
+                                                const std::string& cache_dir,
+                                                const std::string& final_path,
+                                                uint64_t cache_limit, bool fsync) {
+  return std::make_unique<CachingSource>(std::move(inner), cache_dir, final_path, cache_limit,
+                                         fsync);
 }
 
 }  // namespace chute

@@ -5,8 +5,10 @@
 //
 // URLs: `pipe:COMMAND` runs COMMAND with /bin/sh -c (stdin is /dev/null, its
 // own process group, SIGPIPE at its default so it dies when we stop reading);
-// `file:PATH`, `file://PATH` and plain paths are local files. Any other
-// `scheme://` URL is a kUsage error: wrap it in a pipe (`pipe:curl -s URL`).
+// `file:PATH`, `file://PATH` and plain paths are local files; the object-store
+// schemes of remote_source.h (http(s)://, s3://, gs://, az://, abfs://,
+// hf://, ...) are read through SourceOptions::remote. Any other `scheme://`
+// URL, or a remote one without SourceOptions::remote, is a kUsage error.
 //
 // Cache naming (cache_file_name): `<hash>-<base>` where hash is the 16 hex
 // digits of the 64-bit FNV-1a hash of the full url string (including
@@ -16,12 +18,13 @@
 // [A-Za-z0-9._-] replaced by '_' and shortened to 80 bytes ("shard" if empty).
 // Example: "pipe:curl -s https://h/d/train-0001.tar?sig=x" ->
 // "<16 hex>-train-0001.tar". While being written the file is
-// `<name>.tmp.<pid>.<n>` (n counts within the process, so two readers of one
+// `<name>+tmp.<pid>.<n>` (n counts within the process, so two readers of one
 // url never share a temporary); it is renamed to `<name>` only after the pipe
 // reached EOF, its command exited with status 0 and the reader called
 // mark_complete() (the tar reader does at a valid end of archive). A cache
 // write failure (e.g. a full disk) drops the cache entry but does not fail
-// the read.
+// the read. Pipe and remote entries share one directory, its size limit and
+// its least-recently-used eviction (see object_cache.h).
 #pragma once
 
 #include <atomic>
@@ -55,8 +58,12 @@ class ByteSource {
   virtual void will_read(uint64_t /*offset*/) {}
 };
 
+class FetchQueue;
+
 struct SourceOptions {
-  std::string cache_dir;       // empty: no caching of pipe: sources
+  std::string cache_dir;       // empty: no caching of pipe: or remote sources
+  uint64_t cache_limit_bytes = 0;  // > 0: least recently used entries go beyond this
+  bool cache_fsync = true;     // flush an entry to disk before publishing it
   double pipe_timeout_s = 0;   // > 0: a pipe that produces no byte for this long fails (kTimeout)
   size_t readahead_bytes = size_t{8} << 20;
   // When set, a `pipe:` read blocked on a silent command checks this flag
@@ -64,6 +71,9 @@ struct SourceOptions {
   // being closed never waits for a stalled command. Owned by the caller and
   // must outlive the source.
   const std::atomic<bool>* cancel = nullptr;
+  // Remote urls are read through this queue (its fetcher lives in
+  // chute.remote); null: they are a usage error.
+  std::shared_ptr<FetchQueue> remote;
 };
 
 // How often a blocked pipe read looks at SourceOptions::cancel.
@@ -71,7 +81,7 @@ constexpr int kCancelPollMs = 50;
 
 std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options);
 
-// The file name (no directory) under which a `pipe:` url is cached; see above.
+// The file name (no directory) under which a `pipe:` or remote url is cached; see above.
 std::string cache_file_name(const std::string& url);
 
 }  // namespace chute

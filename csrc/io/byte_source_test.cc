@@ -53,8 +53,15 @@ TEST(OpenSource, UrlErrors) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kUsage);
   EXPECT_EQ(e->message(),
-            "unsupported url 's3://bucket/shard.tar': chute reads local files and pipe: commands; "
-            "use e.g. 'pipe:curl -sf s3://bucket/shard.tar'");
+            "cannot read 's3://bucket/shard.tar' here: remote urls are read through chute.remote "
+            "(pip install 'chute[remote]'), or wrap it in a pipe, e.g. "
+            "'pipe:curl -sf s3://bucket/shard.tar'");
+  e = open_error("ftp://host/shard.tar");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind(), ErrorKind::kUsage);
+  EXPECT_EQ(e->message(),
+            "unsupported url 'ftp://host/shard.tar': chute reads local files and pipe: commands; "
+            "use e.g. 'pipe:curl -sf ftp://host/shard.tar'");
   e = open_error("pipe: \t");
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kUsage);

@@ -24,10 +24,12 @@ class FileSource final : public ByteSource {
     const int err = errno;
     CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << url_ << "'" << path_note() << ": " << errno_message(err));
     fd_.reset(fd);
-    // SEQUENTIAL doubles the kernel's readahead window; the WILLNEED hints in
-    // read() keep `readahead_` bytes in flight on a cold cache.
-    (void)::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-    advise();
+    start();
+  }
+
+  FileSource(std::string url, std::string path, UniqueFd fd, size_t readahead)
+      : url_(std::move(url)), path_(std::move(path)), readahead_(readahead), fd_(std::move(fd)) {
+    start();
   }
 
   size_t read(uint8_t* dst, size_t n) override {
@@ -59,6 +61,13 @@ class FileSource final : public ByteSource {
   }
 
  private:
+  void start() {
+    // SEQUENTIAL doubles the kernel's readahead window; the WILLNEED hints in
+    // read() keep `readahead_` bytes in flight on a cold cache.
+    (void)::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    advise();
+  }
+
   std::string path_note() const { return path_ == url_ ? std::string() : " (file '" + path_ + "')"; }
 
   void advise() {
@@ -82,6 +91,12 @@ class FileSource final : public ByteSource {
 std::unique_ptr<ByteSource> open_file_source(const std::string& display_url,
                                              const std::string& path, size_t readahead_bytes) {
   return std::make_unique<FileSource>(display_url, path, readahead_bytes);
+}
+
+std::unique_ptr<ByteSource> open_file_source_fd(const std::string& display_url,
+                                                const std::string& path, UniqueFd fd,
+                                                size_t readahead_bytes) {
+  return std::make_unique<FileSource>(display_url, path, std::move(fd), readahead_bytes);
 }
 
 }  // namespace chute

@@ -21,6 +21,10 @@ struct SampleMember {
   std::string extension;  // lowercased, e.g. "jpg", "nsdgeneral.npy"
   std::string name;       // full member name, for error messages
   uint64_t offset = 0;    // where the member starts in its source (a tar member's first header)
+  // Where its payload starts in its source; kScattered when the payload is
+  // not one range of it (a sparse file, whose holes are not stored).
+  uint64_t data_offset = 0;
+  static constexpr uint64_t kScattered = ~uint64_t{0};
   size_t data_begin = 0;  // payload range inside EncodedSample::bytes()
   size_t data_size = 0;
 };

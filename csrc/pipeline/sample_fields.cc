@@ -29,7 +29,7 @@ std::vector<int64_t> element_shape(const ProbedField& p) {
 }  // namespace
 
 std::string SampleFields::location(const EncodedSample& sample, const SampleMember* member) const {
-  return plan_.sources->location(plan_.urls[sample.source_index], sample, member);
+  return decoding_.locate(sample, member);
 }
 
 Error SampleFields::in_context(const Error& error, const EncodedSample& sample,
@@ -45,9 +45,9 @@ Error SampleFields::in_context(const Error& error, const EncodedSample& sample,
 
 void SampleFields::probe(PlannedSample& sample) const {
   const EncodedSample& enc = sample.encoded;
-  sample.fields.resize(plan_.fields.size());
-  for (size_t i = 0; i < plan_.fields.size(); ++i) {
-    const FieldPlan& f = plan_.fields[i];
+  sample.fields.resize(decoding_.fields.size());
+  for (size_t i = 0; i < decoding_.fields.size(); ++i) {
+    const FieldPlan& f = decoding_.fields[i];
     ProbedField& p = sample.fields[i];
     p.member = -1;
     for (const std::string& ext : f.extensions) {
@@ -83,12 +83,12 @@ void SampleFields::probe(PlannedSample& sample) const {
 
 size_t SampleFields::decoded_bytes(const PlannedSample& sample) const {
   size_t bytes = 0, claimed = 0;
-  for (size_t i = 0; i < plan_.fields.size() && i < sample.fields.size(); ++i) {
+  for (size_t i = 0; i < decoding_.fields.size() && i < sample.fields.size(); ++i) {
     const ProbedField& p = sample.fields[i];
     if (p.member < 0) continue;
     const size_t member_bytes = sample.encoded.members[static_cast<size_t>(p.member)].data_size;
     claimed += member_bytes;
-    if (plan_.fields[i].decoder == nullptr) {
+    if (decoding_.fields[i].decoder == nullptr) {
       bytes += member_bytes;
       continue;
     }
@@ -97,14 +97,14 @@ size_t SampleFields::decoded_bytes(const PlannedSample& sample) const {
     bytes += n;
   }
   // Members no field claims are copied out too when the plan keeps them.
-  if (plan_.keep_other_members) bytes += sample.encoded.payload_bytes - std::min(claimed, sample.encoded.payload_bytes);
+  if (decoding_.keep_other_members) bytes += sample.encoded.payload_bytes - std::min(claimed, sample.encoded.payload_bytes);
   return bytes;
 }
 
 std::optional<Error> SampleFields::incompatibility(const PlannedSample& first,
                                                    const PlannedSample& other) const {
-  for (size_t i = 0; i < plan_.fields.size(); ++i) {
-    const FieldPlan& f = plan_.fields[i];
+  for (size_t i = 0; i < decoding_.fields.size(); ++i) {
+    const FieldPlan& f = decoding_.fields[i];
     if (!f.stack || f.decoder == nullptr) continue;
     const ProbedField& a = first.fields[i];
     const ProbedField& b = other.fields[i];

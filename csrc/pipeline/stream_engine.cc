@@ -38,10 +38,26 @@ void update_max(std::atomic<uint64_t>& target, uint64_t value) {
   }
 }
 
+// The plan's part that decodes samples into batches. The engine outlives
+// every error message, so `locate` may refer to its plan.
+SampleDecoding decoding_of(const StreamPlan& plan) {
+  SampleDecoding d;
+  d.fields = plan.fields;
+  d.keep_other_members = plan.keep_other_members;
+  d.collect_keys = plan.collect_keys;
+  d.seed = plan.seed;
+  d.on_error = plan.on_error;
+  d.locate = [&plan](const EncodedSample& sample, const SampleMember* member) {
+    return plan.sources->location(plan.urls[sample.source_index], sample, member);
+  };
+  return d;
+}
+
 }  // namespace
 
 StreamEngine::StreamEngine(StreamPlan plan)
     : plan_(std::move(plan)),
+      sample_decoding_(decoding_of(plan_)),
       results_(std::max<int64_t>(1, plan_.prefetch_batches), plan_.max_inflight_bytes) {
   CHUTE_CHECK(!plan_.urls.empty(), kUsage, "no shards to read");
   CHUTE_CHECK(plan_.sources != nullptr, kUsage, "the plan has no source factory");
@@ -374,6 +390,7 @@ void StreamEngine::run_assembler() {
         task.samples.push_back(std::move(sample));
         cut = plan_.max_batch_bytes > 0 && task_bytes >= plan_.max_batch_bytes;
       }
+      task.epoch = plan_.epoch;
       const bool full = task.samples.size() == batch_size || cut;
       if (full || (plan_.partial && !task.samples.empty())) {
         task.absolute = formed++;

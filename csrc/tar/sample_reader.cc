@@ -102,6 +102,7 @@ struct SampleReader::Impl {
     }
     m.name = pending.name;
     m.offset = pending.header_offset;
+    m.data_offset = pending.sparse ? SampleMember::kScattered : pending.data_offset;
     m.data_size = static_cast<size_t>(pending.size);
     if (out.in_place && pending.sparse) copy_out_of_place(out);
     if (out.in_place) {

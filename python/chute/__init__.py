@@ -9,11 +9,14 @@ from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
 from chute.limits import get_max_image_pixels, set_max_image_pixels
 from chute.splits import create_loader
+from chute.tardataset import TarDataset
+from chute.tarindex import ChuteIndexWarning, TarIndexError
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
 
 __all__ = [
     "ArrayDataset",
+    "ChuteIndexWarning",
     "ChuteSlowPathWarning",
     "Curriculum",
     "DataError",
@@ -23,6 +26,8 @@ __all__ = [
     "MixedDataset",
     "ReadError",
     "SkippedSampleWarning",
+    "TarDataset",
+    "TarIndexError",
     "ValidationError",
     "WebDataset",
     "WebLoader",

@@ -7,7 +7,8 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RowSource', 'StreamEngine', 'StreamPlan', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_tar_bytes', 'read_tar_samples', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
+import typing_extensions
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -613,12 +614,42 @@ class ArraySource(RowSource):
     """
     def __init__(self, name: str, array: numpy.typing.NDArray[typing.Any]) -> None:
         ...
+class IndexedSampleSource:
+    """
+    Samples read by id (sample mode of the IndexedEngine).
+    """
+    @property
+    def num_samples(self) -> int:
+        ...
+class TarIndexSource(IndexedSampleSource):
+    """
+    Tar shards read by sample id through their index; neighbouring samples share a read.
+    """
+    def __init__(self, urls: collections.abc.Sequence[str], paths: collections.abc.Sequence[str], sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], mtimes_ns: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extensions: collections.abc.Sequence[str], shard_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], sample_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], key_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], keys: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], member_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_extensions: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], member_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], max_gap: typing.SupportsInt | typing.SupportsIndex = 32768, max_read: typing.SupportsInt | typing.SupportsIndex = 16777216, max_open: typing.SupportsInt | typing.SupportsIndex = 64) -> None:
+        ...
+    @property
+    def bytes_read(self) -> int:
+        """
+        Bytes those reads brought in.
+        """
+    @property
+    def reads(self) -> int:
+        """
+        Range reads made so far.
+        """
 class IndexedPlan:
     """
     What an IndexedEngine reads and how.
     """
+    collect_keys: bool
+    keep_other_members: bool
+    on_error: ErrorPolicy
     def __init__(self) -> None:
         ...
+    def set_fields(self, fields: collections.abc.Sequence[FieldPlan]) -> None:
+        """
+        Sample mode: the output fields (FieldPlan, as for a StreamPlan).
+        """
     def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).
@@ -646,6 +677,20 @@ class IndexedPlan:
     def piece_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def samples(self) -> IndexedSampleSource:
+        """
+        Sample mode: the source read by id (instead of `sources`).
+        """
+    @samples.setter
+    def samples(self, arg1: IndexedSampleSource) -> None:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+    @seed.setter
+    def seed(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def sources(self) -> list[RowSource]:
         """
         One row source per output field, all with the same number of rows.
@@ -669,13 +714,115 @@ class IndexedEngine:
         ...
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> int:
+    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], epoch: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
         """
-        Queue a batch of row indices; returns its sequence number.
+        Queue a batch of row indices; returns its sequence number. In sample mode the decoders' random draws for sample i derive from (seed, epoch, i).
+        """
+    def take_skipped(self) -> list[typing.Any]:
+        """
+        Sample mode: exceptions of the samples skipped since the last call, oldest first.
         """
     @property
     def num_rows(self) -> int:
         ...
+class FetchTicket:
+    """
+    A request taken from a FetchQueue; answer it exactly once.
+    """
+    def complete(self, data: typing_extensions.Buffer) -> None:
+        """
+        Delivers a range's bytes (copied with the GIL released). Fewer bytes than asked for count as a retryable failure.
+        """
+    def complete_head(self, size: typing.SupportsInt | typing.SupportsIndex, etag: str, version: str) -> None:
+        """
+        Answers a HEAD: size, ETag ('' if none), content version.
+        """
+    def fail(self, kind: str, status: typing.SupportsInt | typing.SupportsIndex, message: str, retryable: bool) -> None:
+        """
+        kind: 'io', 'timeout', 'usage' or 'data'; status: HTTP status or 0. A retryable failure is retried after a backoff while attempts remain.
+        """
+    @property
+    def attempt(self) -> int:
+        """
+        0 on the first try.
+        """
+    @property
+    def id(self) -> int:
+        ...
+    @property
+    def if_match(self) -> str:
+        """
+        ETag the object must still have ('' for any).
+        """
+    @property
+    def length(self) -> int:
+        ...
+    @property
+    def offset(self) -> int:
+        ...
+    @property
+    def op(self) -> str:
+        """
+        'head' or 'range'.
+        """
+    @property
+    def url(self) -> str:
+        ...
+class FetchQueue:
+    """
+    Requests of remote byte sources, for chute.remote's executor (see csrc/io/fetch_queue.h).
+    """
+    def __init__(self, range_bytes: typing.SupportsInt | typing.SupportsIndex = 8388608, max_in_flight: typing.SupportsInt | typing.SupportsIndex = 4, prefetch_bytes: typing.SupportsInt | typing.SupportsIndex = 268435456, retries: typing.SupportsInt | typing.SupportsIndex = 5, backoff_s: typing.SupportsFloat | typing.SupportsIndex = 0.25, max_backoff_s: typing.SupportsFloat | typing.SupportsIndex = 8.0, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 60.0) -> None:
+        ...
+    def close(self) -> None:
+        """
+        Fails everything queued or in flight and wakes the executor.
+        """
+    def consume_wake(self) -> None:
+        ...
+    def next_delay(self) -> float | None:
+        """
+        Seconds until the next delayed retry is due, or None.
+        """
+    def stats(self) -> dict[str, int]:
+        """
+        Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, reserved_bytes.
+        """
+    def take_cancelled(self) -> list[int]:
+        """
+        Ids of popped requests nobody wants any more (abort them).
+        """
+    def try_pop(self) -> FetchTicket | None:
+        """
+        The next ready request, or None.
+        """
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def wake_fd(self) -> int:
+        """
+        Readable when there is something to do (an eventfd).
+        """
+class RemoteReader:
+    """
+    A remote url read as a byte stream.
+    """
+    def __init__(self, url: str, queue: FetchQueue, cache_dir: str = '', cache_limit_bytes: typing.SupportsInt | typing.SupportsIndex = 0, cache_fsync: bool = True) -> None:
+        ...
+    def close(self) -> None:
+        """
+        Stops any read in progress and releases the object.
+        """
+    def read(self, n: typing.SupportsInt | typing.SupportsIndex = -1) -> bytes:
+        """
+        Up to n bytes (all that is left when n < 0); b'' at the end.
+        """
+    @property
+    def in_place(self) -> bool:
+        """
+        Whether the object is read from a mapped local file (a cache hit).
+        """
 def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, resize: typing.SupportsInt | typing.SupportsIndex, crop_h: typing.SupportsInt | typing.SupportsIndex, crop_w: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
     """
     Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
@@ -732,13 +879,17 @@ def parse_int_label(data: bytes, where: str = '<bytes>') -> int:
     """
     Python's int(bytes), limited to int64.
     """
-def peek_tar_sample(url: str, cache_dir: str = '', pipe_timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
+def peek_tar_sample(url: str, cache_dir: str = '', pipe_timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, skip_errors: bool = False) -> typing.Any:
     """
-    Member extensions of the first sample of a shard, or None for an empty shard.
+    Member extensions of the first sample of a shard, or None for a shard without one. With skip_errors, errors are passed over as a handler that goes on passes them (None when the shard ends at one before any sample).
     """
 def probe_image(data: bytes, where: str = '<bytes>') -> tuple[str, int, int]:
     """
     (format, width, height) from the image header alone.
+    """
+def read_remote_tar(url: str, queue: FetchQueue, cache_dir: str = '', cache_limit_bytes: typing.SupportsInt | typing.SupportsIndex = 0, in_place: bool = False) -> list[tuple[str, dict[str, bytes], int]]:
+    """
+    The samples of a remote tar shard, as read_tar_samples returns them.
     """
 def read_tar_bytes(data: bytes, name: str = '<bytes>') -> list[typing.Any]:
     """
@@ -747,6 +898,14 @@ def read_tar_bytes(data: bytes, name: str = '<bytes>') -> list[typing.Any]:
 def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, dict[str, bytes], int]]:
     """
     Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].
+    """
+def remote_schemes() -> list[str]:
+    """
+    The url schemes read through a FetchQueue.
+    """
+def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]:
+    """
+    The content of a tar shard's sidecar index, grouped by the engine's key rule: (keys, sample header offsets, members per sample, member extensions, payload offsets, payload sizes), the last three per member in archive order.
     """
 def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, int | float]:
     """

@@ -46,7 +46,7 @@ from chute.wds.compiler import (
     native_torch_batch,
 )
 from chute.wds.convert import BatchConverter, pin_copy
-from chute.wds.even import EVEN_BATCH_MODES, even_batch_count
+from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.native import (
     UNBATCHED_BATCH_BYTES,
     EngineSettings,
@@ -181,9 +181,11 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self._resume: _Position | None = None
         self._python_stages: list[Stage] = []
 
-    def with_length(self, n: int, silent: bool = False) -> WebDataset:
+    def with_length(self, n: int | None = None, silent: bool = False) -> WebDataset:
+        """``len()`` of the pipeline is `n`; without it, the items its stages
+        make of every sample, counted from the shards' sidecar indexes."""
         result = copy.copy(self)
-        result.nominal_length = n
+        result.nominal_length = n if n is not None else indexed_length(self.urls, self.stages)
         return result
 
     def __len__(self) -> int:
