@@ -131,8 +131,9 @@ def cut_cost(full: Path, cut: int, needed: str) -> tuple[bool, int]:
     needs member `needed` and goes on after errors: whether the cut is a
     clean end (EOF where a member's headers start, as tar reads it), and how
     many samples it costs. A sample cut short is delivered as read (webdataset
-    yields it too) and costs one only if it lacks `needed`; the cut itself,
-    past which nothing can be counted, costs one."""
+    yields it too); the cut costs one sample, that one (counted once, when
+    to_tuple drops it for lacking `needed`) or, when nothing of it was read,
+    the one it lost. A clean end costs what lacks `needed`."""
     with tarfile.open(full) as tf:
         members = [
             (m.name.split(".", 1)[0], m.name.split(".", 1)[1], m.offset, m.offset_data, m.size)
@@ -148,8 +149,8 @@ def cut_cost(full: Path, cut: int, needed: str) -> tuple[bool, int]:
             groups[-1][1].add(ext)
         else:
             groups.append((key, {ext}))
-    lost = sum(1 for _, exts in groups if needed not in exts)
-    return clean, lost + (0 if clean else 1)
+    lacking = sum(1 for _, exts in groups if needed not in exts)
+    return clean, lacking if clean else 1
 
 
 @pytest.mark.parametrize("kind,cut", _cut_points(), ids=lambda v: str(v))
@@ -459,9 +460,9 @@ def test_pipe_stalls_after_data_with_pipe_timeout(tmp_path: Path) -> None:
         list(tuple_ds([url], "__key__ txt", pipe_timeout=0.3))
     ds = tuple_ds([url, str(good)], "__key__ txt", handler=SKIP, pipe_timeout=0.3)
     assert keys_of(ds) == ["s000", "s001", "s002", "s003"]
-    # s000 arrived cut short (its cls, not its txt): to_tuple drops it, and
-    # the stall, past which nothing can be counted, counts one.
-    assert ds.stats()["samples_skipped"] == 2
+    # s000 arrived cut short (its cls, not its txt): to_tuple drops it, the
+    # one sample the stall cost.
+    assert ds.stats()["samples_skipped"] == 1
     assert time.monotonic() - start < 5
 
 

@@ -146,13 +146,19 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     PlannedSample sample;
     sample.encoded.data = payload_buffer();
     const bool raise = plan_.on_error == ErrorPolicy::kRaise;
+    bool flawed_dropped = false;  // the last sample read was flawed and is lost
     while (!closed_.load(std::memory_order_relaxed)) {
       bool more = false;
       try {
         more = source->next(sample.encoded);
       } catch (const Error& e) {
         if (raise || closed_.load()) throw;
-        const SampleSource::Failure cost = source->failure();
+        SampleSource::Failure cost = source->failure();
+        // An end that cut short the sample before it costs that sample: it
+        // was counted already if the sample was dropped here for what it
+        // lacked. An error that lost a sample of its own is about another.
+        if (!cost.resumable && flawed_dropped && cost.samples_lost > 0) cost.samples_lost -= 1;
+        if (!cost.resumable || cost.samples_lost > 0) flawed_dropped = false;
         skips_.record(e, cost.samples_lost);
         if (cost.resumable) continue;
         break;
@@ -163,11 +169,13 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
       if (sample.encoded.flawed && raise) source->next(sample.encoded);
       samples_read_.fetch_add(1, std::memory_order_relaxed);
       encoded_bytes_.fetch_add(sample.encoded.payload_bytes, std::memory_order_relaxed);
+      flawed_dropped = false;
       try {
         fields_.probe(sample);
       } catch (const Error& e) {
         if (raise) throw;
         skips_.record(e);
+        flawed_dropped = sample.encoded.flawed;
         continue;
       }
       // A sample that waits in a shuffle buffer holds its buffer all that

@@ -177,7 +177,8 @@ bool SampleReader::next(EncodedSample& out) {
     s.ended = true;
     s.has_pending = false;
     if (bad) {
-      s.deferred.push_back({e, {false, 1}});
+      // The end cut the sample already lost: it costs nothing more.
+      s.deferred.push_back({e, {false, 0}});
       s.fail(*bad, true, 1);
     }
     if (out.members.empty()) s.fail(e, false, 1);

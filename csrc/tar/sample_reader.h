@@ -11,8 +11,8 @@
 //   error naming shard, member and offset, then goes on;
 // - a truncation or a corrupt header ends the archive; the members of the
 //   sample read before it come out as a flawed sample, and the next call
-//   throws the error, which counts as one lost sample (what followed it
-//   cannot be counted).
+//   throws the error, which counts that sample (or, when nothing of it was
+//   read, the one it lost; what followed the end cannot be counted).
 //
 // Samples fill the pipeline's EncodedSample: offsets are byte offsets in the
 // shard (a sample's and a member's first header; end_offset is just past the

@@ -75,7 +75,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       of streams, never on the number of threads.
     - ``prefetch``: batches in flight.
     - ``pipe_timeout``: seconds a ``pipe:`` command may stay silent.
-    - ``shuffle_max_bytes``: byte budget of each shuffle buffer (encoded bytes).
+    - ``shuffle_max_bytes``: byte budget of each shuffle buffer (the memory
+      its samples hold).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
     - ``even_batches``: under DDP (world size > 1) every rank must yield the
       same number of batches, or the collective ops of the short rank's
