@@ -104,7 +104,12 @@ def render() -> str:
     lines += [f"    {{0x{a:X}, 0x{b:X}, {s}, {d}}}," for a, b, s, d in maps]
     lines += ["};", "", "// Case-ignorable code points.", "constexpr Span kCaseIgnorable[] = {"]
     lines += [f"    {{0x{a:X}, 0x{b:X}}}," for a, b in ignorable]
-    lines += ["};", "", "// Cased code points that are not case-ignorable.", "constexpr Span kCased[] = {"]
+    lines += [
+        "};",
+        "",
+        "// Cased code points that are not case-ignorable.",
+        "constexpr Span kCased[] = {",
+    ]
     lines += [f"    {{0x{a:X}, 0x{b:X}}}," for a, b in cased]
     lines += ["};", "", "}  // namespace chute::unicode_lower", ""]
     return "\n".join(lines)
