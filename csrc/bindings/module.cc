@@ -8,6 +8,7 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_tar(m);
   chute::bindings::register_decode(m);
   chute::bindings::register_indexed(m);
+  chute::bindings::register_dropin(m);
   chute::bindings::register_image(m);
   chute::bindings::register_remote(m);
 }

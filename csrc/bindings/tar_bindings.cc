@@ -89,14 +89,20 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples) {
   return result;
 }
 
-// Every member of a shard, parsed with the GIL released.
+// Every member of a shard, parsed with the GIL released; with `until_error`,
+// the members whose headers were read before an error that ends the archive
+// (the last one's payload may lie past it), and no error.
 std::vector<TarMember> read_members(const std::string& url, const std::string& cache_dir,
-                                    double pipe_timeout_s) {
+                                    double pipe_timeout_s, bool until_error = false) {
   py::gil_scoped_release release;
   std::vector<TarMember> members;
-  TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
-  TarMember m;
-  while (stream.next(m)) members.push_back(m);
+  try {
+    TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
+    TarMember m;
+    while (stream.next(m)) members.push_back(m);
+  } catch (const Error&) {
+    if (!until_error) throw;
+  }
   return members;
 }
 
@@ -115,9 +121,9 @@ py::list list_tar_members(const std::string& url, const std::string& cache_dir,
 // is not one range: a sparse file) and the member's key and extension by the
 // reader's rule (None for members it skips).
 py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
-                           double pipe_timeout_s) {
+                           double pipe_timeout_s, bool until_error) {
   py::list result;
-  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
+  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s, until_error)) {
     const std::optional<SampleKey> split = split_sample_key(m.name);
     py::object key = py::none(), extension = py::none();
     if (split) {
@@ -243,10 +249,12 @@ void register_tar(py::module_& m) {
         py::arg("pipe_timeout_s") = 0.0,
         "Regular-file members of a tar shard: [(name, header offset, size)].");
   m.def("list_tar_payloads", &list_tar_payloads, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("until_error") = false,
         "Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, "
         "extension)]; the payload offset is None for a sparse file (not one range of the "
-        "shard), key and extension None for members the reader skips.");
+        "shard), key and extension None for members the reader skips. With until_error, the "
+        "members whose headers come before an error that ends the archive, instead of the "
+        "error.");
   m.def("count_tar_samples", &count_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Samples of a tar shard as the engine delivers them: {'samples': before the first error, "

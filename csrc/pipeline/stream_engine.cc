@@ -38,9 +38,9 @@ void update_max(std::atomic<uint64_t>& target, uint64_t value) {
   }
 }
 
-// The plan's part that decodes samples into batches. The engine outlives
-// every error message, so `locate` may refer to its plan.
-SampleDecoding decoding_of(const StreamPlan& plan) {
+}  // namespace
+
+SampleDecoding sample_decoding_of(const StreamPlan& plan) {
   SampleDecoding d;
   d.fields = plan.fields;
   d.keep_other_members = plan.keep_other_members;
@@ -53,11 +53,9 @@ SampleDecoding decoding_of(const StreamPlan& plan) {
   return d;
 }
 
-}  // namespace
-
 StreamEngine::StreamEngine(StreamPlan plan)
     : plan_(std::move(plan)),
-      sample_decoding_(decoding_of(plan_)),
+      sample_decoding_(sample_decoding_of(plan_)),
       results_(std::max<int64_t>(1, plan_.prefetch_batches), plan_.max_inflight_bytes) {
   CHUTE_CHECK(!plan_.urls.empty(), kUsage, "no shards to read");
   CHUTE_CHECK(plan_.sources != nullptr, kUsage, "the plan has no source factory");

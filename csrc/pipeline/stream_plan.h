@@ -62,4 +62,8 @@ struct StreamPlan {
   PinHooks pin;  // page-lock batch memory (see memory/batch_allocator.h)
 };
 
+// The plan's part that decodes samples into batches. `locate` refers to
+// `plan`, which must outlive the result.
+SampleDecoding sample_decoding_of(const StreamPlan& plan);
+
 }  // namespace chute

@@ -3,7 +3,7 @@
 from chute._core import DataError, ReadError
 from chute.arrays import ArrayDataset
 from chute.curriculum import Curriculum, MixedDataset
-from chute.dataloader import DataLoader
+from chute.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
@@ -31,8 +31,10 @@ __all__ = [
     "ValidationError",
     "WebDataset",
     "WebLoader",
+    "WorkerInitFnWarning",
     "create_loader",
     "get_max_image_pixels",
+    "set_epoch",
     "set_max_image_pixels",
     "validate_batch",
     "validate_first_batch",

@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -139,10 +139,13 @@ class CropMode:
       CENTER
     
       RANDOM
+    
+      RANDOM_RESIZED
     """
     CENTER: typing.ClassVar[CropMode]
     NONE: typing.ClassVar[CropMode]
     RANDOM: typing.ClassVar[CropMode]
+    RANDOM_RESIZED: typing.ClassVar[CropMode]
     __members__: typing.ClassVar[dict[str, CropMode]]
     @typing.overload
     def __eq__(self, other: CropMode) -> bool:
@@ -162,6 +165,102 @@ class CropMode:
         ...
     @typing.overload
     def __ne__(self, other: CropMode) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class Layout:
+    """
+    Members:
+    
+      HWC
+    
+      CHW
+    """
+    CHW: typing.ClassVar[Layout]
+    HWC: typing.ClassVar[Layout]
+    __members__: typing.ClassVar[dict[str, Layout]]
+    @typing.overload
+    def __eq__(self, other: Layout) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: Layout) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class PixelType:
+    """
+    Members:
+    
+      UINT8
+    
+      FLOAT32
+    
+      FLOAT16
+    
+      BFLOAT16
+    """
+    BFLOAT16: typing.ClassVar[PixelType]
+    FLOAT16: typing.ClassVar[PixelType]
+    FLOAT32: typing.ClassVar[PixelType]
+    UINT8: typing.ClassVar[PixelType]
+    __members__: typing.ClassVar[dict[str, PixelType]]
+    @typing.overload
+    def __eq__(self, other: PixelType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: PixelType) -> bool:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
@@ -224,12 +323,19 @@ class ErrorPolicy:
     def value(self) -> int:
         ...
 class ImageOutputSpec:
-    chw: bool
     crop: CropMode
+    dtype: PixelType
+    layout: Layout
+    normalize: bool
     random_flip: bool
     squeeze_gray: bool
-    to_float: bool
     def __init__(self) -> None:
+        ...
+    @property
+    def mean(self) -> typing.Annotated[list[float], "FixedSize(3)"]:
+        ...
+    @mean.setter
+    def mean(self, arg0: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"]) -> None:
         ...
     @property
     def out_height(self) -> int:
@@ -242,6 +348,42 @@ class ImageOutputSpec:
         ...
     @out_width.setter
     def out_width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def ratio_max(self) -> float:
+        ...
+    @ratio_max.setter
+    def ratio_max(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def ratio_min(self) -> float:
+        ...
+    @ratio_min.setter
+    def ratio_min(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def resize(self) -> int:
+        ...
+    @resize.setter
+    def resize(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_max(self) -> float:
+        ...
+    @scale_max.setter
+    def scale_max(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_min(self) -> float:
+        ...
+    @scale_min.setter
+    def scale_min(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def std(self) -> typing.Annotated[list[float], "FixedSize(3)"]:
+        ...
+    @std.setter
+    def std(self, arg0: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"]) -> None:
         ...
 class FieldPlan:
     color: ColorMode
@@ -725,6 +867,20 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+class _MappedFile:
+    """
+    A whole file mapped read-only; pages past a new end read as zeros (see check_size).
+    """
+    def check_size(self) -> bool:
+        """
+        Looks at the file's size now; True when it is shorter than when mapped.
+        """
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def valid_size(self) -> int:
+        ...
 class FetchTicket:
     """
     A request taken from a FetchQueue; answer it exactly once.
@@ -823,6 +979,14 @@ class RemoteReader:
         """
         Whether the object is read from a mapped local file (a cache hit).
         """
+def _batch_keys(arg0: Batch) -> list[typing.Any]:
+    """
+    Batch.keys() with tar names decoded as webdataset decodes them (UTF-8, surrogateescape).
+    """
+def _batch_other_members(arg0: Batch) -> list[typing.Any]:
+    """
+    Batch.other_members() with extensions decoded as webdataset decodes them.
+    """
 def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, resize: typing.SupportsInt | typing.SupportsIndex, crop_h: typing.SupportsInt | typing.SupportsIndex, crop_w: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
     """
     Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
@@ -834,6 +998,14 @@ def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typin
 def _decode_resampled(data: bytes, out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, region: str = 'scaled', mode: str = 'rgb', flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> tuple[typing.Any, ...]:
     """
     Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).
+    """
+def _image_placement(spec: ImageOutputSpec, color: ColorMode, height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, batch: typing.SupportsInt | typing.SupportsIndex, row: typing.SupportsInt | typing.SupportsIndex, field: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float], bool]:
+    """
+    Diagnostic: the ((y, x, h, w) region, (y0, x0, y1, x1) box, flip) that an image field decoded by `spec` resamples for the row at (seed, epoch, batch, row, field) of a height x width image (source pixels).
+    """
+def _map_file(path: str) -> _MappedFile:
+    """
+    The file mapped whole, or None when it is empty or cannot be mapped (too many at once).
     """
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """
@@ -851,6 +1023,10 @@ def _simd_level() -> str:
     """
     Diagnostic: the resampler's SIMD level on this CPU.
     """
+def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
+    """
+    StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
+    """
 def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, typing.Any]:
     """
     Samples of a tar shard as the engine delivers them: {'samples': before the first error, 'samples_skipping': delivered under a handler that goes on, 'samples_lost': lost under it, 'errors': the messages}.
@@ -867,9 +1043,9 @@ def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
     """
     Regular-file members of a tar shard: [(name, header offset, size)].
     """
-def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
+def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, until_error: bool = False) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
     """
-    Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, extension)]; the payload offset is None for a sparse file (not one range of the shard), key and extension None for members the reader skips.
+    Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, extension)]; the payload offset is None for a sparse file (not one range of the shard), key and extension None for members the reader skips. With until_error, the members whose headers come before an error that ends the archive, instead of the error.
     """
 def max_image_pixels() -> int | None:
     """

@@ -4,12 +4,14 @@ wrong with them."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, expand, human_size, kind_of
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size, kind_of
+from chute.errors import engine_errors, translate
 from chute.extensions import (
     INT_EXTENSIONS,
     JSON_EXTENSIONS,
@@ -94,6 +96,7 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     report = TarReport(path=path, size=os.path.getsize(path))
     # (name, key, extension, header offset, payload offset, size) of each member.
     members: list[tuple[str, str | None, str, int, int | None, int]] = []
+    damaged = False
     index_file = index_path(path)
     if not scan and index_file.exists():
         try:
@@ -109,21 +112,18 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
                     members.append((f"{s['key']}.{ext}", s["key"], ext, header, offset, size))
     if report.index is None:
         try:
-            listed = _core.list_tar_payloads(path)
+            with engine_errors():
+                listed = _core.list_tar_payloads(path)
         except (_core.DataError, _core.ReadError) as exc:
             report.problems.append(f"unreadable: {exc}")
-            # Count what readers get before the damage, as the engine counts it.
-            try:
-                counts = _core.count_tar_samples(path)
-            except (_core.DataError, _core.ReadError):
-                return report
-            report.samples = counts["samples"]
-            report.problems.append(
-                f"{counts['samples']} samples before the first error;"
-                f" {counts['samples_skipping']} delivered and {counts['samples_lost']} lost under"
-                " a handler that goes on"
-            )
-            return report
+            # Report what comes before the damage: readers deliver those samples.
+            listed = _members_before_damage(path)
+            if listed:
+                report.notes.append(
+                    f"the {len(listed)} members before the damage are reported; the last"
+                    " sample may be missing members that lay past it"
+                )
+            damaged = True
         # The reader's own key and extension of each member (None: skipped).
         for name, header_offset, data_offset, size, key, ext in listed:
             members.append((name, key, ext or "", header_offset, data_offset, size))
@@ -173,6 +173,17 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
         if size == 0:
             report.notes.append(f"sample {key!r}: member {name!r} is empty")
     finish()
+    if damaged:
+        # The samples readers get before the damage, counted as the engine
+        # delivers them (a sample the damage cut short is not among them).
+        with contextlib.suppress(_core.DataError, _core.ReadError):
+            counts = _core.count_tar_samples(path)
+            report.samples = counts["samples"]
+            report.problems.append(
+                f"{counts['samples']} samples before the first error;"
+                f" {counts['samples_skipping']} delivered and {counts['samples_lost']} lost under"
+                " a handler that goes on"
+            )
     if report.samples == 0:
         report.problems.append("no samples (no member has a key.extension name)")
     # Fields only some samples have: fine for dict samples, but a to_tuple
@@ -185,6 +196,18 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
                 f" (first without it: sample #{example})"
             )
     return report
+
+
+def _members_before_damage(
+    path: str,
+) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
+    """``list_tar_payloads`` entries of the members read before the damage
+    whose payload lies wholly in the file."""
+    from chute import _core
+
+    size = os.path.getsize(path)
+    listed = _core.list_tar_payloads(path, until_error=True)
+    return [m for m in listed if m[2] is None or m[2] + m[3] <= size]
 
 
 def _peek_sample(
@@ -202,8 +225,9 @@ def _peek_sample(
             try:
                 fields[ext] = _describe_payload(ext, data, where)
             except Exception as exc:  # any decoder error is a finding, not a crash
-                fields[ext] = {"bytes": size, "error": str(exc)}
-                report.problems.append(f"sample {key!r} member {ext!r} does not decode: {exc}")
+                message = str(translate(exc))
+                fields[ext] = {"bytes": size, "error": message}
+                report.problems.append(f"sample {key!r} member {ext!r} does not decode: {message}")
     finally:
         os.close(fd)
     return {"key": key, "fields": fields}
@@ -348,10 +372,20 @@ def _print_problems(problems: list[str], out: TextIO) -> None:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     paths = expand(args.paths)
-    kinds = [(p, kind_of(p)) for p in paths]  # all usage errors before any output
     reports: list[dict[str, Any]] = []
     status = EXIT_OK
-    for path, kind in kinds:
+    for path in paths:
+        # A path that is missing or of no known kind is a finding about that
+        # path: the others are still reported.
+        try:
+            kind = kind_of(path)
+        except UsageError as exc:
+            reports.append({"path": path, "kind": None, "problems": [str(exc)]})
+            if not args.json:
+                print(f"{path}:", file=out)
+                _print_problems(reports[-1]["problems"], out)
+            status = EXIT_PROBLEMS
+            continue
         if kind == "tar":
             tar = inspect_tar(path, first=args.first, scan=args.scan)
             reports.append(tar.as_json())
