@@ -104,6 +104,7 @@ void register_stream(py::module_& m) {
   forward(plan, "prefetch_batches", &StreamRequest::plan, &StreamPlan::prefetch_batches);
   forward(plan, "max_inflight_bytes", &StreamRequest::plan, &StreamPlan::max_inflight_bytes);
   forward(plan, "max_batch_bytes", &StreamRequest::plan, &StreamPlan::max_batch_bytes);
+  forward(plan, "samples_one_by_one", &StreamRequest::plan, &StreamPlan::samples_one_by_one);
   forward(plan, "resampled", &StreamRequest::plan, &StreamPlan::resampled);
   forward(plan, "shuffle_shards", &StreamRequest::plan, &StreamPlan::shuffle_shards);
   forward(plan, "repeat", &StreamRequest::plan, &StreamPlan::repeat);

@@ -363,6 +363,17 @@ void StreamEngine::run_assembler() {
           std::optional<StreamItem> item = stream_queues_[s]->pop();
           if (!item) return;  // closed
           if (item->error) {
+            // Samples handed out one by one: those before the error are
+            // the consumer's before it, as they would be one at a time.
+            if (plan_.samples_one_by_one && !task.samples.empty()) {
+              task.epoch = plan_.epoch;
+              task.absolute = formed++;
+              if (task.absolute >= plan_.skip_batches) {
+                if (!results_.wait_for_slot(sequence, cost)) return;
+                task.sequence = sequence++;
+                if (!queue_for_decoding(std::move(task))) return;
+              }
+            }
             fail(item->error);
             decoding_.end();
             return;

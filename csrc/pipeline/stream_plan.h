@@ -39,6 +39,10 @@ struct StreamPlan {
   // one), so that large samples do not make large batches. Deterministic,
   // so a resumed epoch cuts the same batches.
   size_t max_batch_bytes = 0;
+  // The consumer hands samples out one by one (batches are not the user's):
+  // under raise, the samples that came before an error in a stream are
+  // delivered before it, as they would have been one at a time.
+  bool samples_one_by_one = false;
 
   bool resampled = false;     // draw shards with replacement, forever
   bool shuffle_shards = false;

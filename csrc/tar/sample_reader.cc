@@ -184,7 +184,12 @@ bool SampleReader::next(EncodedSample& out) {
     if (out.members.empty()) s.fail(e, false, 1);
     for (const Error& r : repeats) s.deferred.push_back({r, {true, 0}});
     s.deferred.push_back({e, {false, 1}});
-    out.flawed = true;
+    // Ended at the first header block of a member after its last one, the
+    // sample is whole as far as the archive tells (webdataset's tarfile ends
+    // quietly there and delivers it). Cut anywhere else (a member's data or
+    // padding, an extension header), it is flawed: under raise webdataset
+    // raises there without it.
+    out.flawed = !repeats.empty() || !s.stream.failed_at_a_member_start();
     return true;
   }
   if (bad) s.fail(*bad, true, 1);

@@ -10,9 +10,11 @@
 //   comes out flawed (EncodedSample::flawed) and the next call throws the
 //   error naming shard, member and offset, then goes on;
 // - a truncation or a corrupt header ends the archive; the members of the
-//   sample read before it come out as a flawed sample, and the next call
-//   throws the error, which counts that sample (or, when nothing of it was
-//   read, the one it lost; what followed the end cannot be counted).
+//   sample read before it come out as a sample, flawed when the end cut one
+//   of its members (not when it came in the headers after its last one),
+//   and the next call throws the error, which counts one sample (a flawed
+//   one, or, when nothing of it was read, the one it lost; what followed
+//   the end cannot be counted).
 //
 // Samples fill the pipeline's EncodedSample: offsets are byte offsets in the
 // shard (a sample's and a member's first header; end_offset is just past the

@@ -274,13 +274,50 @@ TEST(SampleReader, ACorruptHeaderEndsTheArchiveAfterWhatWasRead) {
                       0);
   EncodedSample s;
   ASSERT_TRUE(reader.next(s));
-  EXPECT_TRUE(s.flawed);
+  // Its member came whole before the header that ends the archive.
+  EXPECT_FALSE(s.flawed);
   EXPECT_EQ(simplify(s), (Sample{"a", 0, 513, {{"txt", "a.txt", 0, "a"}}}));
   const Thrown t = thrown(reader);
   EXPECT_EQ(t.message, "bad header checksum in tar archive 'mem.tar' at offset 1024");
   EXPECT_FALSE(t.resumable);
   EXPECT_EQ(t.lost, 1u);
   EXPECT_FALSE(reader.next(s));
+}
+
+TEST(SampleReader, ACutAtTheNextMembersFirstHeaderLeavesASampleWholeElsewhereItIsFlawed) {
+  const std::string archive = file("a.txt", "a") + file("a.cls", "1") + file("b.txt", "b");
+  // Inside b.txt's header: a is whole as far as the archive tells.
+  {
+    SampleReader reader(std::make_unique<MemorySource>(archive.substr(0, 2048 + 100)), 0);
+    EncodedSample s;
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_FALSE(s.flawed);
+    EXPECT_EQ(s.members.size(), 2u);
+    EXPECT_FALSE(thrown(reader).resumable);
+  }
+  // Inside the PAX header of the member after a: tarfile raises there, so a
+  // is flawed.
+  {
+    const std::string pax = file("a.txt", "a") + file("a.cls", "1") +
+                            test::extension('x', test::pax_record("path", "b.txt")) +
+                            file("b.txt", "b");
+    SampleReader reader(std::make_unique<MemorySource>(pax.substr(0, 2048 + 700)), 0);
+    EncodedSample s;
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_TRUE(s.flawed);
+    EXPECT_EQ(s.members.size(), 2u);
+  }
+  // Inside a.cls's padding: its payload is whole, yet a was cut.
+  {
+    SampleReader reader(std::make_unique<MemorySource>(archive.substr(0, 1536 + 100)), 0);
+    EncodedSample s;
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_TRUE(s.flawed);
+    EXPECT_EQ(s.members.size(), 2u);
+    EXPECT_EQ(thrown(reader).message,
+              "truncated tar archive 'mem.tar': the stream ends at offset 1636 inside the padding "
+              "of member 'a.cls' (header at offset 1024, 1 bytes declared)");
+  }
 }
 
 TEST(SampleReader, ALostSampleThenACut) {

@@ -167,6 +167,10 @@ struct TarStream::Impl {
   uint64_t base = 0;  // stream offset of win[0]
   bool eof = false;
   bool done = false;
+  // next() is past the current member's data and padding and has read no
+  // block of the next member's headers: an error now is at a member's first
+  // header, where Python's tarfile ends an archive quietly.
+  bool at_member_start = false;
 
   TarMember cur;
   bool have_cur = false;
@@ -544,6 +548,7 @@ struct TarStream::Impl {
 
   bool next_member() {
     if (done) return false;
+    at_member_start = false;
     if (have_cur) {
       // What is left of its data, or only its padding once the payload was
       // read: a cut in the padding then fails here, the payload being whole
@@ -556,6 +561,7 @@ struct TarStream::Impl {
       }
       have_cur = false;
     }
+    at_member_start = true;
     bool in_chain = false;  // extension headers seen that still await their member
     uint64_t first = 0;
     local.clear();
@@ -601,6 +607,7 @@ struct TarStream::Impl {
                   "tar archive '" << url() << "': bad size field in the header at offset " << off);
       if (type == 'L' || type == 'K' || type == 'x' || type == 'X' || type == 'g') {
         in_chain = type != 'g' || in_chain;
+        at_member_start = false;
         pos += kBlock;
         read_record(size, off, type);
         if (type == 'L') {
@@ -664,7 +671,9 @@ struct TarStream::Impl {
       // Links, directories, devices and FIFOs have no payload whatever their
       // size field says; unknown types are skipped by their size, as tarfile does.
       const bool known_no_data = (type >= '1' && type <= '6') || type == '\0';
+      at_member_start = false;
       if (!known_no_data) skip(size + padding(size), name, first, size, "data");
+      at_member_start = true;
       in_chain = false;
       local.clear();
       has_long_name = false;
@@ -699,6 +708,7 @@ bool TarStream::next(TarMember& member) {
 
 void TarStream::read_payload(std::vector<uint8_t>& dst) {
   Impl& s = *impl_;
+  s.at_member_start = false;
   CHUTE_CHECK(s.have_cur && !s.payload_read && s.cur.fault.empty(), kUsage,
               "tar archive '" << s.url() << "': read_payload without a current readable member");
   s.payload_read = true;
@@ -711,6 +721,7 @@ void TarStream::read_payload(std::vector<uint8_t>& dst) {
 
 const uint8_t* TarStream::payload_in_place() {
   Impl& s = *impl_;
+  s.at_member_start = false;
   CHUTE_CHECK(s.mapping && s.have_cur && !s.payload_read && !s.cur.sparse && s.cur.fault.empty(),
               kUsage,
               "tar archive '" << s.url()
@@ -728,5 +739,7 @@ const uint8_t* TarStream::payload_in_place() {
 const std::shared_ptr<MappedFile>& TarStream::mapping() const { return impl_->mapping; }
 
 const std::string& TarStream::url() const { return impl_->url(); }
+
+bool TarStream::failed_at_a_member_start() const { return impl_->at_member_start; }
 
 }  // namespace chute

@@ -74,6 +74,12 @@ class TarStream {
 
   const std::string& url() const;
 
+  // After next() threw: whether the error came in the first header block of
+  // a member (cut or corrupt), past the previous member's data and padding,
+  // where Python's tarfile ends the archive quietly; not inside a member's
+  // data or padding, nor in the headers after an extension header.
+  bool failed_at_a_member_start() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

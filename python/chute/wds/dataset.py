@@ -438,6 +438,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
         plan.max_batch_bytes = 0 if batched else UNBATCHED_BATCH_BYTES
+        plan.samples_one_by_one = not batched
         plan.partial = compiled.partial if batched else True
         plan.on_error = handlers.policy
         even = self._even_batch_count(compiled, urls)
