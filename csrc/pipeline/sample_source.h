@@ -28,10 +28,10 @@ class SampleSource {
     bool resumable = false;
     // Samples it cost: 1 for a bad sample; 0 for a fault reported after the
     // sample it flawed, which went on without it (a repeated member left
-    // out); 1 for an error that ended the source: the sample it cut short
-    // (delivered as read, so a consumer that drops that sample for what it
-    // lacks must not count it twice), or the one of which nothing was read.
-    // What followed the end cannot be counted.
+    // out); 1 for an error that ended the source: the sample it may have cut
+    // short (delivered as read, so a consumer that drops the sample before
+    // the end for what it lacks must not count it twice), or the one of
+    // which nothing was read. What followed the end cannot be counted.
     uint64_t samples_lost = 1;
   };
   virtual Failure failure() const = 0;

@@ -144,7 +144,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     PlannedSample sample;
     sample.encoded.data = payload_buffer();
     const bool raise = plan_.on_error == ErrorPolicy::kRaise;
-    bool flawed_dropped = false;  // the last sample read was flawed and is lost
+    bool last_dropped = false;  // the sample read last was dropped here
     while (!closed_.load(std::memory_order_relaxed)) {
       bool more = false;
       try {
@@ -152,11 +152,12 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
       } catch (const Error& e) {
         if (raise || closed_.load()) throw;
         SampleSource::Failure cost = source->failure();
-        // An end that cut short the sample before it costs that sample: it
-        // was counted already if the sample was dropped here for what it
-        // lacked. An error that lost a sample of its own is about another.
-        if (!cost.resumable && flawed_dropped && cost.samples_lost > 0) cost.samples_lost -= 1;
-        if (!cost.resumable || cost.samples_lost > 0) flawed_dropped = false;
+        // An end counts one sample, the one it may have cut short: the
+        // sample read last, if it was dropped here (for what it lacked) and
+        // so counted already. An error that lost a sample of its own is
+        // about another.
+        if (!cost.resumable && last_dropped && cost.samples_lost > 0) cost.samples_lost -= 1;
+        if (!cost.resumable || cost.samples_lost > 0) last_dropped = false;
         skips_.record(e, cost.samples_lost);
         if (cost.resumable) continue;
         break;
@@ -167,13 +168,13 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
       if (sample.encoded.flawed && raise) source->next(sample.encoded);
       samples_read_.fetch_add(1, std::memory_order_relaxed);
       encoded_bytes_.fetch_add(sample.encoded.payload_bytes, std::memory_order_relaxed);
-      flawed_dropped = false;
+      last_dropped = false;
       try {
         fields_.probe(sample);
       } catch (const Error& e) {
         if (raise) throw;
         skips_.record(e);
-        flawed_dropped = sample.encoded.flawed;
+        last_dropped = true;
         continue;
       }
       // A sample that waits in a shuffle buffer holds its buffer all that

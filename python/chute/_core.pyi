@@ -408,6 +408,7 @@ class StreamPlan:
     partial: bool
     repeat: bool
     resampled: bool
+    samples_one_by_one: bool
     shuffle_shards: bool
     def __init__(self) -> None:
         ...

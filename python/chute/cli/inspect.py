@@ -174,15 +174,16 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
             report.notes.append(f"sample {key!r}: member {name!r} is empty")
     finish()
     if damaged:
-        # The samples readers get before the damage, counted as the engine
-        # delivers them (a sample the damage cut short is not among them).
+        # What readers get of it, as the engine delivers samples: under the
+        # default handler (webdataset's too) the samples before the error, not
+        # one the damage may have cut short; under a handler that goes on,
+        # that one too, as read.
         with contextlib.suppress(_core.DataError, _core.ReadError):
             counts = _core.count_tar_samples(path)
-            report.samples = counts["samples"]
             report.problems.append(
-                f"{counts['samples']} samples before the first error;"
-                f" {counts['samples_skipping']} delivered and {counts['samples_lost']} lost under"
-                " a handler that goes on"
+                f"readers get {counts['samples']} samples before the error; under a handler"
+                f" that goes on, {counts['samples_skipping']} delivered and"
+                f" {counts['samples_lost']} lost"
             )
     if report.samples == 0:
         report.problems.append("no samples (no member has a key.extension name)")
