@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from chute import _core
 from chute.cli import main
-from chute.tarindex import index_path, read_index, split_member_name
+from chute.tarindex import index_path, read_index
 from conftest import npy_bytes
 
 
@@ -32,6 +33,20 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else 1
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def webdataset_split(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member by webdataset's own code (tar_file_iterator
+    drops metadata members, group_by_keys splits with base_plus_ext and
+    lowercases), or None for a member it drops."""
+    from webdataset.tariterators import base_plus_ext, meta_prefix, meta_suffix
+
+    if "/" not in name and name.startswith(meta_prefix) and name.endswith(meta_suffix):
+        return None
+    if re.match(r"__[^/]*__($|/)", name):
+        return None
+    key, ext = base_plus_ext(name)
+    return None if key is None else (key, ext.lower())
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -78,7 +93,7 @@ def test_index_matches_tarfile_and_engine(odd_shard: Path, capsys: pytest.Captur
         indexed = [(s["key"], m) for s in doc["samples"] for m in s["members"]]
         expected = []
         for m in by_name.values():
-            split = split_member_name(m.name)
+            split = webdataset_split(m.name)
             if split is not None:
                 expected.append((split[0], [split[1], m.offset_data, m.size]))
         assert sorted(indexed, key=str) == sorted(expected, key=str)
@@ -218,6 +233,40 @@ def test_inspect_problems(
         pass
     code, out, _ = run(capsys, "inspect", str(empty))
     assert code == 1 and "no samples" in out
+
+
+def test_inspect_counts_the_samples_before_a_cut(
+    tmp_path: Path, tiny_shards: list[str], capsys: pytest.CaptureFixture[str]
+):
+    # Cut inside sample 97's npy: readers get 97 samples before the error, as
+    # webdataset does under a handler that raises.
+    from webdataset import tariterators
+
+    shard = Path(tiny_shards[0])
+    with tarfile.open(shard) as tf:
+        member = tf.getmember("sample0000097.npy")
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(shard.read_bytes()[: member.offset_data + 100])
+    delivered = 0
+    # webdataset's own chain, over a stream this test closes.
+    with open(cut, "rb") as stream, pytest.raises(tarfile.ReadError):
+        files = tariterators.tar_file_expander([{"url": str(cut), "stream": stream}])
+        for _ in tariterators.group_by_keys(files):
+            delivered += 1
+    assert delivered == 97
+    code, out, _ = run(capsys, "inspect", "--json", str(cut))
+    assert code == 1
+    (report,) = json.loads(out)
+    # The members listed before the cut make 98 samples (the last one cut
+    # short); readers get 97 under the default handler, 98 (as read) and one
+    # lost, the cut, under one that goes on.
+    assert report["samples"] == 98 and report["last_key"] == "sample0000097"
+    assert any("truncated" in p for p in report["problems"])
+    assert any(
+        "readers get 97 samples before the error; under a handler that goes on, 98 delivered"
+        " and 1 lost" in p
+        for p in report["problems"]
+    )
 
 
 def test_inspect_hdf5(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

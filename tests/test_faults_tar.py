@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import struct
+import subprocess
 import tarfile
 import time
 import zlib
@@ -113,31 +115,69 @@ def _cut_points() -> list[tuple[str, int]]:
     return cuts
 
 
+def webdataset_samples(url: str) -> list[dict[str, Any]]:
+    """What webdataset yields from `url` under a handler that goes on: the
+    reference for what a skipping chute pipeline delivers."""
+    import webdataset
+
+    ds = webdataset.WebDataset(
+        url, shardshuffle=False, handler=webdataset.ignore_and_continue, empty_check=False
+    )
+    return list(ds)
+
+
+def cut_cost(full: Path, cut: int, needed: str) -> tuple[bool, int]:
+    """For the shard `full` cut at byte `cut` and read by a pipeline that
+    needs member `needed` and goes on after errors: whether the cut is a
+    clean end (EOF where a member's headers start, as tar reads it), and how
+    many samples it costs. A sample cut short is delivered as read (webdataset
+    yields it too); the cut costs one sample, that one (counted once, when
+    to_tuple drops it for lacking `needed`) or, when nothing of it was read,
+    the one it lost. A clean end costs what lacks `needed`."""
+    with tarfile.open(full) as tf:
+        members = [
+            (m.name.split(".", 1)[0], m.name.split(".", 1)[1], m.offset, m.offset_data, m.size)
+            for m in tf.getmembers()
+        ]
+    whole = [m for m in members if m[3] + m[4] <= cut]
+    rest = members[len(whole) :]
+    last = members[-1]
+    clean = cut == rest[0][2] if rest else cut >= last[3] + (last[4] + 511) // 512 * 512
+    groups: list[tuple[str, set[str]]] = []
+    for key, ext, *_ in whole:
+        if groups and groups[-1][0] == key:
+            groups[-1][1].add(ext)
+        else:
+            groups.append((key, {ext}))
+    lacking = sum(1 for _, exts in groups if needed not in exts)
+    return clean, lacking if clean else 1
+
+
 @pytest.mark.parametrize("kind,cut", _cut_points(), ids=lambda v: str(v))
 def test_truncated_shard_every_boundary_and_mid_block(tmp_path: Path, kind: str, cut: int) -> None:
     good = small_shard(tmp_path)
     data = good.read_bytes()
-    offsets = member_offsets(good)
     full = keys_of(tuple_ds([str(good)], "__key__ txt"))
     assert len(full) == 4
     path = tmp_path / f"cut{cut}.tar"
     path.write_bytes(data[:cut])
-    headers = sorted(offsets.values())
-    if kind == "boundary" and cut in headers:
-        # EOF exactly where a member starts: tar and tarfile read it as the
-        # end of the archive; the samples before it are all there is.
-        got = keys_of(tuple_ds([str(path)], "__key__ txt", handler=SKIP))
-        assert got == full[: len(got)] and len(got) < 4
-        return
-    with pytest.raises(chute.DataError, match="truncated") as info:
-        list(tuple_ds([str(path)], "__key__ txt"))
-    assert_names(str(info.value), str(path))
-    # Skipped: everything before the damage arrives, the damage is counted once.
+    clean, lost = cut_cost(good, cut, "txt")
+    # Under a handler that goes on: what webdataset yields (the sample cut
+    # short included, as read), of which to_tuple keeps those with a txt;
+    # every sample lost is counted, once.
+    expected = [s["__key__"] for s in webdataset_samples(str(path)) if "txt" in s]
     ds = tuple_ds([str(path), str(good)], "__key__ txt", handler=SKIP)
-    got = keys_of(ds)
-    assert got[-4:] == full
-    assert got[:-4] == full[: len(got) - 4]
-    assert ds.stats()["samples_skipped"] == 1
+    assert keys_of(ds) == expected + full
+    assert ds.stats()["samples_skipped"] == lost
+    if clean:
+        return
+    # Under raise: the samples before the damage, then an error naming it.
+    delivered: list[str] = []
+    with pytest.raises(chute.DataError, match="truncated") as info:
+        for row in tuple_ds([str(path)], "__key__ txt"):
+            delivered.append(row[0])
+    assert_names(str(info.value), str(path))
+    assert delivered == expected[: len(delivered)]
 
 
 def test_bad_header_checksum(tmp_path: Path) -> None:
@@ -151,9 +191,10 @@ def test_bad_header_checksum(tmp_path: Path) -> None:
         list(tuple_ds([str(bad)], "__key__ txt"))
     assert_names(str(info.value), str(bad), f"offset {offset}")
     ds = tuple_ds([str(bad), str(good)], "__key__ txt", handler=SKIP)
-    # s001 was still being grouped when the bad header came: the header might
-    # have been one of its own members, so it is dropped with the damage.
-    assert keys_of(ds) == ["s000", "s000", "s001", "s002", "s003"]
+    # s001 was still being grouped when the bad header came, and is
+    # delivered as read (tarfile ends the archive there and webdataset yields
+    # it too). What the header held cannot be told: one sample is counted.
+    assert keys_of(ds) == ["s000", "s001", "s000", "s001", "s002", "s003"]
     assert ds.stats()["samples_skipped"] == 1
 
 
@@ -184,16 +225,31 @@ def test_zero_length_shard(tmp_path: Path) -> None:
 def test_duplicate_keys_in_one_shard(tmp_path: Path) -> None:
     path = raw_tar(
         tmp_path / "dup.tar",
-        [("a.txt", b"1"), ("a.cls", b"1"), ("b.txt", b"2"), ("b.cls", b"2"), ("b.txt", b"3")],
+        [("a.txt", b"1"), ("a.cls", b"1"), ("b.txt", b"2"), ("b.cls", b"2"), ("b.txt", b"3")]
+        + [("c.txt", b"4"), ("c.__key__", b"k"), ("c.cls", b"5")],
     )
-    offset = member_offsets(path)["b.txt"]  # tarfile keeps the last one
+    offsets = member_offsets(path)
     with pytest.raises(chute.DataError, match="duplicate file name") as info:
         list(tuple_ds([str(path)], "__key__ txt"))
-    assert_names(str(info.value), str(path), f"offset {offset}")
+    assert_names(str(info.value), str(path), "offset 4096")  # the second b.txt
     assert "b.txt" in str(info.value)
-    ds = tuple_ds([str(path)], "__key__ txt", handler=SKIP)
-    assert keys_of(ds) == ["a"]
-    assert ds.stats()["samples_skipped"] == 1
+    # As webdataset under a handler that goes on: the repeat is left out, its
+    # sample is delivered with the first one, and no sample is lost.
+    ds = chute.WebDataset([str(path)], shardshuffle=False, handler=SKIP)
+    got = [{k: v for k, v in s.items() if k != "__local_path__"} for s in ds]
+    reference = [
+        {k: v for k, v in s.items() if k != "__local_path__"} for s in webdataset_samples(str(path))
+    ]
+    assert got == reference
+    assert [s["txt"] for s in got] == [b"1", b"2", b"4"]
+    assert ds.stats()["samples_skipped"] == 0
+    seen: list[str] = []
+    handled = chute.WebDataset(
+        [str(path)], shardshuffle=False, handler=lambda e: seen.append(str(e)) or True
+    ).to_tuple("__key__", "txt")
+    assert [k for k, _ in handled] == ["a", "b", "c"]
+    assert len(seen) == 2 and "b.txt" in seen[0] and "c.__key__" in seen[1]
+    assert f"offset {offsets['c.__key__']}" in seen[1]
 
 
 def test_huge_declared_member_size(tmp_path: Path) -> None:
@@ -227,6 +283,95 @@ def test_shard_deleted_between_construction_and_iteration(tmp_path: Path) -> Non
     assert isinstance(info.value, FileNotFoundError) or "No such file" in str(info.value)
     assert len(keys_of(skipping)) == 4
     assert skipping.stats()["samples_skipped"] == 1
+
+
+def gnu_tar() -> bool:
+    if shutil.which("tar") is None:
+        return False
+    version = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+    return "GNU tar" in version
+
+
+def _archive_body(data: bytes) -> bytes:
+    """`data` (a tar archive) without its end-of-archive blocks, so that more
+    members can follow."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        last = tf.getmembers()[-1]
+        return data[: last.offset_data + (last.size + 511) // 512 * 512]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_each_loss_is_counted_once_and_only_the_bad_sample_is_lost(
+    tmp_path: Path, threads: int
+) -> None:
+    # GNU tar writes a sparse file, a FIFO, a symlink and a hard link among
+    # good samples (webdataset expands the first and skips the others: no
+    # loss); then a sample with a member whose sparse map is wrong (lost), a
+    # corrupt JPEG (lost), a good sample, and a cut in the next sample (lost).
+    if not gnu_tar():
+        pytest.skip("needs GNU tar")
+    rng = np.random.default_rng(7)
+    root = tmp_path / "src"
+    root.mkdir()
+    names: list[str] = []
+    for i in range(6):
+        (root / f"s{i}.jpg").write_bytes(jpeg_bytes(rng, 12, 10))
+        (root / f"s{i}.cls").write_bytes(str(i).encode())
+        names += [f"s{i}.jpg", f"s{i}.cls"]
+    with open(root / "s1.bin", "wb") as f:
+        f.seek(100000)
+        f.write(b"tail")
+    os.mkfifo(root / "s2.fifo")
+    os.symlink("s0.cls", root / "s3.link")
+    os.link(root / "s0.cls", root / "s4.hard")
+    names += ["s1.bin", "s2.fifo", "s3.link", "s4.hard"]
+    names.sort()
+    gnu = tmp_path / "gnu.tar"
+    subprocess.run(
+        ["tar", "--format=gnu", "--sparse", "-cf", str(gnu), "-C", str(root), *names], check=True
+    )
+    tail = io.BytesIO()
+    with tarfile.open(fileobj=tail, mode="w", format=tarfile.PAX_FORMAT) as tf:
+
+        def add(name: str, payload: bytes, pax: dict[str, str] | None = None) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            if pax:
+                info.pax_headers = pax
+            tf.addfile(info, io.BytesIO(payload))
+
+        add("t0.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"})
+        add("t0.cls", b"7")
+        add("t0.jpg", jpeg_bytes(rng, 12, 10))
+        add("t1.cls", b"8")
+        add("t1.jpg", jpeg_bytes(rng, 12, 10)[:150])
+        add("t2.cls", b"9")
+        add("t2.jpg", jpeg_bytes(rng, 12, 10))
+        add("t3.jpg", jpeg_bytes(rng, 12, 10))
+    offset = len(_archive_body(gnu.read_bytes()))  # where t0.bin's PAX header lands
+    body = _archive_body(gnu.read_bytes()) + _archive_body(tail.getvalue())
+    tail.seek(0)
+    with tarfile.open(fileobj=tail) as tf:
+        t3 = tf.getmember("t3.jpg")
+    path = tmp_path / "mixed.tar"
+    # The cut falls inside t3.jpg, its sample's first member.
+    path.write_bytes(body[: offset + t3.offset_data + 100])
+
+    def pipeline(handler: Any) -> Any:
+        return (
+            chute.WebDataset([str(path)], shardshuffle=False, handler=handler, threads=threads)
+            .decode("rgb8")
+            .to_tuple("__key__", "jpg", "cls")
+        )
+
+    with pytest.raises(chute.DataError, match="t0.bin") as info:
+        list(pipeline(wds.reraise_exception))
+    assert_names(str(info.value), str(path), f"member 't0.bin' at offset {offset}")
+    ds = pipeline(SKIP)
+    assert [row[0] for row in ds] == [f"s{i}" for i in range(6)] + ["t2"]
+    stats = ds.stats()
+    assert stats["samples_skipped"] == 3
+    assert stats["samples_yielded"] == 7
 
 
 # Local shards read without a shuffle are parsed and decoded in place from a
@@ -314,7 +459,9 @@ def test_pipe_stalls_after_data_with_pipe_timeout(tmp_path: Path) -> None:
     with pytest.raises(TimeoutError, match=r"sleep 30.*offset 2560"):
         list(tuple_ds([url], "__key__ txt", pipe_timeout=0.3))
     ds = tuple_ds([url, str(good)], "__key__ txt", handler=SKIP, pipe_timeout=0.3)
-    assert keys_of(ds)[-4:] == ["s000", "s001", "s002", "s003"]
+    assert keys_of(ds) == ["s000", "s001", "s002", "s003"]
+    # s000 arrived cut short (its cls, not its txt): to_tuple drops it, the
+    # one sample the stall cost.
     assert ds.stats()["samples_skipped"] == 1
     assert time.monotonic() - start < 5
 

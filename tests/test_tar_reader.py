@@ -7,6 +7,7 @@ import io
 import os
 import random
 import shutil
+import stat
 import subprocess
 import tarfile
 import time
@@ -239,6 +240,75 @@ def test_gnu_tar_formats(tmp_path, fmt):
     assert any(k.endswith("/item") for k, _ in ours)
 
 
+def write_special_tree(root: Path, rng: random.Random) -> list[str]:
+    """Files for samples s0..s6 that tar writes as members webdataset
+    expands (sparse files) or skips (a FIFO, a symlink, a hard link, a
+    character device when we may make one); returns the names in order."""
+    root.mkdir(parents=True, exist_ok=True)
+    names: list[str] = []
+
+    def add(name: str, data: bytes | None = None) -> None:
+        if data is not None:
+            (root / name).write_bytes(data)
+        names.append(name)
+
+    add("s0.cls", b"0")
+    add("s0.txt", b"zero")
+    with open(root / "s1.bin", "wb") as f:  # holes between regions, and at the end
+        for i in range(7):
+            f.seek(i * 70000 + 13)
+            f.write(rng.randbytes(3000 + i))
+        f.truncate(7 * 70000 + 20000)
+    add("s1.bin")
+    add("s1.cls", b"1")
+    with open(root / "s2.bin", "wb") as f:  # only a hole
+        f.truncate(50000)
+    add("s2.bin")
+    add("s2.cls", b"2")
+    os.mkfifo(root / "s3.fifo")
+    add("s3.fifo")
+    add("s3.cls", b"3")
+    os.symlink("s0.cls", root / "s4.link")
+    add("s4.link")
+    add("s4.cls", b"4")
+    os.link(root / "s0.txt", root / "s5.hard")
+    add("s5.hard")
+    add("s5.cls", b"5")
+    try:
+        os.mknod(root / "s6.dev", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        add("s6.dev")
+    except PermissionError:
+        pass
+    add("s6.cls", b"6")
+    return names
+
+
+@pytest.mark.parametrize(
+    "fmt,sparse_version",
+    [("gnu", None), ("oldgnu", None), ("pax", "0.0"), ("pax", "0.1"), ("pax", "1.0")],
+)
+def test_gnu_tar_sparse_files_fifos_links_and_devices(tmp_path, fmt, sparse_version):
+    # webdataset expands sparse files (tarfile reads them as regular files)
+    # and skips what is not a regular file; so does the reader.
+    needs_gnu_tar()
+    root = tmp_path / "src"
+    names = write_special_tree(root, random.Random(5))
+    path = tmp_path / "special.tar"
+    extra = [f"--sparse-version={sparse_version}"] if sparse_version else []
+    subprocess.run(
+        ["tar", f"--format={fmt}", "--sparse", *extra, "-cf", str(path), "-C", str(root), *names],
+        check=True,
+    )
+    with tarfile.open(path) as tf:
+        assert any(m.sparse is not None for m in tf.getmembers())  # tar did write sparse members
+    ours = assert_same_as_webdataset(path)
+    assert [k for k, _ in ours] == [f"s{i}" for i in range(7)]
+    fields = dict(ours)
+    assert fields["s1"]["bin"] == (root / "s1.bin").read_bytes()
+    assert fields["s2"]["bin"] == bytes(50000)
+    assert fields["s3"] == {"cls": b"3"}
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -460,3 +530,39 @@ def test_no_fd_or_process_leak(tmp_path):
     assert len(os.listdir("/proc/self/fd")) == before
     children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split()
     assert children == []
+
+
+def test_peek_passes_over_errors_only_when_asked(tmp_path):
+    # The first sample has a member whose sparse map is wrong: a reader that
+    # goes on skips it, and the peek can do the same.
+    path = tmp_path / "bad-first.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+        for name, payload, pax in [
+            ("a.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"}),
+            ("a.cls", b"1", None),
+            ("b.txt", b"t", None),
+            ("b.cls", b"2", None),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            if pax:
+                info.pax_headers = pax
+            tf.addfile(info, io.BytesIO(payload))
+    with pytest.raises(DataError, match="a.bin"):
+        _core.peek_tar_sample(str(path))
+    assert _core.peek_tar_sample(str(path), skip_errors=True) == ["txt", "cls"]
+    # Cut inside the first sample's second member: its first member is what
+    # a reader that goes on delivers; cut inside its first, nothing.
+    good = tmp_path / "good.tar"
+    with tarfile.open(good, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name in ["a.txt", "a.cls"]:
+            info = tarfile.TarInfo(name)
+            info.size = 700
+            tf.addfile(info, io.BytesIO(b"x" * 700))
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(good.read_bytes()[: 1536 + 512 + 100])
+    assert _core.peek_tar_sample(str(cut), skip_errors=True) == ["txt"]
+    cut.write_bytes(good.read_bytes()[:600])
+    assert _core.peek_tar_sample(str(cut), skip_errors=True) is None
+    with pytest.raises(DataError, match="truncated"):
+        _core.peek_tar_sample(str(cut))

@@ -2,10 +2,12 @@
 // per-sample slow path use. The engine itself calls the decoders natively.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,7 +87,7 @@ py::array decode_npy_py(const py::bytes& data, const std::string& where) {
     header = parse_npy_header(in.data, in.size, where);
   }
   std::vector<py::ssize_t> shape(header.shape.begin(), header.shape.end());
-  py::array out(numpy_dtype(header.dtype), shape);
+  py::array out(header.descr.empty() ? numpy_dtype(header.dtype) : numpy_dtype(header.descr), shape);
   auto* dst = static_cast<uint8_t*>(out.mutable_data());
   {
     py::gil_scoped_release release;
@@ -192,8 +194,27 @@ void register_decode(py::module_& m) {
         "pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').");
   m.def("probe_image", &probe_image_py, py::arg("data"), py::arg("where") = "<bytes>",
         "(format, width, height) from the image header alone.");
+  m.def(
+      "set_max_image_pixels",
+      [](std::optional<int64_t> pixels) {
+        CHUTE_CHECK(!pixels || *pixels > 0, kUsage,
+                    "max image pixels must be positive, or None for no limit");
+        set_max_image_pixels(pixels ? *pixels : 0);
+      },
+      py::arg("pixels"),
+      "Images of more pixels are refused from their header (a decompression bomb guard); "
+      "None: no limit.");
+  m.def(
+      "max_image_pixels",
+      []() -> std::optional<int64_t> {
+        const int64_t limit = max_image_pixels();
+        if (limit <= 0) return std::nullopt;
+        return limit;
+      },
+      "The decompression bomb guard's limit in pixels; None when there is none.");
   m.def("decode_npy", &decode_npy_py, py::arg("data"), py::arg("where") = "<bytes>",
-        "Decode .npy bytes (numeric dtypes) to a native-order C-contiguous array.");
+        "Decode .npy bytes to a C-contiguous array as np.load reads them (the numeric dtypes "
+        "in native byte order).");
   m.def("parse_int_label", &parse_int_label_py, py::arg("data"), py::arg("where") = "<bytes>",
         "Python's int(bytes), limited to int64.");
   m.def("transform_image", &transform_image_py, py::arg("hwc"), py::arg("out_h"),

@@ -48,6 +48,8 @@ const char* kind_name(ErrorKind kind) {
       return "usage";
     case ErrorKind::kTimeout:
       return "timeout";
+    case ErrorKind::kMemory:
+      return "memory";
   }
   return "data";
 }
@@ -87,7 +89,7 @@ void register_dropin(py::module_& m) {
         return out;
       },
       "StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', "
-      "'usage', 'timeout'; stray bytes of tar names in a message shown as \\xNN.");
+      "'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.");
 
   py::class_<MappedFile, std::shared_ptr<MappedFile>>(
       m, "_MappedFile", py::buffer_protocol(),

@@ -1,6 +1,7 @@
 #include "bindings/errors.h"
 
 #include "bindings/registry.h"
+#include "bindings/text.h"
 
 namespace py = pybind11;
 
@@ -22,6 +23,8 @@ PyObject* python_class(ErrorKind kind) {
       return PyExc_ValueError;
     case ErrorKind::kTimeout:
       return PyExc_TimeoutError;
+    case ErrorKind::kMemory:
+      return PyExc_MemoryError;
   }
   return PyExc_RuntimeError;
 }
@@ -29,7 +32,7 @@ PyObject* python_class(ErrorKind kind) {
 }  // namespace
 
 py::object python_error(const Error& error) {
-  return py::reinterpret_borrow<py::object>(python_class(error.kind()))(error.what());
+  return py::reinterpret_borrow<py::object>(python_class(error.kind()))(message_text(error.what()));
 }
 
 void register_errors(py::module_& m) {
@@ -41,7 +44,7 @@ void register_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      py::set_error(python_class(e.kind()), e.what());
+      PyErr_SetObject(python_class(e.kind()), message_text(e.what()).ptr());
     }
   });
 }

@@ -82,9 +82,21 @@ void set_chunks(H5Layout& l, const py::array_t<int64_t, py::array::c_style | py:
 
 std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::array array) {
   CHUTE_CHECK(array.ndim() >= 1, kUsage, "array '" << name << "' must have at least one dimension");
+  const py::dtype type = array.dtype();
+  const std::string str = py::str(type.attr("str")).cast<std::string>();
+  DType dtype = DType::kU8;
   bool swap = false;
-  const std::string descr = py::str(array.dtype().attr("str")).cast<std::string>();
-  const DType dtype = parse_dtype(descr, &swap, "array '" + name + "'");
+  // A type DType has no name for (complex, records, datetimes, strings)
+  // travels as bytes that numpy views again as the type, named as .npy
+  // files name it.
+  std::string descr;
+  if (!dtype_from_numpy_descr(str, &dtype, &swap)) {
+    CHUTE_CHECK(!type.attr("hasobject").cast<bool>() && array.itemsize() > 0, kUsage,
+                "array '" << name << "' has dtype " << py::str(type).cast<std::string>()
+                          << ", which has no fixed size in bytes");
+    const py::object literal = py::module_::import("numpy.lib.format").attr("dtype_to_descr")(type);
+    descr = py::repr(literal).cast<std::string>();
+  }
   CHUTE_CHECK(!swap, kUsage, "array '" << name << "' is not in native byte order");
   // Rows must be C-contiguous; the stride between rows may be anything.
   std::vector<int64_t> row_shape;
@@ -95,9 +107,11 @@ std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::
     expect *= array.shape(d);
   }
   for (py::ssize_t d = 1; d < array.ndim(); ++d) row_shape.push_back(array.shape(d));
+  if (!descr.empty()) row_shape.push_back(array.itemsize());
   const auto* data = static_cast<const uint8_t*>(array.data());
   return std::make_shared<MemoryRowSource>(name, data, array.shape(0), array.strides(0), dtype,
-                                           std::move(row_shape), keep_python_alive(array));
+                                           std::move(row_shape), keep_python_alive(array),
+                                           std::move(descr));
 }
 
 template <typename T>
@@ -195,7 +209,11 @@ void register_indexed(py::module_& m) {
       .def_property_readonly("name", &RowSource::name)
       .def_property_readonly("num_rows", &RowSource::num_rows)
       .def_property_readonly("row_shape", &RowSource::row_shape)
-      .def_property_readonly("dtype", [](const RowSource& s) { return numpy_dtype(s.dtype()); })
+      .def_property_readonly("dtype",
+                             [](const RowSource& s) {
+                               return s.element_descr().empty() ? numpy_dtype(s.dtype())
+                                                                : numpy_dtype(s.element_descr());
+                             })
       .def_property_readonly("bytes_read", &RowSource::bytes_read);
 
   py::class_<H5Context, std::shared_ptr<H5Context>>(

@@ -4,6 +4,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "pipeline/batch.h"
 
 namespace chute::bindings {
@@ -16,5 +18,7 @@ pybind11::array tensor_to_numpy(const Tensor& tensor);
 pybind11::object column_to_python(const Column& column);
 
 pybind11::dtype numpy_dtype(DType dtype);
+// The dtype of an .npy descr literal (NpyHeader::descr, Tensor::descr).
+pybind11::dtype numpy_dtype(const std::string& descr);
 
 }  // namespace chute::bindings

@@ -9,6 +9,7 @@
 #include "bindings/errors.h"
 #include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
+#include "bindings/text.h"
 #include "compose/stream_request.h"
 #include "pipeline/stream_engine.h"
 
@@ -73,8 +74,15 @@ void register_stream(py::module_& m) {
 
   py::class_<FieldRequest> field(m, "FieldPlan");
   field.def(py::init<>());
-  forward(field, "name", &FieldRequest::field, &FieldPlan::name);
-  forward(field, "extensions", &FieldRequest::field, &FieldPlan::extensions);
+  // Names and extensions come from member names (surrogateescape str, see text.h).
+  field.def_property(
+      "name", [](const FieldRequest& r) { return name_text(r.field.name); },
+      [](FieldRequest& r, const py::str& value) { r.field.name = name_bytes(value); });
+  field.def_property(
+      "extensions", [](const FieldRequest& r) { return name_list(r.field.extensions); },
+      [](FieldRequest& r, const py::typing::Iterable<py::str>& values) {
+        r.field.extensions = name_bytes_list(values);
+      });
   forward(field, "decoder", &FieldRequest::codec, &FieldCodecSpec::codec);
   forward(field, "color", &FieldRequest::codec, &FieldCodecSpec::color);
   forward(field, "image", &FieldRequest::codec, &FieldCodecSpec::image);
@@ -94,6 +102,9 @@ void register_stream(py::module_& m) {
   forward(plan, "num_threads", &StreamRequest::plan, &StreamPlan::num_threads);
   forward(plan, "parse_ahead", &StreamRequest::plan, &StreamPlan::parse_ahead);
   forward(plan, "prefetch_batches", &StreamRequest::plan, &StreamPlan::prefetch_batches);
+  forward(plan, "max_inflight_bytes", &StreamRequest::plan, &StreamPlan::max_inflight_bytes);
+  forward(plan, "max_batch_bytes", &StreamRequest::plan, &StreamPlan::max_batch_bytes);
+  forward(plan, "samples_one_by_one", &StreamRequest::plan, &StreamPlan::samples_one_by_one);
   forward(plan, "resampled", &StreamRequest::plan, &StreamPlan::resampled);
   forward(plan, "shuffle_shards", &StreamRequest::plan, &StreamPlan::shuffle_shards);
   forward(plan, "repeat", &StreamRequest::plan, &StreamPlan::repeat);

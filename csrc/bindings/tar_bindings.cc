@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "bindings/registry.h"
+#include "bindings/text.h"
 #include "io/byte_source.h"
+#include "tar/sample_key.h"
 #include "tar/sample_reader.h"
 #include "tar/tar_stream.h"
 
@@ -20,14 +23,6 @@ namespace py = pybind11;
 
 namespace chute::bindings {
 namespace {
-
-// Member names are bytes in the archive; tarfile decodes them as UTF-8 with
-// surrogateescape, and so do we, so that keys compare equal to webdataset's.
-py::str decode_name(const std::string& s) {
-  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
-  if (o == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(o);
-}
 
 SourceOptions make_options(const std::string& cache_dir, double pipe_timeout_s) {
   SourceOptions options;
@@ -86,22 +81,28 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples) {
   for (const EncodedSample& s : samples) {
     py::dict fields;
     for (const SampleMember& m : s.members) {
-      fields[decode_name(m.extension)] = py::bytes(
+      fields[name_text(m.extension)] = py::bytes(
           reinterpret_cast<const char*>(s.bytes() + m.data_begin), m.data_size);
     }
-    result.append(py::make_tuple(decode_name(s.key), fields, s.offset));
+    result.append(py::make_tuple(name_text(s.key), fields, s.offset));
   }
   return result;
 }
 
-// Every member of a shard, parsed with the GIL released.
+// Every member of a shard, parsed with the GIL released; with `until_error`,
+// the members whose headers were read before an error that ends the archive
+// (the last one's payload may lie past it), and no error.
 std::vector<TarMember> read_members(const std::string& url, const std::string& cache_dir,
-                                    double pipe_timeout_s) {
+                                    double pipe_timeout_s, bool until_error = false) {
   py::gil_scoped_release release;
   std::vector<TarMember> members;
-  TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
-  TarMember m;
-  while (stream.next(m)) members.push_back(m);
+  try {
+    TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
+    TarMember m;
+    while (stream.next(m)) members.push_back(m);
+  } catch (const Error&) {
+    if (!until_error) throw;
+  }
   return members;
 }
 
@@ -109,21 +110,71 @@ py::list list_tar_members(const std::string& url, const std::string& cache_dir,
                           double pipe_timeout_s) {
   py::list result;
   for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
-    result.append(py::make_tuple(decode_name(m.name), m.header_offset, m.size));
+    result.append(py::make_tuple(name_text(m.name), m.header_offset, m.size));
   }
   return result;
 }
 
-// Like list_tar_members, plus where each payload starts: what a sidecar index
-// needs to read a member with one pread (PAX/GNU extension headers make the
-// distance from header to payload variable, so it cannot be derived later).
+// Like list_tar_members, plus where each payload starts (what a sidecar
+// index needs to read a member with one pread: PAX/GNU extension headers
+// make the distance from header to payload variable; None when the payload
+// is not one range: a sparse file) and the member's key and extension by the
+// reader's rule (None for members it skips).
 py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
-                           double pipe_timeout_s) {
+                           double pipe_timeout_s, bool until_error) {
   py::list result;
-  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
-    result.append(py::make_tuple(decode_name(m.name), m.header_offset, m.data_offset, m.size));
+  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s, until_error)) {
+    const std::optional<SampleKey> split = split_sample_key(m.name);
+    py::object key = py::none(), extension = py::none();
+    if (split) {
+      key = name_text(m.name.substr(0, split->key_length));
+      extension = name_text(split->extension);
+    }
+    // A sparse member's payload is not one range of the shard.
+    const py::object data_offset =
+        m.sparse || !m.fault.empty() ? py::none() : py::object(py::int_(m.data_offset));
+    result.append(py::make_tuple(name_text(m.name), m.header_offset, data_offset, m.size, key,
+                                 extension));
   }
   return result;
+}
+
+// What a shard holds up to its first error and past it, counted as the
+// engine delivers samples: under a handler that raises, the samples before
+// the first error (a sample the error flawed is not among them); under one
+// that goes on, the samples delivered (flawed ones included) and lost.
+py::dict count_tar_samples(const std::string& url, const std::string& cache_dir,
+                           double pipe_timeout_s) {
+  uint64_t raising = 0, skipping = 0, lost = 0;
+  std::vector<std::string> errors;
+  {
+    py::gil_scoped_release release;
+    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s)), 0);
+    EncodedSample sample;
+    bool stopped = false;
+    for (;;) {
+      try {
+        if (!reader.next(sample)) break;
+      } catch (const Error& e) {
+        errors.push_back(e.message());
+        stopped = true;
+        lost += reader.failure().samples_lost;
+        if (reader.failure().resumable) continue;
+        break;
+      }
+      stopped = stopped || sample.flawed;
+      raising += stopped ? 0 : 1;
+      skipping += 1;
+    }
+  }
+  py::dict d;
+  d["samples"] = raising;
+  d["samples_skipping"] = skipping;
+  d["samples_lost"] = lost;
+  py::list messages;
+  for (const std::string& e : errors) messages.append(message_text(e));
+  d["errors"] = messages;
+  return d;
 }
 
 // Times the reader alone (no Python objects), for benchmarks and shard checks.
@@ -159,21 +210,36 @@ py::dict scan_tar_samples(const std::string& url, const std::string& cache_dir,
 void register_tar(py::module_& m) {
   m.def(
       "peek_tar_sample",
-      [](const std::string& url, const std::string& cache_dir, double pipe_timeout) -> py::object {
+      [](const std::string& url, const std::string& cache_dir, double pipe_timeout,
+         bool skip_errors) -> py::object {
         std::vector<std::string> extensions;
         bool found = false;
         {
           py::gil_scoped_release release;
           SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout)), 0);
           EncodedSample sample;
-          found = reader.next(sample);
+          // Under a handler that goes on, the first sample the engine would
+          // deliver: past bad samples, a flawed one as it was read.
+          for (;;) {
+            try {
+              found = reader.next(sample);
+            } catch (const Error&) {
+              if (!skip_errors) throw;
+              if (reader.failure().resumable) continue;
+              found = false;
+            }
+            break;
+          }
           for (const SampleMember& m : sample.members) extensions.push_back(m.extension);
         }
         if (!found) return py::none();
-        return py::cast(extensions);
+        return name_list(extensions);
       },
       py::arg("url"), py::arg("cache_dir") = "", py::arg("pipe_timeout") = 0.0,
-      "Member extensions of the first sample of a shard, or None for an empty shard.");
+      py::arg("skip_errors") = false,
+      "Member extensions of the first sample of a shard, or None for a shard without one. "
+      "With skip_errors, errors are passed over as a handler that goes on passes them (None "
+      "when the shard ends at one before any sample).");
   m.def("read_tar_samples", &read_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].");
@@ -183,8 +249,17 @@ void register_tar(py::module_& m) {
         py::arg("pipe_timeout_s") = 0.0,
         "Regular-file members of a tar shard: [(name, header offset, size)].");
   m.def("list_tar_payloads", &list_tar_payloads, py::arg("url"), py::arg("cache_dir") = "",
+        py::arg("pipe_timeout_s") = 0.0, py::arg("until_error") = false,
+        "Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, "
+        "extension)]; the payload offset is None for a sparse file (not one range of the "
+        "shard), key and extension None for members the reader skips. With until_error, the "
+        "members whose headers come before an error that ends the archive, instead of the "
+        "error.");
+  m.def("count_tar_samples", &count_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
-        "Regular-file members of a tar shard: [(name, header offset, payload offset, size)].");
+        "Samples of a tar shard as the engine delivers them: {'samples': before the first error, "
+        "'samples_skipping': delivered under a handler that goes on, 'samples_lost': lost under "
+        "it, 'errors': the messages}.");
   m.def("scan_tar_samples", &scan_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0,
         "Parses a tar shard into samples without building Python objects; returns counts and "

@@ -33,4 +33,14 @@ void raise_error(ErrorKind kind, const std::string& message, const char* file, i
   throw Error(kind, message, file, line);
 }
 
+std::ostream& operator<<(std::ostream& os, const At& at) {
+  if (!at.where.empty()) os << at.where << ": ";
+  return os;
+}
+
+std::ostream& operator<<(std::ostream& os, const Detail& detail) {
+  if (!detail.text.empty()) os << ": " << detail.text;
+  return os;
+}
+
 }  // namespace chute

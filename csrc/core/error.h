@@ -4,9 +4,11 @@
 // a Python exception class.
 #pragma once
 
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace chute {
 
@@ -15,6 +17,7 @@ enum class ErrorKind {
   kIo,       // the OS failed us: missing file, read error, pipe command failed
   kUsage,    // the caller asked for something impossible: bad spec, index out of range
   kTimeout,  // a wait exceeded its limit
+  kMemory,   // an allocation failed: the memory asked for is not there
 };
 
 class Error : public std::runtime_error {
@@ -41,6 +44,22 @@ class Error : public std::runtime_error {
 
 [[noreturn]] void raise_error(ErrorKind kind, const std::string& message, const char* file,
                               int line);
+
+// Message parts that may be empty, so that a message never shows an empty
+// field (": : corrupt PNG", "corrupt JPEG: "):
+//   os << At{where} << "corrupt PNG" << Detail{reason};
+// At writes "where: ", or nothing for no where: a decoder that does not know
+// where its bytes lie starts with its own words and the caller that knows
+// puts the place in front (Error::with_prefix). Detail writes ": reason", or
+// nothing for no reason.
+struct At {
+  const std::string& where;
+};
+struct Detail {
+  std::string_view text;
+};
+std::ostream& operator<<(std::ostream& os, const At& at);
+std::ostream& operator<<(std::ostream& os, const Detail& detail);
 
 }  // namespace chute
 

@@ -1,5 +1,6 @@
 #include "decode/image_decoder.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -31,9 +32,9 @@ std::string leading_bytes(const uint8_t* data, size_t size) {
 ImageFormat sniff(const uint8_t* data, size_t size, const std::string& where) {
   if (starts_with(data, size, kJpegMagic, sizeof(kJpegMagic))) return ImageFormat::kJpeg;
   if (starts_with(data, size, kPngMagic, sizeof(kPngMagic))) return ImageFormat::kPng;
-  CHUTE_CHECK(size > 0, kData, where << ": empty image data");
+  CHUTE_CHECK(size > 0, kData, At{where} << "empty image data");
   CHUTE_CHECK(false, kData,
-              where << ": not a JPEG or PNG image (" << size << " bytes starting with "
+              At{where} << "not a JPEG or PNG image (" << size << " bytes starting with "
                     << leading_bytes(data, size) << ")");
   return ImageFormat::kJpeg;  // unreachable
 }
@@ -49,6 +50,14 @@ inline uint8_t luma(int r, int g, int b) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<int64_t> g_max_image_pixels{kDefaultMaxImagePixels};
+}  // namespace
+
+void set_max_image_pixels(int64_t pixels) { g_max_image_pixels.store(pixels < 0 ? 0 : pixels); }
+
+int64_t max_image_pixels() { return g_max_image_pixels.load(std::memory_order_relaxed); }
 
 const char* image_format_name(ImageFormat format) {
   return format == ImageFormat::kJpeg ? "jpeg" : "png";
@@ -101,7 +110,7 @@ RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorM
   CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.y + r.height <= info.height &&
                   r.x + r.width <= info.width,
               kUsage,
-              where << ": resample region " << r.height << "x" << r.width << " at (" << r.y
+              At{where} << "resample region " << r.height << "x" << r.width << " at (" << r.y
                     << ", " << r.x << ") does not fit the " << info.height << "x" << info.width
                     << " image");
   Resampler resampler(area, mode == ColorMode::kRgb ? 3 : 1, out);
@@ -115,13 +124,16 @@ namespace detail {
 void check_image_size(const char* format, int64_t width, int64_t height,
                       const std::string& where) {
   CHUTE_CHECK(width > 0 && height > 0, kData,
-              where << ": " << format << " header declares an empty image (" << width << "x"
+              At{where} << format << " header declares an empty image (" << width << "x"
                     << height << ")");
-  // Checked before any pixel memory exists: a 60000x60000 header in a 1 KiB
-  // member would otherwise ask for 10 GiB (a decompression bomb).
-  CHUTE_CHECK(width <= kMaxImagePixels / height, kData,
-              where << ": " << format << " image is " << width << "x" << height
-                    << ", above the limit of " << kMaxImagePixels << " pixels");
+  // Checked before any pixel memory exists: a 15000x15000 header in a
+  // 640 KiB member would otherwise ask for 645 MiB (a decompression bomb).
+  const int64_t limit = max_image_pixels();
+  CHUTE_CHECK(limit <= 0 || width <= limit / height, kData,
+              At{where} << format << " image is " << width << "x" << height << " = "
+                    << width * height << " pixels, above the limit of " << limit
+                    << " pixels (a decompression bomb guard, as Pillow's; "
+                       "chute.set_max_image_pixels() changes it)");
 }
 
 void rgb_to_l(const uint8_t* rgb, uint8_t* l, size_t pixels) {

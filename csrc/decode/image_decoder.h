@@ -21,9 +21,17 @@ struct ImageInfo {
   int height;
 };
 
+// The decompression bomb guard: images of more pixels than this are refused
+// from their header, before any pixel memory exists. The default is where
+// Pillow raises DecompressionBombError (2 * Image.MAX_IMAGE_PIXELS, 2 *
+// 89478485); chute has no warning band below it. Process-wide, read by every
+// decode thread; 0 turns the guard off.
+constexpr int64_t kDefaultMaxImagePixels = 2 * int64_t{89478485};
+void set_max_image_pixels(int64_t pixels);
+int64_t max_image_pixels();
+
 // Reads only the header. Rejects 0-sized images and images above
-// kMaxImagePixels (a decompression bomb guard).
-constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+// max_image_pixels().
 ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where);
 
 // Decodes the whole image as 8-bit HWC (C = 3 for kRgb, 1 for kGray) into
@@ -84,7 +92,7 @@ ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where);
 void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                 const std::string& where);
 
-// Throws kData naming `where` for 0-sized images and images above kMaxImagePixels.
+// Throws kData naming `where` for 0-sized images and images above max_image_pixels().
 void check_image_size(const char* format, int64_t width, int64_t height,
                       const std::string& where);
 

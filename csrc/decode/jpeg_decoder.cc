@@ -194,7 +194,7 @@ class JpegDecoder {
       reserve_band(&job, width);
     }
     const bool ok = guarded_decode(this, &job);
-    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    CHUTE_CHECK(ok, kData, At{where} << "corrupt JPEG" << Detail{err_.message});
   }
 
   // Only what the resample of `area` reads: its rows (those above are
@@ -211,7 +211,7 @@ class JpegDecoder {
     CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.height > 0 && r.width > 0 &&
                     r.y + r.height <= full_h && r.x + r.width <= full_w,
                 kUsage,
-                where << ": resample region " << r.height << "x" << r.width << " at (" << r.y
+                At{where} << "resample region " << r.height << "x" << r.width << " at (" << r.y
                       << ", " << r.x << ") does not fit the " << full_h << "x" << full_w
                       << " image");
     DecodeJob job = plan_job(mode, where);
@@ -219,7 +219,7 @@ class JpegDecoder {
     cinfo_.scale_num = static_cast<unsigned>(scale);
     cinfo_.scale_denom = 8;
     bool ok = guarded_calc_output(this, &job);
-    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    CHUTE_CHECK(ok, kData, At{where} << "corrupt JPEG" << Detail{err_.message});
     const int scaled_h = static_cast<int>(cinfo_.output_height);
     const int scaled_w = static_cast<int>(cinfo_.output_width);
     Resampler resampler(scale_area(area, scale, scaled_h, scaled_w), job.out_channels, out);
@@ -232,14 +232,14 @@ class JpegDecoder {
     JDIMENSION x = static_cast<JDIMENSION>(first);
     JDIMENSION width = static_cast<JDIMENSION>(end - first);
     ok = guarded_start_cropped(this, &x, &width);
-    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    CHUTE_CHECK(ok, kData, At{where} << "corrupt JPEG" << Detail{err_.message});
     resampler.set_column_origin(static_cast<int>(x));
     resampler.begin(scaled_h, static_cast<int>(width), job.out_channels);
     job.sink = &resampler;
     reserve_band(&job, static_cast<int>(width));
     ok = guarded_decode_rows(this, &job, static_cast<JDIMENSION>(need.y),
                              static_cast<JDIMENSION>(need.y + need.height));
-    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG: " << err_.message);
+    CHUTE_CHECK(ok, kData, At{where} << "corrupt JPEG" << Detail{err_.message});
     resampler.finish();
     return {scale, Window{need.y, static_cast<int>(x), need.height, static_cast<int>(width)}};
   }
@@ -290,7 +290,7 @@ class JpegDecoder {
         break;
       default:
         CHUTE_CHECK(false, kData,
-                    where << ": unsupported JPEG color space (" << cinfo_.num_components
+                    At{where} << "unsupported JPEG color space (" << cinfo_.num_components
                           << " components)");
     }
     if (job.conversion != RowConversion::kNone) {
@@ -346,7 +346,7 @@ class JpegDecoder {
 
   void read_header(const uint8_t* data, size_t size, const std::string& where) {
     const bool ok = guarded_read_header(this, data, size);
-    CHUTE_CHECK(ok, kData, where << ": corrupt JPEG header: " << err_.message);
+    CHUTE_CHECK(ok, kData, At{where} << "corrupt JPEG header" << Detail{err_.message});
     check_image_size("JPEG", cinfo_.image_width, cinfo_.image_height, where);
   }
 

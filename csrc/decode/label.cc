@@ -67,10 +67,10 @@ int64_t parse_int_label(const uint8_t* data, size_t size, const std::string& whe
     if (!overflow) magnitude = magnitude * 10 + digit;
   }
   CHUTE_CHECK(ok, kData,
-              where << ": invalid integer label " << quoted(data, size)
+              At{where} << "invalid integer label " << quoted(data, size)
                     << " (expected decimal digits, as Python's int() reads them)");
   CHUTE_CHECK(!overflow, kData,
-              where << ": integer label " << quoted(data, size) << " does not fit in int64");
+              At{where} << "integer label " << quoted(data, size) << " does not fit in int64");
   return negative ? static_cast<int64_t>(~magnitude + 1) : static_cast<int64_t>(magnitude);
 }
 

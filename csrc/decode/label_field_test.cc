@@ -50,10 +50,10 @@ TEST(LabelField, ABadLabelFailsWithoutAPlaceOfItsOwn) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kData);
   EXPECT_EQ(e->message(),
-            ": invalid integer label b'cat' (expected decimal digits, as Python's int() reads them)");
+            "invalid integer label b'cat' (expected decimal digits, as Python's int() reads them)");
   const std::optional<Error> big = test::error_from([&] { probe(d, "9223372036854775808"); });
   ASSERT_TRUE(big);
-  EXPECT_EQ(big->message(), ": integer label b'9223372036854775808' does not fit in int64");
+  EXPECT_EQ(big->message(), "integer label b'9223372036854775808' does not fit in int64");
 }
 
 }  // namespace

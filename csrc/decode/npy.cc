@@ -4,13 +4,14 @@
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
 // padded with spaces and ended by '\n', then the raw array bytes.
 //
-// numpy reads the header with ast.literal_eval; we accept the subset of
-// literals that describes a numeric array (quoted keys, a quoted descr,
-// True/False, a tuple of non-negative ints) and refuse the rest with a
-// reason rather than guess.
+// numpy reads the header with ast.literal_eval; we accept the literals that
+// describe an array (quoted keys, a descr as numpy writes one: a type string
+// or a list of fields, True/False, a tuple of non-negative ints) and refuse
+// the rest with a reason rather than guess.
 #include "decode/npy.h"
 
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "core/error.h"
@@ -70,7 +71,7 @@ class HeaderParser {
  private:
   [[noreturn]] void fail(const std::string& what) const {
     CHUTE_CHECK(false, kData,
-                where_ << ": bad .npy header: " << what << " at character " << pos_ << " of "
+                At{where_} << "bad .npy header: " << what << " at character " << pos_ << " of "
                        << printable(text_, size_));
     __builtin_unreachable();  // CHUTE_CHECK(false, ...) always throws
   }
@@ -125,22 +126,223 @@ class HeaderParser {
     return s;
   }
 
+  // The descr: a type string, or a list of fields for a structured dtype.
+  // A DType is read as such; any other fixed-size type keeps its literal
+  // text for numpy, and only its size matters here.
   void parse_descr(NpyHeader* header) {
-    if (peek() == '[') fail("structured dtypes (a list descr) are not supported");
-    const size_t at = pos_;
-    const std::string descr = parse_string();
-    if (dtype_from_numpy_descr(descr, &header->dtype, &header->byteswap)) return;
-    pos_ = at;
-    const char kind = descr.size() >= 2 && (descr[0] == '<' || descr[0] == '>' ||
-                                            descr[0] == '|' || descr[0] == '=')
-                          ? descr[1]
-                          : (descr.empty() ? '\0' : descr[0]);
-    if (kind == 'O') fail("object arrays ('" + descr + "', pickled Python objects) are refused");
-    if (kind == 'U' || kind == 'S' || kind == 'a') {
-      fail("string dtype '" + descr + "' is not supported (numeric dtypes only)");
+    const size_t begin = pos_;
+    header->byteswap = false;
+    if (peek() == '[') {
+      header->itemsize = parse_fields(0);
+    } else {
+      const size_t at = pos_;
+      const std::string type = parse_string();
+      if (dtype_from_numpy_descr(type, &header->dtype, &header->byteswap)) {
+        header->itemsize = dtype_size(header->dtype);
+        header->descr.clear();
+        return;
+      }
+      header->itemsize = type_size(type, at);
     }
-    if (kind == 'V') fail("void/structured dtype '" + descr + "' is not supported");
-    fail("unsupported dtype '" + descr + "'");
+    if (header->itemsize == 0) {
+      pos_ = begin;
+      fail("zero-size dtype");
+    }
+    header->dtype = DType::kU8;
+    header->descr.assign(text_ + begin, pos_ - begin);
+  }
+
+  // Size of one element of a type string such as '<c8', '|S10', '<U3',
+  // '|V16', '<M8[ns]', '>m8[10s]' (numpy's dtype.str).
+  size_t type_size(const std::string& type, size_t at) {
+    size_t i = type.empty() || std::strchr("<>|=", type[0]) == nullptr ? 0 : 1;
+    const char kind = i < type.size() ? type[i] : '\0';
+    ++i;
+    auto refuse = [&](const std::string& why) {
+      pos_ = at;
+      fail(why);
+    };
+    if (kind == 'O') {
+      refuse("object arrays ('" + type +
+             "', pickled Python objects) cannot be loaded without pickle, as "
+             "np.load(allow_pickle=False) refuses them");
+    }
+    uint64_t n = 0;
+    const size_t digits = i;
+    while (i < type.size() && type[i] >= '0' && type[i] <= '9' && n < (uint64_t{1} << 40)) {
+      n = n * 10 + static_cast<uint64_t>(type[i++] - '0');
+    }
+    const bool sized = i > digits;
+    std::string rest = type.substr(i);
+    auto one_of = [&](std::initializer_list<uint64_t> sizes) {
+      for (uint64_t v : sizes) {
+        if (n == v) return true;
+      }
+      return false;
+    };
+    bool ok = sized && rest.empty();
+    switch (kind) {
+      case 'c':
+        ok = ok && one_of({8, 16, 32});
+        break;
+      case 'f':
+        ok = ok && one_of({2, 4, 8, 16});
+        break;
+      case 'i':
+      case 'u':
+        ok = ok && one_of({1, 2, 4, 8});
+        break;
+      case 'b':
+        ok = ok && n == 1;
+        break;
+      case 'S':
+      case 'a':
+      case 'V':
+        break;
+      case 'U':
+        n *= 4;  // UCS-4
+        break;
+      case 'M':
+      case 'm':
+        ok = sized && n == 8 && (rest.empty() || datetime_unit(rest));
+        break;
+      default:
+        ok = false;
+    }
+    if (!ok) refuse("unsupported dtype '" + type + "'");
+    return static_cast<size_t>(n);
+  }
+
+  // "[unit]" or "[Nunit]" of a datetime64/timedelta64 type.
+  static bool datetime_unit(const std::string& s) {
+    if (s.size() < 3 || s.front() != '[' || s.back() != ']') return false;
+    size_t i = 1;
+    while (i + 1 < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    const std::string unit = s.substr(i, s.size() - 1 - i);
+    for (const char* u : {"Y", "M", "W", "D", "h", "m", "s", "ms", "us", "\xce\xbcs", "ns", "ps",
+                          "fs", "as", "generic"}) {
+      if (unit == u) return true;
+    }
+    return false;
+  }
+
+  // A structured descr: [(name, type[, shape]), ...], name a string or a
+  // (title, name) pair, type a string or a nested list; returns the record's
+  // size. numpy writes padding as fields named '' of type '|Vn', so the
+  // fields' sizes add up to the record's.
+  size_t parse_fields(int depth) {
+    if (depth > 32) fail("structured dtype nested too deeply");
+    expect('[');
+    skip_space();
+    uint64_t total = 0;
+    while (peek() != ']') {
+      expect('(');
+      skip_space();
+      if (peek() == '(') {  // (title, name)
+        ++pos_;
+        skip_space();
+        skip_string();
+        skip_space();
+        expect(',');
+        skip_space();
+        skip_string();
+        skip_space();
+        expect(')');
+      } else {
+        skip_string();
+      }
+      skip_space();
+      expect(',');
+      skip_space();
+      uint64_t size = 0;
+      if (peek() == '[') {
+        size = parse_fields(depth + 1);
+      } else {
+        const size_t at = pos_;
+        const std::string type = parse_string();
+        DType t;
+        bool swap;
+        size = dtype_from_numpy_descr(type, &t, &swap) ? dtype_size(t) : type_size(type, at);
+      }
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        skip_space();
+        if (peek() != ')') {
+          size = checked_product(size, parse_subarray_count());
+          skip_space();
+          if (peek() == ',') {
+            ++pos_;
+            skip_space();
+          }
+        }
+      }
+      expect(')');
+      if (__builtin_add_overflow(total, size, &total)) fail("structured dtype too large");
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        skip_space();
+      } else if (peek() != ']') {
+        fail("expected ',' or ']' in a structured descr");
+      }
+    }
+    ++pos_;  // ']'
+    if (total > (uint64_t{1} << 40)) fail("structured dtype too large");
+    return static_cast<size_t>(total);
+  }
+
+  // A field's subarray shape: an int or a tuple of ints; their product.
+  uint64_t parse_subarray_count() {
+    if (peek() != '(') return parse_uint();
+    ++pos_;
+    skip_space();
+    uint64_t count = 1;
+    while (peek() != ')') {
+      count = checked_product(count, parse_uint());
+      skip_space();
+      if (peek() == ',') {
+        ++pos_;
+        skip_space();
+      } else if (peek() != ')') {
+        fail("expected ',' or ')' in a field's shape");
+      }
+    }
+    ++pos_;
+    return count;
+  }
+
+  uint64_t parse_uint() {
+    if (peek() < '0' || peek() > '9') fail("expected a non-negative integer");
+    uint64_t v = 0;
+    while (peek() >= '0' && peek() <= '9') {
+      if (v > (uint64_t{1} << 40)) fail("number too large");
+      v = v * 10 + static_cast<uint64_t>(peek() - '0');
+      ++pos_;
+    }
+    return v;
+  }
+
+  uint64_t checked_product(uint64_t a, uint64_t b) {
+    uint64_t out;
+    if (__builtin_mul_overflow(a, b, &out) || out > (uint64_t{1} << 40)) {
+      fail("structured dtype too large");
+    }
+    return out;
+  }
+
+  // Moves past a quoted string, escapes included (field names are Python
+  // literals; numpy reads them, we only need where they end).
+  void skip_string() {
+    const char quote = peek();
+    if (quote != '\'' && quote != '"') fail("expected a quoted string");
+    ++pos_;
+    while (pos_ < size_ && text_[pos_] != quote) {
+      if (text_[pos_] == '\\') ++pos_;
+      ++pos_;
+    }
+    if (pos_ >= size_) fail("unterminated string");
+    ++pos_;
   }
 
   bool parse_bool() {
@@ -211,19 +413,19 @@ inline void copy_element(const uint8_t* src, uint8_t* dst, size_t itemsize, bool
 
 NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& where) {
   CHUTE_CHECK(size >= kMagicSize + 2 && std::memcmp(data, kMagic, kMagicSize) == 0, kData,
-              where << ": not a .npy file (no \\x93NUMPY magic)");
+              At{where} << "not a .npy file (no \\x93NUMPY magic)");
   const int major = data[6];
   const int minor = data[7];
   CHUTE_CHECK(minor == 0 && (major == 1 || major == 2 || major == 3), kData,
-              where << ": unsupported .npy format version " << major << "." << minor);
+              At{where} << "unsupported .npy format version " << major << "." << minor);
   // 1.0: 2-byte header length; 2.0 widened it to 4; 3.0 only allows UTF-8
   // text in it, which a numeric header never uses.
   const int len_bytes = major == 1 ? 2 : 4;
   const size_t prefix = kMagicSize + 2 + len_bytes;
-  CHUTE_CHECK(size >= prefix, kData, where << ": truncated .npy header (" << size << " bytes)");
+  CHUTE_CHECK(size >= prefix, kData, At{where} << "truncated .npy header (" << size << " bytes)");
   const size_t header_len = read_le(data + kMagicSize + 2, len_bytes);
   CHUTE_CHECK(header_len <= size - prefix, kData,
-              where << ": truncated .npy header: it declares " << header_len
+              At{where} << "truncated .npy header: it declares " << header_len
                     << " bytes, the file has " << size - prefix << " after the prefix");
   HeaderParser parser(reinterpret_cast<const char*>(data + prefix), header_len, where);
   NpyHeader header = parser.parse();
@@ -232,28 +434,26 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
   uint64_t count = 1;
   for (int64_t d : header.shape) {
     CHUTE_CHECK(!__builtin_mul_overflow(count, static_cast<uint64_t>(d), &count), kData,
-                where << ": .npy shape overflows (element count above 2^64)");
+                At{where} << ".npy shape overflows (element count above 2^64)");
   }
   uint64_t bytes = 0;
-  CHUTE_CHECK(!__builtin_mul_overflow(count, static_cast<uint64_t>(dtype_size(header.dtype)),
-                                      &bytes),
-              kData, where << ": .npy shape overflows (byte count above 2^64)");
+  CHUTE_CHECK(!__builtin_mul_overflow(count, static_cast<uint64_t>(header.itemsize), &bytes),
+              kData, At{where} << ".npy shape overflows (byte count above 2^64)");
   CHUTE_CHECK(bytes <= size - header.data_offset, kData,
-              where << ": truncated .npy payload: the header promises " << bytes
-                    << " bytes of " << dtype_name(header.dtype) << ", the file has "
-                    << size - header.data_offset);
+              At{where} << "truncated .npy payload: the header promises " << bytes << " bytes of "
+                    << (header.descr.empty() ? dtype_name(header.dtype) : header.descr)
+                    << ", the file has " << size - header.data_offset);
   header.data_bytes = static_cast<size_t>(bytes);
   return header;
 }
 
 void copy_npy(const NpyHeader& header, const uint8_t* data, uint8_t* out) {
-  copy_npy_array(header.dtype, header.byteswap, header.fortran_order, header.shape,
+  copy_npy_array(header.itemsize, header.byteswap, header.fortran_order, header.shape,
                  data + header.data_offset, out);
 }
 
-void copy_npy_array(DType dtype, bool byteswap, bool fortran_order,
+void copy_npy_array(size_t itemsize, bool byteswap, bool fortran_order,
                     const std::vector<int64_t>& shape, const uint8_t* src, uint8_t* out) {
-  const size_t itemsize = dtype_size(dtype);
   size_t count = 1;
   for (int64_t d : shape) count *= static_cast<size_t>(d);
   if (count == 0 || itemsize == 0) return;

@@ -117,8 +117,8 @@ TEST(NpyField, AProbeLeavesNothingOfAnEarlierOne) {
 }
 
 TEST(NpyField, BadPayloadsFailWithoutAPlaceOfTheirOwn) {
-  // The engine puts the sample's location in front of a message that
-  // starts with ": ".
+  // The message starts with its own words; the engine puts the sample's
+  // location in front (At in core/error.h).
   const NpyFieldDecoder d;
   for (const std::string& payload :
        {std::string("not numpy at all"),
@@ -127,11 +127,11 @@ TEST(NpyField, BadPayloadsFailWithoutAPlaceOfTheirOwn) {
     const std::optional<Error> e = test::error_from([&] { probe(d, payload); });
     ASSERT_TRUE(e) << payload;
     EXPECT_EQ(e->kind(), ErrorKind::kData);
-    EXPECT_EQ(e->message().substr(0, 2), ": ") << e->message();
+    EXPECT_NE(e->message().substr(0, 1), ":") << e->message();
   }
   const std::optional<Error> e = test::error_from([&] { probe(d, "not numpy at all"); });
   ASSERT_TRUE(e);
-  EXPECT_EQ(e->message(), ": not a .npy file (no \\x93NUMPY magic)");
+  EXPECT_EQ(e->message(), "not a .npy file (no \\x93NUMPY magic)");
 }
 
 }  // namespace

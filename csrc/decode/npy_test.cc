@@ -224,16 +224,22 @@ TEST(Npy, FileErrors) {
 
 TEST(Npy, HeaderErrors) {
   const std::string bad = "x.npy: bad .npy header: ";
+  const std::string object =
+      "cannot be loaded without pickle, as np.load(allow_pickle=False) refuses them";
   EXPECT_EQ(header_error("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"),
-            bad + "object arrays ('|O', pickled Python objects) are refused");
-  EXPECT_EQ(header_error("{'descr': '<U4', 'fortran_order': False, 'shape': (1,), }"),
-            bad + "string dtype '<U4' is not supported (numeric dtypes only)");
-  EXPECT_EQ(header_error("{'descr': '|V8', 'fortran_order': False, 'shape': (1,), }"),
-            bad + "void/structured dtype '|V8' is not supported");
-  EXPECT_EQ(header_error("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (1,), }"),
-            bad + "structured dtypes (a list descr) are not supported");
-  EXPECT_EQ(header_error("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }"),
-            bad + "unsupported dtype '<c8'");
+            bad + "object arrays ('|O', pickled Python objects) " + object);
+  EXPECT_EQ(header_error("{'descr': [('a', '<i4'), ('b', [('c', '|O')])], 'fortran_order': False, 'shape': (1,), }"),
+            bad + "object arrays ('|O', pickled Python objects) " + object);
+  EXPECT_EQ(header_error("{'descr': '<c12', 'fortran_order': False, 'shape': (1,), }"),
+            bad + "unsupported dtype '<c12'");
+  EXPECT_EQ(header_error("{'descr': '<M8[fortnight]', 'fortran_order': False, 'shape': (1,), }"),
+            bad + "unsupported dtype '<M8[fortnight]'");
+  EXPECT_EQ(header_error("{'descr': '<q8', 'fortran_order': False, 'shape': (1,), }"),
+            bad + "unsupported dtype '<q8'");
+  EXPECT_EQ(header_error("{'descr': [], 'fortran_order': False, 'shape': (1,), }"),
+            bad + "zero-size dtype");
+  EXPECT_EQ(header_error("{'descr': [('a' '<i4')], 'fortran_order': False, 'shape': (1,), }"),
+            bad + "expected ','");
   EXPECT_EQ(header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (3), }"),
             bad + "shape must be a tuple: '(n,)', not '(n)'");
   EXPECT_EQ(header_error("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }"),
@@ -255,11 +261,70 @@ TEST(Npy, HeaderErrors) {
 }
 
 TEST(Npy, HeaderErrorsQuoteTheHeaderAndPosition) {
-  const std::string dict = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }";
-  // numpy pads this header with 61 spaces (10 + 56 + 61 + 1 = 128 bytes).
+  const std::string dict = "{'descr': '<c12', 'fortran_order': False, 'shape': (1,), }";
+  // numpy pads this header with 59 spaces (10 + 58 + 59 + 1 = 128 bytes).
   EXPECT_EQ(error_of(npy(dict, "")),
-            "x.npy: bad .npy header: object arrays ('|O', pickled Python objects) are refused at "
-            "character 10 of \"" + dict + std::string(61, ' ') + "\\n\"");
+            "x.npy: bad .npy header: unsupported dtype '<c12' at character 10 of \"" + dict +
+                std::string(59, ' ') + "\\n\"");
+}
+
+// Types only numpy names: the element's size from the descr, the descr's
+// literal text kept for numpy, the bytes as they are (any byte order).
+struct Named {
+  std::string descr;
+  size_t itemsize;
+};
+
+TEST(Npy, TypesOnlyNumpyNamesKeepTheirDescrAndBytes) {
+  const std::vector<Named> cases{
+      {"'<c8'", 8},
+      {"'>c16'", 16},
+      {"'<c32'", 32},
+      {"'<f16'", 16},
+      {"'|S5'", 5},
+      {"'|a3'", 3},
+      {"'<U3'", 12},
+      {"'>U1'", 4},
+      {"'|V7'", 7},
+      {"'<M8[ns]'", 8},
+      {"'>m8[10s]'", 8},
+      {"'<M8'", 8},
+      {"[('a', '<i4'), ('b', '>f8'), ('c', '|S3')]", 15},
+      {"[('a', '|i1'), ('', '|V7'), ('b', '<i8')]", 16},
+      {"[('p', [('x', '<f4'), ('y', '<f4')]), ('v', '<i2', (3,))]", 14},
+      {"[(('the title', 'a'), '<i4'), ('m', '<f8', (2, 3))]", 52},
+      {"[(\"it's\", '<i4'), ('b\\'q', '|u1', 2)]", 6},
+  };
+  for (const Named& c : cases) {
+    std::string data;
+    for (size_t i = 0; i < 2 * c.itemsize; ++i) data.push_back(static_cast<char>(i * 7 + 1));
+    const std::string file =
+        npy("{'descr': " + c.descr + ", 'fortran_order': False, 'shape': (2,), }", data);
+    const NpyHeader h = parse(file);
+    EXPECT_EQ(h.descr, c.descr);
+    EXPECT_EQ(h.dtype, DType::kU8);
+    EXPECT_EQ(h.itemsize, c.itemsize) << c.descr;
+    EXPECT_EQ(h.data_bytes, 2 * c.itemsize);
+    std::string out(h.data_bytes, '\0');
+    copy_npy(h, reinterpret_cast<const uint8_t*>(file.data()), reinterpret_cast<uint8_t*>(out.data()));
+    EXPECT_EQ(out, data) << c.descr;
+  }
+}
+
+TEST(Npy, FortranOrderOfWideElements) {
+  // 2x3 elements of 16 bytes (complex128) stored first axis fastest.
+  std::string fortran;
+  for (int col = 0; col < 3; ++col) {
+    for (int row = 0; row < 2; ++row) fortran += std::string(16, static_cast<char>('a' + row * 3 + col));
+  }
+  const std::string file =
+      npy("{'descr': '<c16', 'fortran_order': True, 'shape': (2, 3), }", fortran);
+  const NpyHeader h = parse(file);
+  std::string out(h.data_bytes, '\0');
+  copy_npy(h, reinterpret_cast<const uint8_t*>(file.data()), reinterpret_cast<uint8_t*>(out.data()));
+  std::string c_order;
+  for (int i = 0; i < 6; ++i) c_order += std::string(16, static_cast<char>('a' + i));
+  EXPECT_EQ(out, c_order);
 }
 
 TEST(Npy, ShapeWhoseByteCountOverflowsIsAnError) {

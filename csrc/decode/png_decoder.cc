@@ -246,19 +246,19 @@ ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where) 
   // pixel data (and inflate compressed text and ICC profiles) to get here.
   constexpr size_t kEnd = 8 + 8 + 13 + 4;
   CHUTE_CHECK(size >= kEnd, kData,
-              where << ": corrupt PNG header: truncated (" << size << " bytes)");
+              At{where} << "corrupt PNG header: truncated (" << size << " bytes)");
   const uint8_t* chunk = data + 8;
   CHUTE_CHECK(read_be32(chunk) == 13 && std::memcmp(chunk + 4, "IHDR", 4) == 0, kData,
-              where << ": corrupt PNG header: the first chunk is not a 13-byte IHDR");
+              At{where} << "corrupt PNG header: the first chunk is not a 13-byte IHDR");
   const uint32_t crc = static_cast<uint32_t>(crc32(0, chunk + 4, 4 + 13));
   CHUTE_CHECK(crc == read_be32(chunk + 8 + 13), kData,
-              where << ": corrupt PNG header: IHDR CRC mismatch");
+              At{where} << "corrupt PNG header: IHDR CRC mismatch");
   const uint32_t width = read_be32(chunk + 8);
   const uint32_t height = read_be32(chunk + 12);
   const int bit_depth = chunk[16];
   const int color_type = chunk[17];
   CHUTE_CHECK(valid_depth(color_type, bit_depth), kData,
-              where << ": corrupt PNG header: bit depth " << bit_depth
+              At{where} << "corrupt PNG header: bit depth " << bit_depth
                     << " is invalid for color type " << color_type);
   check_image_size("PNG", width, height, where);
   return {ImageFormat::kPng, static_cast<int>(width), static_cast<int>(height)};
@@ -267,10 +267,10 @@ ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where) 
 void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                 const std::string& where) {
   PngReader reader(data, size);
-  CHUTE_CHECK(reader.created(), kIo, where << ": cannot create a PNG decoder (out of memory)");
+  CHUTE_CHECK(reader.created(), kIo, At{where} << "cannot create a PNG decoder (out of memory)");
   Header h{};
   bool ok = PngReader::guarded_read_info(&reader, &h);
-  CHUTE_CHECK(ok, kData, where << ": corrupt PNG: " << reader.message());
+  CHUTE_CHECK(ok, kData, At{where} << "corrupt PNG" << Detail{reader.message()});
   check_image_size("PNG", h.width, h.height, where);
 
   const bool gray16 = h.color_type == PNG_COLOR_TYPE_GRAY && h.bit_depth == 16;
@@ -291,12 +291,12 @@ void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
   size_t row_bytes = 0;
   int channels = 0;
   ok = PngReader::guarded_transform(&reader, &h, mode, gray16, &row_bytes, &channels);
-  CHUTE_CHECK(ok, kData, where << ": corrupt PNG: " << reader.message());
+  CHUTE_CHECK(ok, kData, At{where} << "corrupt PNG" << Detail{reader.message()});
   plan.src_row_bytes =
       static_cast<size_t>(h.width) * expect_channels * (gray16 ? 2 : 1);
   // A mismatch would be our bug, not the file's; never write past `out`.
   CHUTE_CHECK(channels == expect_channels && row_bytes == plan.src_row_bytes, kData,
-              where << ": PNG (color type " << h.color_type << ", bit depth " << h.bit_depth
+              At{where} << "PNG (color type " << h.color_type << ", bit depth " << h.bit_depth
                     << ") decodes to " << channels << " channels and " << row_bytes
                     << " bytes per row, expected " << expect_channels << " and "
                     << plan.src_row_bytes);
@@ -325,7 +325,7 @@ void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
     job.scratch = buffers.scratch.data();
   }
   ok = PngReader::guarded_read(&reader, &job);
-  CHUTE_CHECK(ok, kData, where << ": corrupt PNG: " << reader.message());
+  CHUTE_CHECK(ok, kData, At{where} << "corrupt PNG" << Detail{reader.message()});
 }
 
 }  // namespace chute::detail

@@ -136,8 +136,8 @@ std::shared_ptr<Block> BatchAllocator::allocate(size_t bytes) {
   }
   if (data == nullptr) {
     data = new_arena(size);
-    CHUTE_CHECK(data != nullptr, kIo,
-                "out of memory allocating a batch buffer of " << size << " bytes");
+    CHUTE_CHECK(data != nullptr, kMemory,
+                "out of memory: cannot map a batch buffer of " << size << " bytes");
     PinHooks hooks;
     {
       std::lock_guard<std::mutex> lock(pool_->mutex);

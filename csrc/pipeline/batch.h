@@ -20,6 +20,9 @@ struct Tensor {
   size_t offset = 0;             // bytes into block
   DType dtype = DType::kU8;
   std::vector<int64_t> shape;    // C-contiguous
+  // Set when the elements are of a type only numpy names (ProbedField::descr):
+  // dtype is then kU8 and the last axis of shape is one element's bytes.
+  std::string descr;
 
   uint8_t* data() const { return block->data() + offset; }
   size_t numel() const;

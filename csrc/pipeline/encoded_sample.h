@@ -21,7 +21,10 @@ struct SampleMember {
   std::string extension;  // lowercased, e.g. "jpg", "nsdgeneral.npy"
   std::string name;       // full member name, for error messages
   uint64_t offset = 0;    // where the member starts in its source (a tar member's first header)
-  uint64_t data_offset = 0;  // where its payload starts in its source
+  // Where its payload starts in its source; kScattered when the payload is
+  // not one range of it (a sparse file, whose holes are not stored).
+  uint64_t data_offset = 0;
+  static constexpr uint64_t kScattered = ~uint64_t{0};
   size_t data_begin = 0;  // payload range inside EncodedSample::bytes()
   size_t data_size = 0;
 };
@@ -69,6 +72,11 @@ struct EncodedSample {
   std::vector<uint8_t> data;
   std::shared_ptr<const InPlaceStorage> in_place;
   size_t payload_bytes = 0;
+  // The source found a fault that it left out of this sample (a repeated
+  // extension, the members after a cut) and throws its error on the next
+  // call. Under the skip policy the sample is delivered as read, as
+  // webdataset delivers it; under raise the error comes instead.
+  bool flawed = false;
 
   const uint8_t* bytes() const { return in_place ? in_place->data() : data.data(); }
   const SampleMember* find(const std::string& extension) const {
@@ -77,8 +85,17 @@ struct EncodedSample {
     }
     return nullptr;
   }
-  // What holding the sample costs, for the shuffle buffer's byte bound.
-  size_t encoded_bytes() const { return payload_bytes + key.size() + members.size() * 64; }
+  // The memory holding the sample costs: its payload buffer as allocated
+  // (a reused buffer may be larger than the payload), or the payload's
+  // bytes of the storage it points into, and its bookkeeping. What the
+  // engine's byte bounds (chunks, shuffle buffers, batches in flight) count.
+  size_t held_bytes() const {
+    size_t bytes = sizeof(EncodedSample) + key.capacity() +
+                   members.capacity() * sizeof(SampleMember) +
+                   (in_place ? payload_bytes : data.capacity());
+    for (const SampleMember& m : members) bytes += m.extension.capacity() + m.name.capacity();
+    return bytes;
+  }
 };
 
 }  // namespace chute

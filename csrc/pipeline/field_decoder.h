@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -19,6 +20,10 @@ struct ProbedField {
   int member = -1;  // index into EncodedSample::members; -1 when absent
   DType dtype = DType::kU8;     // of the row
   std::vector<int64_t> shape;   // of the row (empty for a scalar)
+  // numpy's name for an element type that DType has no name for (an .npy
+  // descr such as "'<c8'"): the row is then uint8 bytes whose last axis is
+  // one element, and the consumer views them as that type (Tensor::descr).
+  std::string descr;
   // What the decoder learnt from the header and needs again to decode, in
   // its own terms (an image's decoded height and width, an .npy payload's
   // offset and flags, a label's value).

@@ -56,6 +56,7 @@ class IndexedEngine::GatherJob final : public PieceJob {
       Column& col = batch_.columns[f];
       col.kind = ColumnKind::kStacked;
       col.stacked = make_tensor(engine_.allocator_, sources[f]->dtype(), std::move(shape));
+      col.stacked.descr = sources[f]->element_descr();
     }
   }
 

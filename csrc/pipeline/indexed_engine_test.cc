@@ -65,7 +65,7 @@ class FakeSamples final : public IndexedSampleSource {
 class CopyDecoder final : public FieldDecoder {
  public:
   void probe(const uint8_t* data, size_t size, ProbedField& out) const override {
-    CHUTE_CHECK(size == 0 || data[0] != 0xEE, kData, ": bad header");
+    CHUTE_CHECK(size == 0 || data[0] != 0xEE, kData, "bad header");
     out.dtype = DType::kU8;
     out.shape = {static_cast<int64_t>(size)};
   }

@@ -6,14 +6,15 @@ namespace chute {
 
 MemoryRowSource::MemoryRowSource(std::string name, const uint8_t* data, int64_t num_rows,
                                  int64_t row_stride, DType dtype, std::vector<int64_t> row_shape,
-                                 std::shared_ptr<void> owner)
+                                 std::shared_ptr<void> owner, std::string descr)
     : name_(std::move(name)),
       data_(data),
       num_rows_(num_rows),
       row_stride_(row_stride),
       dtype_(dtype),
       row_shape_(std::move(row_shape)),
-      owner_(std::move(owner)) {
+      owner_(std::move(owner)),
+      descr_(std::move(descr)) {
   row_bytes_ = row_bytes();
 }
 

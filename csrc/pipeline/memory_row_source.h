@@ -18,10 +18,13 @@ class MemoryRowSource : public RowSource {
  public:
   // `row_stride` is the byte distance between consecutive rows; each row
   // itself must be C-contiguous. `owner` is released when the source dies.
+  // `descr`: see RowSource::element_descr.
   MemoryRowSource(std::string name, const uint8_t* data, int64_t num_rows, int64_t row_stride,
-                  DType dtype, std::vector<int64_t> row_shape, std::shared_ptr<void> owner);
+                  DType dtype, std::vector<int64_t> row_shape, std::shared_ptr<void> owner,
+                  std::string descr = "");
 
   DType dtype() const override { return dtype_; }
+  const std::string& element_descr() const override { return descr_; }
   const std::vector<int64_t>& row_shape() const override { return row_shape_; }
   int64_t num_rows() const override { return num_rows_; }
   const std::string& name() const override { return name_; }
@@ -37,6 +40,7 @@ class MemoryRowSource : public RowSource {
   std::vector<int64_t> row_shape_;
   size_t row_bytes_;
   std::shared_ptr<void> owner_;
+  std::string descr_;
   std::atomic<uint64_t> bytes_read_{0};
 };
 

@@ -1,6 +1,7 @@
 // Hands finished batches to the consumer in sequence order, whatever order
 // the worker threads finish them in, and bounds how many batches may be in
-// flight (assigned but not yet consumed). A worker's exception is stored at
+// flight (assigned but not yet consumed), in batches and, when asked, in
+// bytes. A worker's exception is stored at
 // its batch's position and rethrown by next() when the consumer gets there,
 // so errors surface deterministically.
 #pragma once
@@ -20,14 +21,29 @@ class OrderedResults {
  public:
   enum class Status { kBatch, kEnd, kTimeout, kClosed };
 
-  explicit OrderedResults(int64_t max_in_flight) : max_in_flight_(max_in_flight < 1 ? 1 : max_in_flight) {}
+  // max_bytes > 0 also bounds the bytes of the batches in flight (as their
+  // producer states them); a batch larger than that still goes when nothing
+  // else is in flight.
+  explicit OrderedResults(int64_t max_in_flight, uint64_t max_bytes = 0)
+      : max_in_flight_(max_in_flight < 1 ? 1 : max_in_flight), max_bytes_(max_bytes) {}
 
-  // Producer: blocks until batch `sequence` may start (fewer than
-  // max_in_flight batches ahead of the consumer). False once closed.
-  bool wait_for_slot(int64_t sequence) {
+  // Producer: blocks until batch `sequence`, which will hold `bytes`, may
+  // start (fewer than max_in_flight batches ahead of the consumer, and room
+  // for its bytes). A caller that states no bytes (a worker of a batch
+  // already admitted) waits for the batch count only. False once closed.
+  bool wait_for_slot(int64_t sequence, uint64_t bytes = 0) {
     std::unique_lock<std::mutex> lock(mutex_);
-    slot_free_.wait(lock, [&] { return closed_ || sequence < consumed_ + max_in_flight_; });
-    return !closed_;
+    slot_free_.wait(lock, [&] {
+      return closed_ || (sequence < consumed_ + max_in_flight_ &&
+                         (bytes == 0 || max_bytes_ == 0 || bytes_in_flight_ == 0 ||
+                          bytes_in_flight_ + bytes <= max_bytes_));
+    });
+    if (closed_) return false;
+    if (bytes > 0) {
+      bytes_of_[sequence] = bytes;
+      bytes_in_flight_ += bytes;
+    }
+    return true;
   }
 
   void put(int64_t sequence, Batch batch) {
@@ -68,6 +84,11 @@ class OrderedResults {
     if (it == ready_.end()) return Status::kEnd;
     Entry entry = std::move(it->second);
     ready_.erase(it);
+    const auto held = bytes_of_.find(consumed_);
+    if (held != bytes_of_.end()) {
+      bytes_in_flight_ -= held->second;
+      bytes_of_.erase(held);
+    }
     consumed_ += 1;
     slot_free_.notify_all();
     lock.unlock();
@@ -93,6 +114,11 @@ class OrderedResults {
     return static_cast<int64_t>(ready_.size());
   }
 
+  uint64_t bytes_in_flight() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return bytes_in_flight_;
+  }
+
  private:
   struct Entry {
     Batch batch;
@@ -103,6 +129,9 @@ class OrderedResults {
   std::condition_variable slot_free_;
   std::map<int64_t, Entry> ready_;
   int64_t max_in_flight_;
+  uint64_t max_bytes_;
+  std::map<int64_t, uint64_t> bytes_of_;  // of the batches in flight that stated any
+  uint64_t bytes_in_flight_ = 0;
   int64_t consumed_ = 0;
   int64_t total_ = -1;
   bool closed_ = false;

@@ -237,5 +237,48 @@ TEST(OrderedResults, ManyProducersOneConsumerInOrder) {
   EXPECT_LE(max_ready.load(), kSlots);
 }
 
+TEST(OrderedResults, BytesInFlightAreBoundedAndFreedWhenConsumed) {
+  OrderedResults results(8, 100);
+  ASSERT_TRUE(results.wait_for_slot(0, 60));
+  EXPECT_EQ(results.bytes_in_flight(), 60u);
+  // 60 + 50 > 100: batch 1 waits for batch 0 to be consumed.
+  auto second = std::async(std::launch::async, [&] { return results.wait_for_slot(1, 50); });
+  EXPECT_EQ(second.wait_for(kStillBlocked), std::future_status::timeout);
+  results.put(0, batch(0));
+  Batch out;
+  ASSERT_EQ(results.next(&out, 0), Status::kBatch);
+  ASSERT_EQ(second.wait_for(kHangGuard), std::future_status::ready);
+  EXPECT_TRUE(second.get());
+  EXPECT_EQ(results.bytes_in_flight(), 50u);
+  // Within the bound, batches go together.
+  EXPECT_TRUE(results.wait_for_slot(2, 40));
+  EXPECT_EQ(results.bytes_in_flight(), 90u);
+}
+
+TEST(OrderedResults, ABatchLargerThanTheByteBoundGoesAlone) {
+  OrderedResults results(8, 100);
+  ASSERT_TRUE(results.wait_for_slot(0, 500));  // nothing in flight: it may go
+  // Its workers, which state no bytes, are not held back by its own.
+  EXPECT_TRUE(results.wait_for_slot(0));
+  auto next = std::async(std::launch::async, [&] { return results.wait_for_slot(1, 1); });
+  EXPECT_EQ(next.wait_for(kStillBlocked), std::future_status::timeout);
+  results.put(0, batch(0));
+  Batch out;
+  ASSERT_EQ(results.next(&out, 0), Status::kBatch);
+  ASSERT_EQ(next.wait_for(kHangGuard), std::future_status::ready);
+  EXPECT_TRUE(next.get());
+  EXPECT_EQ(results.bytes_in_flight(), 1u);
+}
+
+TEST(OrderedResults, CloseEndsAWaitForBytes) {
+  OrderedResults results(8, 10);
+  ASSERT_TRUE(results.wait_for_slot(0, 10));
+  auto blocked = std::async(std::launch::async, [&] { return results.wait_for_slot(1, 10); });
+  EXPECT_EQ(blocked.wait_for(kStillBlocked), std::future_status::timeout);
+  results.close();
+  ASSERT_EQ(blocked.wait_for(kHangGuard), std::future_status::ready);
+  EXPECT_FALSE(blocked.get());
+}
+
 }  // namespace
 }  // namespace chute

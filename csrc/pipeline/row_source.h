@@ -16,6 +16,13 @@ class RowSource {
   virtual ~RowSource() = default;
 
   virtual DType dtype() const = 0;
+  // numpy's name of the element type when DType has none (see
+  // Tensor::descr): dtype() is then kU8 and row_shape() ends with the
+  // element's bytes. Empty otherwise.
+  virtual const std::string& element_descr() const {
+    static const std::string kNone;
+    return kNone;
+  }
   // Dimensions after the first; empty for scalar rows.
   virtual const std::vector<int64_t>& row_shape() const = 0;
   virtual int64_t num_rows() const = 0;

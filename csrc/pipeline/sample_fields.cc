@@ -1,5 +1,6 @@
 #include "pipeline/sample_fields.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace chute {
@@ -14,6 +15,17 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return os.str();
 }
 
+// The row's type and shape as numpy would state them: an element only
+// numpy names (descr) is its last axis of bytes here.
+std::string type_string(const ProbedField& p) {
+  return p.descr.empty() ? std::string(dtype_name(p.dtype)) : "dtype " + p.descr;
+}
+
+std::vector<int64_t> element_shape(const ProbedField& p) {
+  if (p.descr.empty() || p.shape.empty()) return p.shape;
+  return std::vector<int64_t>(p.shape.begin(), p.shape.end() - 1);
+}
+
 }  // namespace
 
 std::string SampleFields::location(const EncodedSample& sample, const SampleMember* member) const {
@@ -26,10 +38,9 @@ Error SampleFields::in_context(const Error& error, const EncodedSample& sample,
     sample.in_place->refresh();
     if (sample.in_place->lost(sample)) return sample.in_place->lost_error(sample);
   }
-  std::string where = location(sample, member);
-  // A decoder called without a place of its own starts its message with ": ".
-  if (error.message().compare(0, 2, ": ") != 0) where += ": ";
-  return error.with_prefix(where);
+  // A decoder called without a place of its own starts its message with its
+  // own words (At in core/error.h): the place goes in front.
+  return error.with_prefix(location(sample, member) + ": ");
 }
 
 void SampleFields::probe(PlannedSample& sample) const {
@@ -52,6 +63,7 @@ void SampleFields::probe(PlannedSample& sample) const {
       if (f.optional) {
         p.dtype = DType::kU8;  // nothing left over from a sample probed before
         p.shape.clear();
+        p.descr.clear();
         continue;
       }
       std::string wanted;
@@ -69,6 +81,26 @@ void SampleFields::probe(PlannedSample& sample) const {
   }
 }
 
+size_t SampleFields::decoded_bytes(const PlannedSample& sample) const {
+  size_t bytes = 0, claimed = 0;
+  for (size_t i = 0; i < decoding_.fields.size() && i < sample.fields.size(); ++i) {
+    const ProbedField& p = sample.fields[i];
+    if (p.member < 0) continue;
+    const size_t member_bytes = sample.encoded.members[static_cast<size_t>(p.member)].data_size;
+    claimed += member_bytes;
+    if (decoding_.fields[i].decoder == nullptr) {
+      bytes += member_bytes;
+      continue;
+    }
+    size_t n = dtype_size(p.dtype);
+    for (int64_t d : p.shape) n *= static_cast<size_t>(d);
+    bytes += n;
+  }
+  // Members no field claims are copied out too when the plan keeps them.
+  if (decoding_.keep_other_members) bytes += sample.encoded.payload_bytes - std::min(claimed, sample.encoded.payload_bytes);
+  return bytes;
+}
+
 std::optional<Error> SampleFields::incompatibility(const PlannedSample& first,
                                                    const PlannedSample& other) const {
   for (size_t i = 0; i < decoding_.fields.size(); ++i) {
@@ -77,12 +109,12 @@ std::optional<Error> SampleFields::incompatibility(const PlannedSample& first,
     const ProbedField& a = first.fields[i];
     const ProbedField& b = other.fields[i];
     if (a.member < 0 || b.member < 0) continue;
-    if (a.dtype == b.dtype && a.shape == b.shape) continue;
+    if (a.dtype == b.dtype && a.shape == b.shape && a.descr == b.descr) continue;
     const SampleMember& m = other.encoded.members[static_cast<size_t>(b.member)];
     std::ostringstream os;
-    os << location(other.encoded, &m) << ": field '" << f.name << "' has " << dtype_name(b.dtype)
-       << " shape " << shape_string(b.shape) << " but this batch holds " << dtype_name(a.dtype)
-       << " shape " << shape_string(a.shape)
+    os << location(other.encoded, &m) << ": field '" << f.name << "' has " << type_string(b)
+       << " shape " << shape_string(element_shape(b)) << " but this batch holds "
+       << type_string(a) << " shape " << shape_string(element_shape(a))
        << " (set an output size to resize images, or batch variable shapes as lists)";
     return Error(ErrorKind::kData, os.str(), __FILE__, __LINE__);
   }

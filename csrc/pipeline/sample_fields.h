@@ -33,6 +33,10 @@ class SampleFields {
   std::optional<Error> incompatibility(const PlannedSample& first,
                                        const PlannedSample& other) const;
 
+  // Bytes the sample's row takes in a batch once decoded (raw fields are
+  // copied as they are), from what probe() found.
+  size_t decoded_bytes(const PlannedSample& sample) const;
+
   // Where `sample` (or its `member`) is, as the source describes it.
   std::string location(const EncodedSample& sample, const SampleMember* member) const;
 

@@ -145,7 +145,7 @@ TEST(SampleFields, ABadHeaderFailsNamingTheMemberAndKeepsWhereItWasRaised) {
   EXPECT_STREQ(e->file(), "sample_testing.h");  // the decoder's line, not the engine's
 }
 
-TEST(SampleFields, InContextKeepsKindAndPlaceAndJoinsAMessageThatStartsWithItsOwnColon) {
+TEST(SampleFields, InContextKeepsKindAndPlaceAndPutsThePlaceInFront) {
   const StreamPlan plan = plan_with({});
   const SampleDecoding decoding = sample_decoding_of(plan);
   const SampleFields fields(decoding);
@@ -156,8 +156,8 @@ TEST(SampleFields, InContextKeepsKindAndPlaceAndJoinsAMessageThatStartsWithItsOw
   EXPECT_EQ(a.message(), "shard-b.tar sample 'k' member 'k.cls': read failed");
   EXPECT_STREQ(a.file(), "somewhere.cc");
   EXPECT_EQ(a.line(), 12);
-  // Decoders called without a place of their own start with ": ".
-  const Error placeless(ErrorKind::kData, ": truncated", "npy.cc", 3);
+  // Decoders called without a place of their own start with their own words.
+  const Error placeless(ErrorKind::kData, "truncated", "npy.cc", 3);
   EXPECT_EQ(fields.in_context(placeless, s, nullptr).message(), "shard-b.tar sample 'k': truncated");
 }
 

@@ -18,8 +18,23 @@ class SampleSource {
   virtual ~SampleSource() = default;
   // Fills `out` with the next sample, reusing its buffers (`out.data` may
   // arrive with capacity); false at the end. Throws chute::Error naming the
-  // url and offset when the source is malformed or cannot be read.
+  // url and offset when the source is malformed or cannot be read; see
+  // failure() for what the error cost, and EncodedSample::flawed.
   virtual bool next(EncodedSample& out) = 0;
+  // What the error that next() threw last cost.
+  struct Failure {
+    // next() goes on after the error; else the source ended there (a
+    // corrupt header, a truncation, a failed read) and next() returns false.
+    bool resumable = false;
+    // Samples it cost: 1 for a bad sample; 0 for a fault reported after the
+    // sample it flawed, which went on without it (a repeated member left
+    // out); 1 for an error that ended the source: the sample it may have cut
+    // short (delivered as read, so a consumer that drops the sample before
+    // the end for what it lacks must not count it twice), or the one of
+    // which nothing was read. What followed the end cannot be counted.
+    uint64_t samples_lost = 1;
+  };
+  virtual Failure failure() const = 0;
   // Whether samples point into shared storage (InPlaceStorage) rather than
   // holding copies: they then need no payload buffer.
   virtual bool in_place() const = 0;

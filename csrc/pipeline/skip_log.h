@@ -1,6 +1,6 @@
-// The errors of samples dropped under the skip policy: all counted, the
-// latest kept (kind, message and where raised) until the consumer takes them
-// for Python's handler.
+// The errors met under the skip policy and the samples they cost: the
+// samples all counted, the latest errors kept (kind, message and where
+// raised) until the consumer takes them for Python's handler.
 #pragma once
 
 #include <atomic>
@@ -16,8 +16,10 @@ namespace chute {
 
 class SkipLog {
  public:
-  void record(const Error& error) {
-    count_.fetch_add(1, std::memory_order_relaxed);
+  // `samples_lost`: how many samples the error kept from the consumer; 0
+  // for a fault reported with the sample it flawed, which was delivered.
+  void record(const Error& error, uint64_t samples_lost = 1) {
+    count_.fetch_add(samples_lost, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mutex_);
     if (kept_.size() >= kMaxKept) kept_.pop_front();
     kept_.push_back(error);
@@ -31,6 +33,7 @@ class SkipLog {
     return out;
   }
 
+  // Samples lost.
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:

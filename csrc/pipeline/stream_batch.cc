@@ -111,6 +111,7 @@ void StreamBatchJob::allocate() {
     std::vector<int64_t> shape = p0->shape;
     shape.insert(shape.begin(), static_cast<int64_t>(n));
     column.stacked = make_tensor(*context_.allocator, p0->dtype, std::move(shape));
+    column.stacked.descr = p0->descr;
     row_bytes_[fi] = n == 0 ? 0 : column.stacked.nbytes() / n;
     if (any_absent) std::memset(column.stacked.data(), 0, column.stacked.nbytes());
   }
@@ -143,6 +144,7 @@ void StreamBatchJob::allocate_row(size_t row) {
     Column& column = batch_.columns[fi];
     if (p.member >= 0 && column.kind == ColumnKind::kList) {
       column.items[row] = make_tensor(*context_.allocator, p.dtype, p.shape);
+      column.items[row].descr = p.descr;
     }
   }
 }

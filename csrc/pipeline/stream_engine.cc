@@ -6,6 +6,8 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/random.h"
@@ -15,6 +17,20 @@
 namespace chute {
 
 namespace {
+
+// Samples travel from parse threads to stream threads to the assembler in
+// chunks of at most this many bytes (or of the chunk's sample count, or of
+// one sample larger than this): enough to make a hand-off cheap, little
+// enough that the queues between the threads hold a few MiB, not a few
+// chunks of large samples.
+constexpr size_t kChunkBytes = size_t{4} << 20;
+
+// The machine's memory: a batch that needs more can never be formed.
+uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
 
 void update_max(std::atomic<uint64_t>& target, uint64_t value) {
   uint64_t current = target.load(std::memory_order_relaxed);
@@ -40,7 +56,7 @@ SampleDecoding sample_decoding_of(const StreamPlan& plan) {
 StreamEngine::StreamEngine(StreamPlan plan)
     : plan_(std::move(plan)),
       sample_decoding_(sample_decoding_of(plan_)),
-      results_(std::max<int64_t>(1, plan_.prefetch_batches)) {
+      results_(std::max<int64_t>(1, plan_.prefetch_batches), plan_.max_inflight_bytes) {
   CHUTE_CHECK(!plan_.urls.empty(), kUsage, "no shards to read");
   CHUTE_CHECK(plan_.sources != nullptr, kUsage, "the plan has no source factory");
   CHUTE_CHECK(plan_.batch_size >= 1, kUsage, "batch_size must be >= 1, got " << plan_.batch_size);
@@ -108,6 +124,7 @@ struct StreamEngine::ShardJob {
 
 void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
   std::vector<PlannedSample> buffer;
+  size_t buffer_bytes = 0;
   buffer.reserve(chunk_size);
   auto push = [&](ShardJob::Chunk&& c) { return job.chunks.push(std::move(c)); };
   auto flush = [&]() -> bool {
@@ -115,6 +132,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     ShardJob::Chunk c;
     c.samples.swap(buffer);
     buffer.reserve(chunk_size);
+    buffer_bytes = 0;
     return push(std::move(c));
   };
   try {
@@ -130,20 +148,51 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     };
     PlannedSample sample;
     sample.encoded.data = payload_buffer();
-    while (!closed_.load(std::memory_order_relaxed) && source->next(sample.encoded)) {
+    const bool raise = plan_.on_error == ErrorPolicy::kRaise;
+    bool last_dropped = false;  // the sample read last was dropped here
+    while (!closed_.load(std::memory_order_relaxed)) {
+      bool more = false;
+      try {
+        more = source->next(sample.encoded);
+      } catch (const Error& e) {
+        if (raise || closed_.load()) throw;
+        SampleSource::Failure cost = source->failure();
+        // An end counts one sample, the one it may have cut short: the
+        // sample read last, if it was dropped here (for what it lacked) and
+        // so counted already. An error that lost a sample of its own is
+        // about another.
+        if (!cost.resumable && last_dropped && cost.samples_lost > 0) cost.samples_lost -= 1;
+        if (!cost.resumable || cost.samples_lost > 0) last_dropped = false;
+        record_formation_skip(e, cost.samples_lost);
+        if (cost.resumable) continue;
+        break;
+      }
+      if (!more) break;
+      // Under raise a flawed sample is not delivered: its fault is raised
+      // in its place (the source throws it now).
+      if (sample.encoded.flawed && raise) source->next(sample.encoded);
       samples_read_.fetch_add(1, std::memory_order_relaxed);
       encoded_bytes_.fetch_add(sample.encoded.payload_bytes, std::memory_order_relaxed);
+      last_dropped = false;
       try {
         fields_.probe(sample);
       } catch (const Error& e) {
-        if (plan_.on_error == ErrorPolicy::kRaise) throw;
+        if (raise) throw;
         record_formation_skip(e);
+        last_dropped = true;
         continue;
       }
+      // A sample that waits in a shuffle buffer holds its buffer all that
+      // time: not one much larger than its payload (a reused one can be).
+      std::vector<uint8_t>& data = sample.encoded.data;
+      if (plan_.shuffle_capacity > 0 && data.capacity() > 2 * data.size() + 4096) {
+        data.shrink_to_fit();
+      }
+      buffer_bytes += sample.encoded.held_bytes();
       buffer.push_back(std::move(sample));
       sample = PlannedSample();
       sample.encoded.data = payload_buffer();
-      if (buffer.size() >= chunk_size) {
+      if (buffer.size() >= chunk_size || buffer_bytes >= kChunkBytes) {
         read_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
         if (!flush()) return;
         t0 = now_ns();
@@ -155,9 +204,9 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     end.end = true;
     push(std::move(end));
   } catch (const Error& e) {
-    // Samples already parsed still reach the consumer. Under the skip policy
-    // the rest of the shard is lost (a tar stream cannot be resynchronised)
-    // and counted here; under raise the error travels to the consumer.
+    // Samples already parsed still reach the consumer. Under raise the
+    // error travels to the consumer; under the skip policy (a shard that
+    // does not open) the shard is lost and counted here as one sample.
     if (!flush()) return;
     if (closed_.load()) return;  // a read the closing engine cancelled
     ShardJob::Chunk last;
@@ -184,16 +233,19 @@ void StreamEngine::run_stream(int stream) {
       derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch), static_cast<uint64_t>(stream),
                    0x5355464655ULL}));
   StreamItem item;
+  size_t item_bytes = 0;
   auto flush = [&]() -> bool {
     if (item.samples.empty()) return true;
     StreamItem out;
     out.samples.swap(item.samples);
     item.samples.reserve(chunk);
+    item_bytes = 0;
     return queue.push(std::move(out));
   };
   auto emit = [&](PlannedSample&& s) -> bool {
+    item_bytes += s.encoded.held_bytes();
     item.samples.push_back(std::move(s));
-    return item.samples.size() < chunk || flush();
+    return (item.samples.size() < chunk && item_bytes < kChunkBytes) || flush();
   };
   auto account_shuffle = [&] {
     shuffle_bytes_.store(shuffle.bytes());
@@ -251,7 +303,7 @@ void StreamEngine::run_stream(int stream) {
           bool ok = true;
           if (shuffle.enabled()) {
             PlannedSample out;
-            const size_t bytes = sample.encoded.encoded_bytes();
+            const size_t bytes = sample.encoded.held_bytes();
             if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
             while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
           } else {
@@ -305,13 +357,29 @@ void StreamEngine::run_assembler() {
       const size_t slot = turn % active.size();
       const size_t s = active[slot];
       BatchTask task;
-      task.samples.reserve(batch_size);
-      while (task.samples.size() < batch_size) {
+      // A batch fills as samples come: reserving batch_size up front would
+      // ask for memory that a short epoch never uses.
+      task.samples.reserve(std::min<size_t>(batch_size, 1024));
+      size_t task_bytes = 0;   // encoded, for max_batch_bytes
+      uint64_t cost = 0;       // encoded and decoded, for the bytes in flight
+      bool cut = false;        // by max_batch_bytes
+      while (task.samples.size() < batch_size && !cut) {
         if (pending[s].empty()) {
           if (ended[s]) break;
           std::optional<StreamItem> item = stream_queues_[s]->pop();
           if (!item) return;  // closed
           if (item->error) {
+            // Samples handed out one by one: those before the error are
+            // the consumer's before it, as they would be one at a time.
+            if (plan_.samples_one_by_one && !task.samples.empty()) {
+              task.epoch = plan_.epoch;
+              task.absolute = formed++;
+              if (delivers(task.absolute)) {
+                if (!results_.wait_for_slot(sequence, cost)) return;
+                task.sequence = sequence++;
+                if (!queue_for_decoding(std::move(task))) return;
+              }
+            }
             fail(item->error);
             decoding_.end();
             return;
@@ -337,15 +405,20 @@ void StreamEngine::run_assembler() {
             continue;
           }
         }
+        const size_t held = sample.encoded.held_bytes();
+        const size_t decoded = fields_.decoded_bytes(sample);
+        if (formed == 0 && task.samples.empty()) check_batch_fits(held + decoded);
+        task_bytes += held;
+        cost += held + decoded;
         task.samples.push_back(std::move(sample));
+        cut = plan_.max_batch_bytes > 0 && task_bytes >= plan_.max_batch_bytes;
       }
       task.epoch = plan_.epoch;
-      const bool full = task.samples.size() == batch_size;
+      const bool full = task.samples.size() == batch_size || cut;
       if (full || (plan_.partial && !task.samples.empty())) {
         task.absolute = formed++;
-        if (task.absolute >= plan_.skip_batches &&
-            task.absolute % plan_.deliver_stride == plan_.deliver_offset) {
-          if (!results_.wait_for_slot(sequence)) return;
+        if (delivers(task.absolute)) {
+          if (!results_.wait_for_slot(sequence, cost)) return;
           task.sequence = sequence++;
           if (!queue_for_decoding(std::move(task))) return;
         }
@@ -366,8 +439,29 @@ void StreamEngine::run_assembler() {
   decoding_.end();
 }
 
-void StreamEngine::record_formation_skip(const Error& error) {
-  if (plan_.deliver_offset == 0) skips_.record(error);
+bool StreamEngine::delivers(int64_t absolute) const {
+  return absolute >= plan_.skip_batches && absolute % plan_.deliver_stride == plan_.deliver_offset;
+}
+
+void StreamEngine::record_formation_skip(const Error& error, uint64_t samples_lost) {
+  if (plan_.deliver_offset == 0) skips_.record(error, samples_lost);
+}
+
+void StreamEngine::check_batch_fits(size_t sample_bytes) const {
+  // Samples of a shard are alike: if batch_size of the first one cannot fit
+  // in the machine, the first full batch would fail to allocate, after
+  // holding the whole epoch's samples while it waited for them.
+  const uint64_t memory = physical_memory();
+  const auto rows = static_cast<uint64_t>(plan_.batch_size);
+  if (memory == 0 || plan_.max_batch_bytes > 0 || rows <= 1) return;
+  const uint64_t per_row = std::max<uint64_t>(1, sample_bytes);
+  CHUTE_CHECK(rows <= memory / per_row, kUsage,
+              "batch_size " << rows << " cannot fit: a batch of samples like the first one ("
+                            << sample_bytes << " bytes each, encoded and decoded) needs about "
+                            << (rows > UINT64_MAX / per_row ? std::string("more than 2^64")
+                                                            : std::to_string(rows * per_row))
+                            << " bytes, more than the " << memory
+                            << " bytes of memory of this machine");
 }
 
 bool StreamEngine::queue_for_decoding(BatchTask&& task) {

@@ -31,6 +31,18 @@ struct StreamPlan {
   int num_threads = 1;        // decode threads
   int parse_ahead = 2;        // shards parsed concurrently per stream (order unaffected)
   int prefetch_batches = 4;   // batches in flight (assigned, not yet consumed)
+  // ... and their bytes (encoded samples plus decoded rows); a batch larger
+  // than this still goes alone. 0: no byte bound.
+  size_t max_inflight_bytes = size_t{1} << 30;
+  // When > 0, a batch is also cut once its samples hold this many bytes: for
+  // plans whose batches are not the user's (samples are handed out one by
+  // one), so that large samples do not make large batches. Deterministic,
+  // so a resumed epoch cuts the same batches.
+  size_t max_batch_bytes = 0;
+  // The consumer hands samples out one by one (batches are not the user's):
+  // under raise, the samples that came before an error in a stream are
+  // delivered before it, as they would have been one at a time.
+  bool samples_one_by_one = false;
 
   bool resampled = false;     // draw shards with replacement, forever
   bool shuffle_shards = false;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/byte_source.h"
@@ -32,6 +33,9 @@ struct Header {
   bool corrupt_checksum = false;
   // Store the checksum some old tars wrote: the sum of the bytes as signed chars.
   bool signed_checksum = false;
+  // Raw bytes written at these offsets of the header before its checksum
+  // (the old GNU sparse map, for one).
+  std::vector<std::pair<size_t, std::string>> raw_fields;
 };
 
 inline Header header(std::string name, uint64_t size, char type = '0') {
@@ -74,6 +78,7 @@ inline std::string header_block(const Header& spec) {
     // GNU keeps atime/ctime where ustar has its prefix: never part of a name.
     put_field(h, 345, 12, octal(1700000001, 11));
   }
+  for (const auto& [at, bytes] : spec.raw_fields) put_field(h, at, bytes.size(), bytes);
   std::memset(&h[148], ' ', 8);
   int64_t sum = 0;
   for (char c : h) {
@@ -124,6 +129,37 @@ inline std::string extension(char type, const std::string& payload) {
 }
 
 inline std::string end_blocks() { return std::string(2 * kBlock, '\0'); }
+
+// An old GNU sparse member (type `S`): the first four (offset, length)
+// regions in its header, the rest in extension blocks of 21, then the
+// stored bytes of every region back to back.
+inline std::string old_gnu_sparse(const std::string& name, uint64_t real_size,
+                                  const std::vector<std::pair<uint64_t, uint64_t>>& regions,
+                                  const std::string& stored) {
+  Header h;
+  h.name = name;
+  h.type = 'S';
+  h.magic = Magic::kGnu;
+  h.size = stored.size();
+  for (size_t i = 0; i < regions.size() && i < 4; ++i) {
+    h.raw_fields.emplace_back(386 + 24 * i, octal(regions[i].first, 11));
+    h.raw_fields.emplace_back(386 + 24 * i + 12, octal(regions[i].second, 11));
+  }
+  if (regions.size() > 4) h.raw_fields.emplace_back(482, std::string(1, '\1'));
+  h.raw_fields.emplace_back(483, octal(real_size, 11));
+  std::string out = header_block(h);
+  for (size_t first = 4; first < regions.size(); first += 21) {
+    std::string block(kBlock, '\0');
+    for (size_t i = first; i < regions.size() && i < first + 21; ++i) {
+      put_field(block, 24 * (i - first), 12, octal(regions[i].first, 11));
+      put_field(block, 24 * (i - first) + 12, 12, octal(regions[i].second, 11));
+    }
+    if (first + 21 < regions.size()) block[504] = '\1';
+    out += block;
+  }
+  if (!stored.empty()) out += pad(stored);
+  return out;
+}
 
 // An in-memory ByteSource that hands out at most `max_read` bytes per read()
 // (so a test can put every buffer boundary inside a header or a payload) and

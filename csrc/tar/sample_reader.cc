@@ -1,9 +1,14 @@
 #include "tar/sample_reader.h"
 
 #include <algorithm>
+#include <deque>
+#include <optional>
+#include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "tar/mapped_shard.h"
+#include "tar/sample_key.h"
 #include "tar/tar_stream.h"
 
 namespace chute {
@@ -13,43 +18,17 @@ namespace {
 // it the payload buffer grows as the bytes arrive.
 constexpr uint64_t kMaxReserve = uint64_t{64} << 20;
 
-// webdataset's tar_file_iterator drops metadata members: a top-level
-// `__name__`, or any path whose first component matches `__[^/]*__`
-// (re.match of r"__[^/]*__($|/)").
-bool is_meta_name(const std::string& name) {
-  const size_t slash = name.find('/');
-  const size_t first_len = slash == std::string::npos ? name.size() : slash;
-  if (first_len < 2 || name.compare(0, 2, "__") != 0) return false;
-  if (first_len < 4) return slash == std::string::npos && first_len == name.size() &&
-                            name.compare(name.size() - 2, 2, "__") == 0;
-  return name.compare(first_len - 2, 2, "__") == 0;
-}
-
-// Length of the key under webdataset's base_plus_ext regex
-// `^((?:.*/|)[^.]+)[.]([^/]*)$`, or npos when the name does not match (such
-// members are skipped). Normally the key ends at the first dot of the
-// basename; a basename that starts with a dot makes the regex backtrack, so
-// "d/.x.y" has key "d/" and extension "x.y" when the last directory contains
-// no dot.
-size_t key_length(const std::string& name) {
-  const size_t slash = name.rfind('/');
-  const size_t base = slash == std::string::npos ? 0 : slash + 1;
-  const size_t dot = name.find('.', base);
-  if (dot == std::string::npos) return std::string::npos;
-  if (dot > base) return dot;
-  if (slash == std::string::npos) return std::string::npos;
-  const size_t prev = slash == 0 ? std::string::npos : name.rfind('/', slash - 1);
-  const size_t seg = prev == std::string::npos ? 0 : prev + 1;
-  if (name.find('.', seg) < slash) return std::string::npos;
-  // `.*` stops at a newline, so the `(?:.*/|)` part cannot span one.
-  if (name.find('\n') < seg) return std::string::npos;
-  return dot;
-}
-
-void lowercase_ascii(std::string& s) {
-  for (char& c : s) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+// Moves the payloads of an in-place sample into its own buffer: a member
+// that cannot be read in place (a sparse file) joined it.
+void copy_out_of_place(EncodedSample& out) {
+  const uint8_t* base = out.in_place->data();
+  out.data.clear();
+  for (SampleMember& m : out.members) {
+    const size_t begin = out.data.size();
+    out.data.insert(out.data.end(), base + m.data_begin, base + m.data_begin + m.data_size);
+    m.data_begin = begin;
   }
+  out.in_place.reset();
 }
 
 }  // namespace
@@ -61,6 +40,15 @@ struct SampleReader::Impl {
   TarMember pending;          // next member to place, payload not yet read
   size_t pending_key_len = 0;
   bool has_pending = false;
+  // Errors of the sample handed out last, thrown one per call before
+  // anything else.
+  struct Deferred {
+    Error error;
+    SampleSource::Failure cost;
+  };
+  std::deque<Deferred> deferred;
+  bool ended = false;             // the archive ended at an error
+  SampleSource::Failure failure;  // what the last error cost
   // Sizes of the previous sample: samples of a shard tend to be alike, so one
   // exact reservation usually covers the next one (samples are moved into a
   // shuffle buffer, so their capacity beyond size is memory held for nothing).
@@ -75,9 +63,9 @@ struct SampleReader::Impl {
   // Advances to the next member that webdataset would keep.
   bool advance() {
     while (stream.next(pending)) {
-      if (is_meta_name(pending.name)) continue;
-      pending_key_len = key_length(pending.name);
-      if (pending_key_len == std::string::npos) continue;
+      const std::optional<size_t> length = sample_key_length(pending.name);
+      if (!length) continue;
+      pending_key_len = *length;
       return true;
     }
     return false;
@@ -86,6 +74,54 @@ struct SampleReader::Impl {
   bool pending_matches(const std::string& key) const {
     return pending_key_len == key.size() && pending.name.compare(0, key.size(), key) == 0;
   }
+
+  // Adds the pending member to `out`, or explains why it stays out: a
+  // fault makes the whole sample bad; a repeated extension is left out.
+  void place(EncodedSample& out, std::optional<Error>& bad, std::vector<Error>& repeats) {
+    if (bad) return;  // the sample is lost anyway; the stream skips the payload
+    if (!pending.fault.empty()) {
+      std::ostringstream os;
+      os << "tar archive '" << stream.url() << "': member '" << pending.name << "' at offset "
+         << pending.header_offset << " cannot be read: " << pending.fault << " (sample '"
+         << out.key << "' at offset " << out.offset << " is lost)";
+      bad.emplace(ErrorKind::kData, os.str(), __FILE__, __LINE__);
+      return;
+    }
+    SampleMember m;
+    m.extension = sample_extension(pending.name, pending_key_len);
+    // webdataset keeps __key__ and __url__ in the same dict as the payloads,
+    // so those extensions collide too.
+    if (out.find(m.extension) != nullptr || m.extension == "__key__" || m.extension == "__url__") {
+      std::ostringstream os;
+      os << "duplicate file name in tar archive '" << stream.url() << "': member '"
+         << pending.name << "' at offset " << pending.header_offset << " repeats extension '"
+         << m.extension << "' of sample '" << out.key << "' (sample at offset " << out.offset
+         << ")";
+      repeats.emplace_back(ErrorKind::kData, os.str(), __FILE__, __LINE__);
+      return;
+    }
+    m.name = pending.name;
+    m.offset = pending.header_offset;
+    m.data_offset = pending.sparse ? SampleMember::kScattered : pending.data_offset;
+    m.data_size = static_cast<size_t>(pending.size);
+    if (out.in_place && pending.sparse) copy_out_of_place(out);
+    if (out.in_place) {
+      m.data_begin = static_cast<size_t>(stream.payload_in_place() - out.in_place->data());
+    } else {
+      m.data_begin = out.data.size();
+      const size_t need = out.data.size() + static_cast<size_t>(std::min(pending.size, kMaxReserve));
+      if (need > out.data.capacity()) out.data.reserve(need);
+      stream.read_payload(out.data);
+    }
+    out.payload_bytes += m.data_size;
+    out.end_offset = pending.data_offset + pending.stored_size;
+    out.members.push_back(std::move(m));
+  }
+
+  [[noreturn]] void fail(const Error& error, bool resumable, uint64_t lost) {
+    failure = SampleSource::Failure{resumable, lost};
+    throw error;
+  }
 };
 
 SampleReader::SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_index,
@@ -93,6 +129,8 @@ SampleReader::SampleReader(std::unique_ptr<ByteSource> source, uint32_t source_i
     : impl_(std::make_unique<Impl>(std::move(source), source_index, in_place)) {}
 
 bool SampleReader::in_place() const { return impl_->storage != nullptr; }
+
+SampleSource::Failure SampleReader::failure() const { return impl_->failure; }
 
 SampleReader::~SampleReader() = default;
 
@@ -104,45 +142,66 @@ bool SampleReader::next(EncodedSample& out) {
   out.in_place = s.storage;
   out.payload_bytes = 0;
   out.source_index = s.source_index;
-  if (!s.has_pending) s.has_pending = s.advance();
+  out.flawed = false;
+  if (!s.deferred.empty()) {
+    const Impl::Deferred d = std::move(s.deferred.front());
+    s.deferred.pop_front();
+    s.fail(d.error, d.cost.resumable, d.cost.samples_lost);
+  }
+  if (s.ended) return false;
+  if (!s.has_pending) {
+    try {
+      s.has_pending = s.advance();
+    } catch (const Error& e) {
+      s.ended = true;
+      s.fail(e, false, 1);
+    }
+  }
   if (!s.has_pending) return false;
 
   out.key.assign(s.pending.name, 0, s.pending_key_len);
   out.offset = s.pending.header_offset;
   if (!out.in_place) out.data.reserve(s.data_hint);
   out.members.reserve(s.members_hint);
-  do {
-    SampleMember m;
-    m.extension.assign(s.pending.name, s.pending_key_len + 1, std::string::npos);
-    lowercase_ascii(m.extension);
-    // webdataset keeps __key__ and __url__ in the same dict as the payloads,
-    // so those extensions collide too.
-    const bool duplicate = out.find(m.extension) != nullptr || m.extension == "__key__" ||
-                           m.extension == "__url__";
-    CHUTE_CHECK(!duplicate, kData,
-                "duplicate file name in tar archive '" << s.stream.url() << "': member '"
-                                                       << s.pending.name << "' at offset "
-                                                       << s.pending.header_offset << " repeats extension '"
-                                                       << m.extension << "' of sample '" << out.key
-                                                       << "' (sample at offset " << out.offset << ")");
-    m.name = s.pending.name;
-    m.offset = s.pending.header_offset;
-    m.data_offset = s.pending.data_offset;
-    m.data_size = static_cast<size_t>(s.pending.size);
-    if (out.in_place) {
-      m.data_begin = static_cast<size_t>(s.stream.payload_in_place() - out.in_place->data());
-    } else {
-      m.data_begin = out.data.size();
-      const size_t need = out.data.size() + static_cast<size_t>(std::min(s.pending.size, kMaxReserve));
-      if (need > out.data.capacity()) out.data.reserve(need);
-      s.stream.read_payload(out.data);
+  const bool mapped = out.in_place != nullptr;
+  std::optional<Error> bad;
+  std::vector<Error> repeats;
+  try {
+    do {
+      s.place(out, bad, repeats);
+      s.has_pending = s.advance();
+    } while (s.has_pending && s.pending_matches(out.key));
+  } catch (const Error& e) {
+    // A truncation or a corrupt header: the archive ends here, and what was
+    // read of this sample is all there is of it.
+    s.ended = true;
+    s.has_pending = false;
+    if (bad) {
+      // The end cut the sample already lost: it costs nothing more.
+      s.deferred.push_back({e, {false, 0}});
+      s.fail(*bad, true, 1);
     }
-    out.payload_bytes += m.data_size;
-    out.end_offset = s.pending.data_offset + s.pending.size;
-    out.members.push_back(std::move(m));
-    s.has_pending = s.advance();
-  } while (s.has_pending && s.pending_matches(out.key));
-
+    if (out.members.empty()) s.fail(e, false, 1);
+    for (const Error& r : repeats) s.deferred.push_back({r, {true, 0}});
+    s.deferred.push_back({e, {false, 1}});
+    // Ended at the first header block of a member after its last one, the
+    // sample is whole as far as the archive tells (webdataset's tarfile ends
+    // quietly there and delivers it). Cut anywhere else (a member's data or
+    // padding, an extension header), it is flawed: under raise webdataset
+    // raises there without it.
+    out.flawed = !repeats.empty() || !s.stream.failed_at_a_member_start();
+    return true;
+  }
+  if (bad) s.fail(*bad, true, 1);
+  // Copied out of a mapping: bytes past a cut read as zeros, and nothing
+  // else will look at them again.
+  if (mapped && !out.in_place && s.storage->refresh() && s.storage->lost(out)) {
+    s.ended = true;
+    s.has_pending = false;
+    s.fail(s.storage->lost_error(out), false, 1);
+  }
+  for (Error& r : repeats) s.deferred.push_back({std::move(r), {true, 0}});
+  out.flawed = !repeats.empty();
   s.data_hint = out.data.size();
   s.members_hint = out.members.size();
   return true;

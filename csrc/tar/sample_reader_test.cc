@@ -145,34 +145,110 @@ TEST(SampleReader, SameKeyApartMakesSeparateSamples) {
                                                         {"a", 2048, 2561, {{"cls", "a.cls", 2048, "3"}}}}));
 }
 
-TEST(SampleReader, RepeatedExtensionIsAnError) {
-  const std::string archive =
-      file("z.txt", "z") + file("a.jpg", "1") + file("a.cls", "c") + file("a.JPG", "2") + end_blocks();
+// The error the reader throws next, whether it goes on after it and the
+// samples it cost.
+struct Thrown {
+  std::string message;
+  bool resumable;
+  uint64_t lost;
+};
+
+Thrown thrown(SampleReader& reader) {
+  EncodedSample s;
+  const std::optional<Error> e = error_from([&] { reader.next(s); });
+  if (!e) return {"<no error>", false, 99};
+  EXPECT_EQ(e->kind(), ErrorKind::kData);
+  return {e->message(), reader.failure().resumable, reader.failure().samples_lost};
+}
+
+TEST(SampleReader, RepeatedExtensionIsLeftOutAndReportedAfterTheSample) {
+  // As webdataset under a handler that goes on: the repeat is dropped, the
+  // sample keeps its first member, and the error follows it.
+  const std::string archive = file("z.txt", "z") + file("a.jpg", "1") + file("a.cls", "c") +
+                              file("a.JPG", "2") + file("b.jpg", "3") + end_blocks();
   SampleReader reader(std::make_unique<MemorySource>(archive), 0);
   EncodedSample s;
   ASSERT_TRUE(reader.next(s));
   EXPECT_EQ(s.key, "z");
-  const std::optional<Error> e = error_from([&] { reader.next(s); });
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->kind(), ErrorKind::kData);
-  EXPECT_EQ(e->message(),
+  EXPECT_FALSE(s.flawed);
+  ASSERT_TRUE(reader.next(s));
+  EXPECT_TRUE(s.flawed);
+  EXPECT_EQ(simplify(s), (Sample{"a", 1024, 2561, {{"jpg", "a.jpg", 1024, "1"}, {"cls", "a.cls", 2048, "c"}}}));
+  const Thrown t = thrown(reader);
+  EXPECT_EQ(t.message,
             "duplicate file name in tar archive 'mem.tar': member 'a.JPG' at offset 3072 repeats "
             "extension 'jpg' of sample 'a' (sample at offset 1024)");
+  EXPECT_TRUE(t.resumable);
+  EXPECT_EQ(t.lost, 0u);
+  ASSERT_TRUE(reader.next(s));
+  EXPECT_FALSE(s.flawed);
+  EXPECT_EQ(simplify(s), (Sample{"b", 4096, 4609, {{"jpg", "b.jpg", 4096, "3"}}}));
+  EXPECT_FALSE(reader.next(s));
 }
 
 TEST(SampleReader, KeyAndUrlExtensionsCollideWithWebdatasetsFields) {
   for (const char* name : {"a.__key__", "a.__url__"}) {
-    SampleReader reader(std::make_unique<MemorySource>(file(name, "k") + end_blocks()), 0);
+    SampleReader reader(
+        std::make_unique<MemorySource>(file("a.txt", "t") + file(name, "k") + end_blocks()), 0);
     EncodedSample s;
-    const std::optional<Error> e = error_from([&] { reader.next(s); });
-    ASSERT_TRUE(e) << name;
-    EXPECT_EQ(e->message(), std::string("duplicate file name in tar archive 'mem.tar': member '") +
-                                name + "' at offset 0 repeats extension '" + (name + 2) +
-                                "' of sample 'a' (sample at offset 0)");
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_TRUE(s.flawed);
+    EXPECT_EQ(simplify(s), (Sample{"a", 0, 513, {{"txt", "a.txt", 0, "t"}}}));
+    EXPECT_EQ(thrown(reader).message,
+              std::string("duplicate file name in tar archive 'mem.tar': member '") + name +
+                  "' at offset 1024 repeats extension '" + (name + 2) +
+                  "' of sample 'a' (sample at offset 0)");
+    EXPECT_FALSE(reader.next(s));
   }
 }
 
-TEST(SampleReader, ArchiveErrorsPropagate) {
+TEST(SampleReader, AnUnreadableMemberLosesItsSampleOnly) {
+  const std::string bad_sparse =
+      test::extension('x', test::pax_record("GNU.sparse.size", "10") +
+                               test::pax_record("GNU.sparse.map", "0,99")) +
+      file("b.bin", "xyz");
+  for (size_t max_read : {size_t{1}, size_t{1} << 20}) {
+    const std::string archive = file("a.txt", "a") + file("b.cls", "1") + bad_sparse +
+                                file("b.txt", "b") + file("c.txt", "c") + end_blocks();
+    SampleReader reader(std::make_unique<MemorySource>(archive, max_read), 0);
+    EncodedSample s;
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_EQ(s.key, "a");
+    const Thrown t = thrown(reader);
+    EXPECT_EQ(t.message,
+              "tar archive 'mem.tar': member 'b.bin' at offset 2048 cannot be read: its GNU sparse "
+              "map has a region (offset 0, 99 bytes) out of order or past the file's 10 bytes "
+              "(sample 'b' at offset 1024 is lost)");
+    EXPECT_TRUE(t.resumable);
+    EXPECT_EQ(t.lost, 1u);
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_EQ(simplify(s), (Sample{"c", 5120, 5633, {{"txt", "c.txt", 5120, "c"}}}));
+    EXPECT_FALSE(reader.next(s));
+  }
+}
+
+TEST(SampleReader, ACutDeliversTheMembersReadBeforeItThenItsError) {
+  test::Header cut = test::header("b.bin", 2000);
+  const std::string archive =
+      file("a.txt", "a") + file("b.txt", "b") + file("b.cls", "1") + test::header_block(cut) + "short";
+  SampleReader reader(std::make_unique<MemorySource>(archive), 0);
+  EncodedSample s;
+  ASSERT_TRUE(reader.next(s));
+  EXPECT_FALSE(s.flawed);
+  ASSERT_TRUE(reader.next(s));
+  EXPECT_TRUE(s.flawed);
+  EXPECT_EQ(simplify(s), (Sample{"b", 1024, 2561, {{"txt", "b.txt", 1024, "b"}, {"cls", "b.cls", 2048, "1"}}}));
+  const Thrown t = thrown(reader);
+  EXPECT_EQ(t.message,
+            "truncated tar archive 'mem.tar': the stream ends at offset 3589 inside the data of "
+            "member 'b.bin' (header at offset 3072, 2000 bytes declared)");
+  EXPECT_FALSE(t.resumable);
+  EXPECT_EQ(t.lost, 1u);  // the sample it cut short (delivered as read)
+  EXPECT_FALSE(reader.next(s));
+  EXPECT_FALSE(reader.next(s));
+}
+
+TEST(SampleReader, ACutInTheFirstMemberOfASampleLosesIt) {
   test::Header h;
   h.name = "a.bin";
   h.size = 2000;
@@ -180,12 +256,89 @@ TEST(SampleReader, ArchiveErrorsPropagate) {
       std::make_unique<MemorySource>(file("ok.txt", "o") + test::header_block(h) + "short"), 0);
   EncodedSample s;
   ASSERT_TRUE(reader.next(s));
-  const std::optional<Error> e = error_from([&] { reader.next(s); });
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->kind(), ErrorKind::kData);
-  EXPECT_EQ(e->message(),
+  EXPECT_FALSE(s.flawed);
+  const Thrown t = thrown(reader);
+  EXPECT_EQ(t.message,
             "truncated tar archive 'mem.tar': the stream ends at offset 1541 inside the data of "
             "member 'a.bin' (header at offset 1024, 2000 bytes declared)");
+  EXPECT_FALSE(t.resumable);
+  EXPECT_EQ(t.lost, 1u);
+  EXPECT_FALSE(reader.next(s));
+}
+
+TEST(SampleReader, ACorruptHeaderEndsTheArchiveAfterWhatWasRead) {
+  test::Header bad = test::header("a.cls", 1);
+  bad.corrupt_checksum = true;
+  SampleReader reader(std::make_unique<MemorySource>(file("a.txt", "a") + test::member(bad, "1") +
+                                                     file("b.txt", "b") + end_blocks()),
+                      0);
+  EncodedSample s;
+  ASSERT_TRUE(reader.next(s));
+  // Its member came whole before the header that ends the archive.
+  EXPECT_FALSE(s.flawed);
+  EXPECT_EQ(simplify(s), (Sample{"a", 0, 513, {{"txt", "a.txt", 0, "a"}}}));
+  const Thrown t = thrown(reader);
+  EXPECT_EQ(t.message, "bad header checksum in tar archive 'mem.tar' at offset 1024");
+  EXPECT_FALSE(t.resumable);
+  EXPECT_EQ(t.lost, 1u);
+  EXPECT_FALSE(reader.next(s));
+}
+
+TEST(SampleReader, ACutAtTheNextMembersFirstHeaderLeavesASampleWholeElsewhereItIsFlawed) {
+  const std::string archive = file("a.txt", "a") + file("a.cls", "1") + file("b.txt", "b");
+  // Inside b.txt's header: a is whole as far as the archive tells.
+  {
+    SampleReader reader(std::make_unique<MemorySource>(archive.substr(0, 2048 + 100)), 0);
+    EncodedSample s;
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_FALSE(s.flawed);
+    EXPECT_EQ(s.members.size(), 2u);
+    EXPECT_FALSE(thrown(reader).resumable);
+  }
+  // Inside the PAX header of the member after a: tarfile raises there, so a
+  // is flawed.
+  {
+    const std::string pax = file("a.txt", "a") + file("a.cls", "1") +
+                            test::extension('x', test::pax_record("path", "b.txt")) +
+                            file("b.txt", "b");
+    SampleReader reader(std::make_unique<MemorySource>(pax.substr(0, 2048 + 700)), 0);
+    EncodedSample s;
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_TRUE(s.flawed);
+    EXPECT_EQ(s.members.size(), 2u);
+  }
+  // Inside a.cls's padding: its payload is whole, yet a was cut.
+  {
+    SampleReader reader(std::make_unique<MemorySource>(archive.substr(0, 1536 + 100)), 0);
+    EncodedSample s;
+    ASSERT_TRUE(reader.next(s));
+    EXPECT_TRUE(s.flawed);
+    EXPECT_EQ(s.members.size(), 2u);
+    EXPECT_EQ(thrown(reader).message,
+              "truncated tar archive 'mem.tar': the stream ends at offset 1636 inside the padding "
+              "of member 'a.cls' (header at offset 1024, 1 bytes declared)");
+  }
+}
+
+TEST(SampleReader, ALostSampleThenACut) {
+  const std::string bad_sparse =
+      test::extension('x', test::pax_record("GNU.sparse.map", "0,1")) + file("a.bin", "x");
+  const std::string archive = bad_sparse + test::header_block(test::header("a.cls", 100)) + "1";
+  SampleReader reader(std::make_unique<MemorySource>(archive), 0);
+  const Thrown lost = thrown(reader);
+  EXPECT_EQ(lost.message,
+            "tar archive 'mem.tar': member 'a.bin' at offset 0 cannot be read: GNU sparse member "
+            "without an expanded size (sample 'a' at offset 0 is lost)");
+  EXPECT_TRUE(lost.resumable);
+  EXPECT_EQ(lost.lost, 1u);
+  const Thrown cut = thrown(reader);
+  EXPECT_EQ(cut.message,
+            "truncated tar archive 'mem.tar': the stream ends at offset 2561 inside the data of "
+            "member 'a.cls' (header at offset 2048, 100 bytes declared)");
+  EXPECT_FALSE(cut.resumable);
+  EXPECT_EQ(cut.lost, 0u);  // the cut is inside the sample already lost
+  EncodedSample s;
+  EXPECT_FALSE(reader.next(s));
 }
 
 TEST(SampleReader, EmptyArchiveHasNoSamples) {
@@ -212,6 +365,25 @@ TEST(SampleReader, InPlaceSamplesPointIntoTheMapping) {
   EXPECT_EQ(s.members[1].data_begin, 1536u);
   EXPECT_EQ(simplify(s), (Sample{"k1", 0, 1537, {{"jpg", "k1.jpg", 0, "JPEG"}, {"cls", "k1.cls", 1024, "3"}}}));
   ASSERT_TRUE(reader.next(s));
+  EXPECT_EQ(simplify(s), (Sample{"k2", 2048, 2561, {{"jpg", "k2.jpg", 2048, "J"}}}));
+  EXPECT_FALSE(reader.next(s));
+}
+
+TEST(SampleReader, InPlaceSampleWithASparseMemberIsCopied) {
+  const test::TempDir dir;
+  const std::string archive = file("k1.jpg", "JPEG") +
+                              test::old_gnu_sparse("k1.bin", 600, {{500, 3}}, "xyz") +
+                              file("k2.jpg", "J") + end_blocks();
+  const std::string path = dir.write("shard.tar", archive);
+  SampleReader reader(open_source(path, SourceOptions{}), 0, /*in_place=*/true);
+  EncodedSample s;
+  ASSERT_TRUE(reader.next(s));
+  EXPECT_EQ(s.in_place, nullptr);
+  EXPECT_EQ(simplify(s), (Sample{"k1", 0, 1539,
+                                 {{"jpg", "k1.jpg", 0, "JPEG"},
+                                  {"bin", "k1.bin", 1024, std::string(500, '\0') + "xyz" + std::string(97, '\0')}}}));
+  ASSERT_TRUE(reader.next(s));
+  EXPECT_NE(s.in_place, nullptr);
   EXPECT_EQ(simplify(s), (Sample{"k2", 2048, 2561, {{"jpg", "k2.jpg", 2048, "J"}}}));
   EXPECT_FALSE(reader.next(s));
 }

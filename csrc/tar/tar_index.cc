@@ -64,6 +64,7 @@ void TarIndex::validate() const {
 std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
   // In place where the source maps (a local file): headers are parsed where
   // they lie and payloads are never copied.
+  const std::string reader_url = source->url();
   SampleReader reader(std::move(source), 0, /*in_place=*/true);
   std::vector<ScannedSample> samples;
   EncodedSample sample;
@@ -73,6 +74,11 @@ std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
     s.offset = sample.offset;
     s.members.reserve(sample.members.size());
     for (const SampleMember& m : sample.members) {
+      CHUTE_CHECK(m.data_offset != SampleMember::kScattered, kData,
+                  "tar archive '" << reader_url << "': member '" << m.name << "' at offset "
+                                  << m.offset
+                                  << " is a sparse file, whose payload is not one range of the "
+                                     "shard: the shard cannot be indexed");
       s.members.push_back({m.extension, m.data_offset, m.data_size});
     }
     samples.push_back(std::move(s));

@@ -17,20 +17,30 @@ class TarSampleSource final : public SampleSource {
   // archive. (A sample's own bytes are checked after it is decoded.)
   bool next(EncodedSample& out) override {
     bool more = false;
+    lost_ = false;
     try {
       more = reader_.next(out);
     } catch (const Error&) {
-      if (out.in_place && out.in_place->refresh()) throw out.in_place->lost_error(out);
+      if (out.in_place && out.in_place->refresh()) {
+        lost_ = true;
+        throw out.in_place->lost_error(out);
+      }
       throw;
     }
-    if (!more && out.in_place && out.in_place->refresh()) throw out.in_place->lost_error(out);
+    if (!more && out.in_place && out.in_place->refresh()) {
+      lost_ = true;
+      throw out.in_place->lost_error(out);
+    }
     return more;
   }
+
+  Failure failure() const override { return lost_ ? Failure{false, 1} : reader_.failure(); }
 
   bool in_place() const override { return reader_.in_place(); }
 
  private:
   SampleReader reader_;
+  bool lost_ = false;  // the last error was the shard shrinking: nothing follows
 };
 
 }  // namespace

@@ -118,11 +118,40 @@ struct PaxOverrides {
   std::string path;
   bool has_size = false;
   uint64_t size = 0;
+  // GNU sparse files: GNU.sparse.size (0.0, 0.1) or GNU.sparse.realsize (1.0)
+  // is the expanded size; the map is GNU.sparse.map (0.1), or repeated
+  // GNU.sparse.offset/numbytes records (0.0), or lies at the start of the
+  // payload (1.0, GNU.sparse.major=1 and minor=0).
+  bool has_sparse_size = false;
+  uint64_t sparse_size = 0;
+  bool has_map = false;
+  std::string map;
+  std::vector<uint64_t> offsets, numbytes;
+  std::string major, minor;
+  std::string sparse_fault;  // a sparse value that does not parse
   void clear() {
     has_path = false;
     has_size = false;
+    has_sparse_size = false;
+    has_map = false;
+    offsets.clear();
+    numbytes.clear();
+    major.clear();
+    minor.clear();
+    sparse_fault.clear();
   }
+  bool sparse_v1() const { return major == "1" && minor == "0"; }
+  bool sparse() const { return has_map || !offsets.empty() || !numbytes.empty() || sparse_v1(); }
 };
+
+// A sparse file may expand to this much at most: its holes cost memory that
+// no byte of the archive pays for.
+constexpr uint64_t kMaxSparseSize = uint64_t{4} << 30;
+
+// Old GNU sparse headers: four (offset, numbytes) pairs in the header, a flag
+// saying whether extension blocks of 21 more follow, and the expanded size.
+constexpr size_t kGnuSparse = 386, kGnuIsExtended = 482, kGnuRealSize = 483;
+constexpr size_t kGnuExtEntries = 21, kGnuExtIsExtended = 504;
 
 }  // namespace
 
@@ -138,6 +167,10 @@ struct TarStream::Impl {
   uint64_t base = 0;  // stream offset of win[0]
   bool eof = false;
   bool done = false;
+  // next() is past the current member's data and padding and has read no
+  // block of the next member's headers: an error now is at a member's first
+  // header, where Python's tarfile ends an archive quietly.
+  bool at_member_start = false;
 
   TarMember cur;
   bool have_cur = false;
@@ -281,6 +314,34 @@ struct TarStream::Impl {
     record.assign(reinterpret_cast<const char*>(record_bytes.data()), record_bytes.size());
   }
 
+  // A GNU.sparse.* record. Its value only concerns the member's payload, so
+  // one that does not parse makes that member a fault, not the archive.
+  static void parse_sparse_record(PaxOverrides& into, std::string_view key, const std::string& value) {
+    auto number = [&](uint64_t& out) {
+      if (!parse_decimal(value, out) && into.sparse_fault.empty()) {
+        into.sparse_fault = "bad GNU.sparse." + std::string(key) + " value '" + value + "'";
+      }
+    };
+    if (key == "name") {
+      into.has_path = true;
+      into.path = value;
+    } else if (key == "size" || key == "realsize") {
+      into.has_sparse_size = true;
+      number(into.sparse_size);
+    } else if (key == "map") {
+      into.has_map = true;
+      into.map = value;
+    } else if (key == "offset") {
+      number(into.offsets.emplace_back());
+    } else if (key == "numbytes") {
+      number(into.numbytes.emplace_back());
+    } else if (key == "major") {
+      into.major = value;
+    } else if (key == "minor") {
+      into.minor = value;
+    }
+  }
+
   // "%d %s=%s\n" records; a malformed one is an error rather than, as in
   // tarfile, a silent end of the archive.
   void parse_pax(PaxOverrides& into, uint64_t header_offset) {
@@ -315,19 +376,192 @@ struct TarStream::Impl {
                                     << "' in the header at offset " << header_offset);
         into.has_size = true;
       } else if (key.substr(0, 11) == "GNU.sparse.") {
-        CHUTE_CHECK(false, kData, "tar archive '" << url() << "': GNU sparse member (PAX header at offset "
-                                                  << header_offset << ") is not supported");
+        parse_sparse_record(into, key.substr(11), r.substr(eq + 1, kv_end - eq - 1));
       }
       p += static_cast<size_t>(len);
     }
   }
 
+  // Raw (offset, numbytes) pairs of a sparse map, as tarfile collects them.
+  using SparseMap = std::vector<std::pair<uint64_t, uint64_t>>;
+
+  void fault(std::string why) {
+    if (cur.fault.empty()) cur.fault = std::move(why);
+  }
+
+  // The old GNU `S` header at pos: its map entries, then as many extension
+  // blocks as it announces. tarfile keeps the header's entries until one
+  // does not parse, and the extension blocks' non-empty ones.
+  void read_old_gnu_sparse() {
+    const uint8_t* h = win + pos;
+    SparseMap map;
+    for (size_t i = 0; i < 4; ++i) {
+      uint64_t offset, numbytes;
+      if (!parse_number(h + kGnuSparse + 24 * i, 12, offset) ||
+          !parse_number(h + kGnuSparse + 24 * i + 12, 12, numbytes)) {
+        break;
+      }
+      map.emplace_back(offset, numbytes);
+    }
+    bool extended = h[kGnuIsExtended] != 0;
+    uint64_t real_size = 0;
+    const bool real_ok = parse_number(h + kGnuRealSize, 12, real_size);
+    pos += kBlock;
+    while (extended) {
+      if (!fill(kBlock)) {
+        pos = end;
+        truncated(cur.name, cur.header_offset, cur.stored_size, "sparse map");
+      }
+      const uint8_t* e = win + pos;
+      for (size_t i = 0; i < kGnuExtEntries; ++i) {
+        uint64_t offset, numbytes;
+        if (!parse_number(e + 24 * i, 12, offset) || !parse_number(e + 24 * i + 12, 12, numbytes)) {
+          break;
+        }
+        if (offset != 0 && numbytes != 0) map.emplace_back(offset, numbytes);
+      }
+      extended = e[kGnuExtIsExtended] != 0;
+      pos += kBlock;
+    }
+    if (!real_ok) fault("bad expanded size in its GNU sparse header");
+    set_sparse(map, real_size);
+  }
+
+  // PAX sparse formats: the map from the records (0.0, 0.1) or from the
+  // start of the payload (1.0: a count and pairs of decimal numbers, one per
+  // line, padded to whole blocks that the stored size includes).
+  void read_pax_sparse() {
+    if (!local.sparse_fault.empty()) fault(local.sparse_fault);
+    if (!local.has_sparse_size) fault("GNU sparse member without an expanded size");
+    SparseMap map;
+    if (local.has_map) {
+      std::vector<uint64_t> numbers;
+      size_t p = 0;
+      while (p <= local.map.size()) {
+        const size_t comma = std::min(local.map.find(',', p), local.map.size());
+        uint64_t v = 0;
+        if (!parse_decimal(local.map.substr(p, comma - p), v)) {
+          fault("bad GNU.sparse.map '" + local.map.substr(0, 100) + "'");
+          break;
+        }
+        numbers.push_back(v);
+        p = comma + 1;
+      }
+      for (size_t i = 0; i + 1 < numbers.size(); i += 2) map.emplace_back(numbers[i], numbers[i + 1]);
+    } else if (!local.sparse_v1()) {
+      if (local.offsets.size() != local.numbytes.size()) {
+        fault("GNU.sparse.offset and GNU.sparse.numbytes records do not pair up");
+      }
+      for (size_t i = 0; i < std::min(local.offsets.size(), local.numbytes.size()); ++i) {
+        map.emplace_back(local.offsets[i], local.numbytes[i]);
+      }
+    } else if (cur.fault.empty()) {
+      read_sparse_map_v1(map);
+    }
+    set_sparse(map, local.sparse_size);
+  }
+
+  void read_sparse_map_v1(SparseMap& map) {
+    std::string text;
+    std::vector<uint64_t> numbers;
+    uint64_t count = 0;
+    bool have_count = false;
+    size_t line = 0;  // start of the next unparsed line in text
+    for (;;) {
+      const size_t nl = text.find('\n', line);
+      if (nl == std::string::npos) {
+        if (cur.stored_size < kBlock || text.size() >= kMaxExtensionBytes) {
+          fault("its GNU sparse map (format 1.0) runs past its data");
+          return;
+        }
+        if (!fill(kBlock)) {
+          pos = end;
+          truncated(cur.name, cur.header_offset, cur.stored_size, "sparse map");
+        }
+        text.append(reinterpret_cast<const char*>(win + pos), kBlock);
+        pos += kBlock;
+        cur.stored_size -= kBlock;
+        continue;
+      }
+      uint64_t v = 0;
+      if (!parse_decimal(text.substr(line, nl - line), v)) {
+        fault("bad number in its GNU sparse map (format 1.0)");
+        return;
+      }
+      line = nl + 1;
+      if (!have_count) {
+        have_count = true;
+        count = v;
+        if (count > kMaxExtensionBytes) {
+          fault("its GNU sparse map (format 1.0) declares " + std::to_string(count) + " regions");
+          return;
+        }
+      } else {
+        numbers.push_back(v);
+      }
+      if (have_count && numbers.size() == 2 * count) break;
+    }
+    for (size_t i = 0; i + 1 < numbers.size(); i += 2) map.emplace_back(numbers[i], numbers[i + 1]);
+  }
+
+  // Checks `map` against the expanded size and the stored bytes: regions in
+  // order, inside the file, their bytes all stored. tarfile reads a map that
+  // breaks these as garbage; here the member is a fault.
+  void set_sparse(const SparseMap& map, uint64_t real_size) {
+    cur.sparse = true;
+    cur.size = real_size;
+    uint64_t end_of_last = 0, stored = 0;
+    for (const auto& [offset, length] : map) {
+      if (length == 0) continue;
+      if (offset < end_of_last || offset > real_size || length > real_size - offset) {
+        fault("its GNU sparse map has a region (offset " + std::to_string(offset) + ", " +
+              std::to_string(length) + " bytes) out of order or past the file's " +
+              std::to_string(real_size) + " bytes");
+        return;
+      }
+      cur.extents.push_back({offset, length});
+      end_of_last = offset + length;
+      stored += length;
+    }
+    if (stored > cur.stored_size) {
+      fault("its GNU sparse map covers " + std::to_string(stored) + " bytes but " +
+            std::to_string(cur.stored_size) + " are stored");
+    } else if (real_size > kMaxSparseSize) {
+      fault("it is a GNU sparse file of " + std::to_string(real_size) +
+            " bytes; refusing to expand more than " + std::to_string(kMaxSparseSize));
+    }
+  }
+
+  // Appends the current sparse member's file to dst: its stored regions
+  // with zeros between them.
+  void expand_sparse(std::vector<uint8_t>& dst) {
+    uint64_t at = 0, used = 0;
+    for (const SparseExtent& e : cur.extents) {
+      dst.resize(dst.size() + static_cast<size_t>(e.offset - at), 0);
+      copy_out(dst, e.length, cur.name, cur.header_offset, cur.stored_size, "data");
+      at = e.offset + e.length;
+      used += e.length;
+    }
+    dst.resize(dst.size() + static_cast<size_t>(cur.size - at), 0);
+    skip(cur.stored_size - used, cur.name, cur.header_offset, cur.stored_size, "data");
+  }
+
   bool next_member() {
     if (done) return false;
+    at_member_start = false;
     if (have_cur) {
-      if (!payload_read) skip(cur.size + padding(cur.size), cur.name, cur.header_offset, cur.size, "data");
+      // What is left of its data, or only its padding once the payload was
+      // read: a cut in the padding then fails here, the payload being whole
+      // (tarfile reads such a member, and notices the cut only after it).
+      if (!payload_read) {
+        skip(cur.stored_size + padding(cur.stored_size), cur.name, cur.header_offset, cur.stored_size,
+             "data");
+      } else {
+        skip(padding(cur.stored_size), cur.name, cur.header_offset, cur.stored_size, "padding");
+      }
       have_cur = false;
     }
+    at_member_start = true;
     bool in_chain = false;  // extension headers seen that still await their member
     uint64_t first = 0;
     local.clear();
@@ -373,6 +607,7 @@ struct TarStream::Impl {
                   "tar archive '" << url() << "': bad size field in the header at offset " << off);
       if (type == 'L' || type == 'K' || type == 'x' || type == 'X' || type == 'g') {
         in_chain = type != 'g' || in_chain;
+        at_member_start = false;
         pos += kBlock;
         read_record(size, off, type);
         if (type == 'L') {
@@ -412,22 +647,33 @@ struct TarStream::Impl {
       } else if (global.has_size) {
         size = global.size;
       }
-      pos += kBlock;
-      const bool regular = type == '0' || type == '7' || (type == '\0' && !raw_dir_slash);
-      CHUTE_CHECK(type != 'S', kData, "tar archive '" << url() << "': member '" << name << "' at offset "
-                                                     << first << " is a GNU sparse file, which is not supported");
+      const bool regular =
+          type == '0' || type == '7' || type == 'S' || (type == '\0' && !raw_dir_slash);
       if (regular) {
         cur.header_offset = first;
-        cur.data_offset = offset();
         cur.size = size;
+        cur.stored_size = size;
+        cur.sparse = false;
+        cur.extents.clear();
+        cur.fault.clear();
+        if (type == 'S') {
+          read_old_gnu_sparse();  // moves past the header and its extension blocks
+        } else {
+          pos += kBlock;
+          if (local.sparse()) read_pax_sparse();
+        }
+        cur.data_offset = offset();
         have_cur = true;
         payload_read = false;
         return true;
       }
+      pos += kBlock;
       // Links, directories, devices and FIFOs have no payload whatever their
       // size field says; unknown types are skipped by their size, as tarfile does.
       const bool known_no_data = (type >= '1' && type <= '6') || type == '\0';
+      at_member_start = false;
       if (!known_no_data) skip(size + padding(size), name, first, size, "data");
+      at_member_start = true;
       in_chain = false;
       local.clear();
       has_long_name = false;
@@ -462,17 +708,24 @@ bool TarStream::next(TarMember& member) {
 
 void TarStream::read_payload(std::vector<uint8_t>& dst) {
   Impl& s = *impl_;
-  CHUTE_CHECK(s.have_cur && !s.payload_read, kUsage,
-              "tar archive '" << s.url() << "': read_payload without a current unread member");
+  s.at_member_start = false;
+  CHUTE_CHECK(s.have_cur && !s.payload_read && s.cur.fault.empty(), kUsage,
+              "tar archive '" << s.url() << "': read_payload without a current readable member");
   s.payload_read = true;
-  s.copy_out(dst, s.cur.size, s.cur.name, s.cur.header_offset, s.cur.size, "data");
-  s.skip(padding(s.cur.size), s.cur.name, s.cur.header_offset, s.cur.size, "padding");
+  if (s.cur.sparse) {
+    s.expand_sparse(dst);
+  } else {
+    s.copy_out(dst, s.cur.size, s.cur.name, s.cur.header_offset, s.cur.size, "data");
+  }
 }
 
 const uint8_t* TarStream::payload_in_place() {
   Impl& s = *impl_;
-  CHUTE_CHECK(s.mapping && s.have_cur && !s.payload_read, kUsage,
-              "tar archive '" << s.url() << "': payload_in_place without a mapping or a current unread member");
+  s.at_member_start = false;
+  CHUTE_CHECK(s.mapping && s.have_cur && !s.payload_read && !s.cur.sparse && s.cur.fault.empty(),
+              kUsage,
+              "tar archive '" << s.url()
+                              << "': payload_in_place without a mapping or a current plain member");
   s.payload_read = true;
   if (s.cur.size > s.avail()) {
     s.pos = s.end;
@@ -480,12 +733,13 @@ const uint8_t* TarStream::payload_in_place() {
   }
   const uint8_t* payload = s.win + s.pos;
   s.pos += static_cast<size_t>(s.cur.size);
-  s.skip(padding(s.cur.size), s.cur.name, s.cur.header_offset, s.cur.size, "padding");
   return payload;
 }
 
 const std::shared_ptr<MappedFile>& TarStream::mapping() const { return impl_->mapping; }
 
 const std::string& TarStream::url() const { return impl_->url(); }
+
+bool TarStream::failed_at_a_member_start() const { return impl_->at_member_start; }
 
 }  // namespace chute

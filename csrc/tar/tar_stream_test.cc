@@ -275,17 +275,147 @@ TEST(TarStream, BadPaxSizeIsAnError) {
             "tar archive 'mem.tar': bad PAX size '' in the header at offset 0");
 }
 
-TEST(TarStream, SparseMembersAreRefused) {
-  EXPECT_EQ(data_error(extension('x', pax_record("GNU.sparse.map", "0,1")) + file("s", "") +
-                       end_blocks()),
-            "tar archive 'mem.tar': GNU sparse member (PAX header at offset 0) is not supported");
-  Header sparse;
-  sparse.name = "holes.bin";
-  sparse.type = 'S';
-  sparse.magic = Magic::kGnu;
-  EXPECT_EQ(data_error(file("a.txt", "a") + test::member(sparse, "x") + end_blocks()),
-            "tar archive 'mem.tar': member 'holes.bin' at offset 1024 is a GNU sparse file, which "
-            "is not supported");
+// A sparse file as tarfile reads it: each stored region at its offset,
+// zeros everywhere else.
+std::string expanded(uint64_t real_size, const std::vector<std::pair<uint64_t, std::string>>& regions) {
+  std::string out(real_size, '\0');
+  for (const auto& [offset, bytes] : regions) out.replace(offset, bytes.size(), bytes);
+  return out;
+}
+
+TEST(TarStream, OldGnuSparseFilesAreExpandedWithTheirExtensionBlocks) {
+  // 30 regions: four in the header, 21 in a first extension block, five in a second.
+  std::vector<std::pair<uint64_t, uint64_t>> regions;
+  std::vector<std::pair<uint64_t, std::string>> placed;
+  std::string stored;
+  for (int i = 0; i < 30; ++i) {
+    const std::string bytes = bytes_of(10 + i, static_cast<char>('a' + i));
+    regions.emplace_back(1000 * i + 100, bytes.size());
+    placed.emplace_back(1000 * i + 100, bytes);
+    stored += bytes;
+  }
+  ASSERT_EQ(stored.size(), 735u);  // two blocks of data
+  const std::string archive = file("a.txt", "a") +
+                              test::old_gnu_sparse("holes.bin", 31000, regions, stored) +
+                              file("b.txt", "b") + end_blocks();
+  // holes.bin: header at 1024, extension blocks at 1536 and 2048, data at 2560.
+  const std::vector<Got> expected{{"a.txt", 0, 512, 1, "a"},
+                                  {"holes.bin", 1024, 2560, 31000, expanded(31000, placed)},
+                                  {"b.txt", 3584, 4096, 1, "b"}};
+  EXPECT_EQ(read_all(archive), expected);
+  for (size_t max_read : {size_t{1}, size_t{700}}) {
+    TarStream tar(std::make_unique<MemorySource>(archive, max_read), kSmallBuffer);
+    EXPECT_EQ(read_all(tar), expected);
+    TarStream skipping(std::make_unique<MemorySource>(archive, max_read), kSmallBuffer);
+    std::vector<Got> unread = expected;
+    for (Got& g : unread) g.payload.clear();
+    EXPECT_EQ(read_all(skipping, /*read=*/false), unread);
+  }
+}
+
+TEST(TarStream, OldGnuSparseFileOfOnlyAHole) {
+  // GNU tar marks the end of such a file with an empty region at its size.
+  EXPECT_EQ(read_all(test::old_gnu_sparse("zeros.bin", 3000, {{3000, 0}}, "") + end_blocks()),
+            (std::vector<Got>{{"zeros.bin", 0, 512, 3000, std::string(3000, '\0')}}));
+}
+
+TEST(TarStream, PaxSparseFormats) {
+  const std::string want = expanded(5000, {{10, "abc"}, {4000, "de"}});
+  // 0.0: repeated offset/numbytes records.
+  const std::string v00 = extension('x', pax_record("GNU.sparse.size", "5000") +
+                                             pax_record("GNU.sparse.offset", "10") +
+                                             pax_record("GNU.sparse.numbytes", "3") +
+                                             pax_record("GNU.sparse.offset", "4000") +
+                                             pax_record("GNU.sparse.numbytes", "2") +
+                                             pax_record("GNU.sparse.name", "real.bin")) +
+                          file("GNUSparseFile.0/real.bin", "abcde");
+  // 0.1: the map in one record.
+  const std::string v01 = extension('x', pax_record("GNU.sparse.size", "5000") +
+                                             pax_record("GNU.sparse.map", "10,3,4000,2") +
+                                             pax_record("GNU.sparse.name", "real.bin")) +
+                          file("GNUSparseFile.0/real.bin", "abcde");
+  // 1.0: the map opens the payload, padded to a block.
+  const std::string v10 = extension('x', pax_record("GNU.sparse.major", "1") +
+                                             pax_record("GNU.sparse.minor", "0") +
+                                             pax_record("GNU.sparse.name", "real.bin") +
+                                             pax_record("GNU.sparse.realsize", "5000")) +
+                          file("GNUSparseFile.0/real.bin", pad("2\n10\n3\n4000\n2\n") + "abcde");
+  EXPECT_EQ(read_all(v00 + file("n.txt", "n") + end_blocks()),
+            (std::vector<Got>{{"real.bin", 0, 1536, 5000, want}, {"n.txt", 2048, 2560, 1, "n"}}));
+  EXPECT_EQ(read_all(v01 + file("n.txt", "n") + end_blocks()),
+            (std::vector<Got>{{"real.bin", 0, 1536, 5000, want}, {"n.txt", 2048, 2560, 1, "n"}}));
+  EXPECT_EQ(read_all(v10 + file("n.txt", "n") + end_blocks()),
+            (std::vector<Got>{{"real.bin", 0, 2048, 5000, want}, {"n.txt", 2560, 3072, 1, "n"}}));
+  for (size_t max_read : {size_t{1}, size_t{513}}) {
+    TarStream tar(std::make_unique<MemorySource>(v10 + end_blocks(), max_read), kSmallBuffer);
+    EXPECT_EQ(read_all(tar), (std::vector<Got>{{"real.bin", 0, 2048, 5000, want}}));
+  }
+}
+
+// Each archive: a sparse member whose map is wrong, then a plain one. The
+// sparse member comes out with a fault (its header is sound), its payload
+// unread, and the stream goes on with the next member.
+TEST(TarStream, MalformedSparseMapsAreFaultsAndTheStreamGoesOn) {
+  auto sparse_01 = [](const std::string& size, const std::string& map) {
+    return extension('x', pax_record("GNU.sparse.size", size) + pax_record("GNU.sparse.map", map)) +
+           file("s.bin", "abcde");
+  };
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {sparse_01("5000", "4000,2,10,3"),
+       "its GNU sparse map has a region (offset 10, 3 bytes) out of order or past the file's 5000 "
+       "bytes"},
+      {sparse_01("5000", "10,3,4999,2"),
+       "its GNU sparse map has a region (offset 4999, 2 bytes) out of order or past the file's "
+       "5000 bytes"},
+      {sparse_01("5000", "10,30"), "its GNU sparse map covers 30 bytes but 5 are stored"},
+      {sparse_01("5000", "10,x"), "bad GNU.sparse.map '10,x'"},
+      {sparse_01("5000x", "10,3"), "bad GNU.sparse.size value '5000x'"},
+      {sparse_01("99999999999", "10,3"),
+       "it is a GNU sparse file of 99999999999 bytes; refusing to expand more than 4294967296"},
+      {extension('x', pax_record("GNU.sparse.map", "10,3")) + file("s.bin", "abc"),
+       "GNU sparse member without an expanded size"},
+      {extension('x', pax_record("GNU.sparse.major", "1") + pax_record("GNU.sparse.minor", "0") +
+                          pax_record("GNU.sparse.realsize", "100")) +
+           file("s.bin", pad("1\n1x\n2\n") + "ab"),
+       "bad number in its GNU sparse map (format 1.0)"},
+      {extension('x', pax_record("GNU.sparse.major", "1") + pax_record("GNU.sparse.minor", "0") +
+                          pax_record("GNU.sparse.realsize", "100")) +
+           file("s.bin", "3\n1\n"),
+       "its GNU sparse map (format 1.0) runs past its data"},
+      {test::old_gnu_sparse("s.bin", 100, {{50, 10}, {40, 5}}, bytes_of(15, 'q')),
+       "its GNU sparse map has a region (offset 40, 5 bytes) out of order or past the file's 100 "
+       "bytes"},
+  };
+  for (const auto& [bad, fault] : cases) {
+    for (size_t max_read : {size_t{1}, size_t{1} << 20}) {
+      TarStream tar(std::make_unique<MemorySource>(bad + file("n.txt", "n") + end_blocks(), max_read),
+                    kSmallBuffer);
+      TarMember m;
+      ASSERT_TRUE(tar.next(m));
+      EXPECT_EQ(m.name, "s.bin");
+      EXPECT_EQ(m.fault, fault);
+      std::vector<uint8_t> ignored;
+      const std::optional<Error> e = error_from([&] { tar.read_payload(ignored); });
+      ASSERT_TRUE(e);
+      EXPECT_EQ(e->kind(), ErrorKind::kUsage);
+      ASSERT_TRUE(tar.next(m));
+      EXPECT_EQ(m.name, "n.txt");
+      EXPECT_EQ(m.fault, "");
+      std::vector<uint8_t> payload;
+      tar.read_payload(payload);
+      EXPECT_EQ(std::string(payload.begin(), payload.end()), "n");
+      EXPECT_FALSE(tar.next(m));
+    }
+  }
+}
+
+TEST(TarStream, TruncatedInsideASparseMap) {
+  const std::string archive =
+      test::old_gnu_sparse("s.bin", 100000, std::vector<std::pair<uint64_t, uint64_t>>(10, {0, 0}),
+                           "");
+  EXPECT_EQ(data_error(archive.substr(0, 512)),
+            "truncated tar archive 'mem.tar': the stream ends at offset 512 inside the sparse map of "
+            "member 's.bin' (header at offset 0, 0 bytes declared)");
 }
 
 TEST(TarStream, Base256SizeField) {
@@ -474,7 +604,7 @@ TEST(TarStream, ReadPayloadTwiceIsAUsageError) {
   const std::optional<Error> e = error_from([&] { tar.read_payload(bytes); });
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kUsage);
-  EXPECT_EQ(e->message(), "tar archive 'mem.tar': read_payload without a current unread member");
+  EXPECT_EQ(e->message(), "tar archive 'mem.tar': read_payload without a current readable member");
 }
 
 TEST(TarStream, ReadPayloadAppends) {

@@ -7,6 +7,7 @@ from chute.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
+from chute.limits import get_max_image_pixels, set_max_image_pixels
 from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
@@ -34,7 +35,9 @@ __all__ = [
     "WorkerFallbackWarning",
     "WorkerInitFnWarning",
     "create_loader",
+    "get_max_image_pixels",
     "set_epoch",
+    "set_max_image_pixels",
     "validate_batch",
     "validate_first_batch",
 ]

@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -398,7 +398,7 @@ class FieldPlan:
     def extensions(self) -> list[str]:
         ...
     @extensions.setter
-    def extensions(self, arg1: collections.abc.Sequence[str]) -> None:
+    def extensions(self, arg1: collections.abc.Iterable[str]) -> None:
         ...
 class StreamPlan:
     cache_dir: str
@@ -408,6 +408,7 @@ class StreamPlan:
     partial: bool
     repeat: bool
     resampled: bool
+    samples_one_by_one: bool
     shuffle_shards: bool
     def __init__(self) -> None:
         ...
@@ -434,10 +435,22 @@ class StreamPlan:
     def fields(self, arg0: collections.abc.Sequence[FieldPlan]) -> None:
         ...
     @property
+    def max_batch_bytes(self) -> int:
+        ...
+    @max_batch_bytes.setter
+    def max_batch_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def max_batches(self) -> int:
         ...
     @max_batches.setter
     def max_batches(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def max_inflight_bytes(self) -> int:
+        ...
+    @max_inflight_bytes.setter
+    def max_inflight_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def num_streams(self) -> int:
@@ -1013,7 +1026,11 @@ def _simd_level() -> str:
     """
 def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
     """
-    StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout'; stray bytes of tar names in a message shown as \\xNN.
+    StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
+    """
+def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, typing.Any]:
+    """
+    Samples of a tar shard as the engine delivers them: {'samples': before the first error, 'samples_skipping': delivered under a handler that goes on, 'samples_lost': lost under it, 'errors': the messages}.
     """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
@@ -1021,23 +1038,27 @@ def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> nump
     """
 def decode_npy(data: bytes, where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
-    Decode .npy bytes (numeric dtypes) to a native-order C-contiguous array.
+    Decode .npy bytes to a C-contiguous array as np.load reads them (the numeric dtypes in native byte order).
     """
 def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int]]:
     """
     Regular-file members of a tar shard: [(name, header offset, size)].
     """
-def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int, int]]:
+def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, until_error: bool = False) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
     """
-    Regular-file members of a tar shard: [(name, header offset, payload offset, size)].
+    Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, extension)]; the payload offset is None for a sparse file (not one range of the shard), key and extension None for members the reader skips. With until_error, the members whose headers come before an error that ends the archive, instead of the error.
+    """
+def max_image_pixels() -> int | None:
+    """
+    The decompression bomb guard's limit in pixels; None when there is none.
     """
 def parse_int_label(data: bytes, where: str = '<bytes>') -> int:
     """
     Python's int(bytes), limited to int64.
     """
-def peek_tar_sample(url: str, cache_dir: str = '', pipe_timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
+def peek_tar_sample(url: str, cache_dir: str = '', pipe_timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, skip_errors: bool = False) -> typing.Any:
     """
-    Member extensions of the first sample of a shard, or None for an empty shard.
+    Member extensions of the first sample of a shard, or None for a shard without one. With skip_errors, errors are passed over as a handler that goes on passes them (None when the shard ends at one before any sample).
     """
 def probe_image(data: bytes, where: str = '<bytes>') -> tuple[str, int, int]:
     """
@@ -1066,6 +1087,10 @@ def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int
 def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, int | float]:
     """
     Parses a tar shard into samples without building Python objects; returns counts and the parse time in seconds (measured in C++).
+    """
+def set_max_image_pixels(pixels: typing.SupportsInt | typing.SupportsIndex | None) -> None:
+    """
+    Images of more pixels are refused from their header (a decompression bomb guard); None: no limit.
     """
 def tar_cache_file_name(url: str) -> str:
     """

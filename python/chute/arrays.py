@@ -173,10 +173,24 @@ def _as_rows(name: str, given: Any) -> np.ndarray:
         raise TypeError(f"ArrayDataset: {name!r} must be a numpy array, tensor or .npy path")
     if value.ndim == 0:
         raise ValueError(f"ArrayDataset: {name!r} is a scalar, not rows")
-    if value.dtype.kind not in "biuf" or value.dtype.fields is not None:
-        raise ValueError(f"ArrayDataset: {name!r} has unsupported dtype {value.dtype}")
+    if not _torch_has(value.dtype):
+        raise ValueError(
+            f"ArrayDataset: {name!r} has dtype {value.dtype}, which torch has no tensor type for"
+            " (numbers, bool and complex only)"
+        )
     if not value.dtype.isnative:
         value = value.astype(value.dtype.newbyteorder("="))
     if value.ndim > 1 and not value[:1].flags.c_contiguous:
         value = np.ascontiguousarray(value)
     return value
+
+
+def _torch_has(dtype: np.dtype[Any]) -> bool:
+    """Whether torch.from_numpy takes arrays of `dtype` (any byte order)."""
+    if dtype.fields is not None or dtype.kind not in "biufc":
+        return False
+    try:
+        torch.from_numpy(np.zeros(0, dtype=dtype.newbyteorder("=")))
+    except TypeError:
+        return False
+    return True

@@ -158,12 +158,13 @@ _KINDS: dict[str, type[Exception]] = {
     "io": ReadError,
     "usage": ValueError,
     "timeout": TimeoutError,
+    "memory": MemoryError,
 }
 
 
 def from_engine_failure(kind: str, message: str) -> BaseException:
     """The exception for a failure the engine reports by kind ("data", "io",
-    "usage", "timeout") and message (a sample it skipped)."""
+    "usage", "timeout", "memory") and message (a sample it skipped)."""
     return translate(_KINDS.get(kind, DataError)(message))
 
 

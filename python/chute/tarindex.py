@@ -22,10 +22,11 @@ member ``[extension, payload offset, payload size]``, in archive order. The
 payload offset points at the first byte of the member's data (after any PAX
 or GNU long-name headers), so one ``pread(size, offset)`` reads it. Samples are
 grouped by the engine's own reader (``_core.scan_tar_index``, the key rule of
-``csrc/tar/sample_reader.cc``): the key is the member path up to the first dot
-of its basename, the extension the rest, lowercased; consecutive members with
+``csrc/tar/sample_key.h``): the key is the member path up to the first dot of
+its basename, the extension the rest, lowercased; consecutive members with
 the same key form one sample; metadata members (``__*__``) and names without
-an extension are left out.
+an extension are left out. A shard with a GNU sparse member cannot be
+indexed: its payload is not one range of the shard.
 
 An index is used only when it still describes its shard: the shard's size and
 modification time must equal the recorded ones, and the document must be
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -61,12 +61,6 @@ INDEX_SUFFIX = ".idx.json"
 FORMAT = "chute-tar-index"
 VERSION = 1
 
-# The key rule of webdataset's base_plus_ext, for tools that look at member
-# names one by one (chute inspect); indexes group members with the engine's
-# reader instead.
-_KEY_RE = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
-_META_RE = re.compile(r"__[^/]*__($|/)")
-
 
 class TarIndexError(ValueError):
     """An index that does not describe its shard (stale or corrupt) and could
@@ -75,24 +69,6 @@ class TarIndexError(ValueError):
 
 class ChuteIndexWarning(UserWarning):
     """Indexes were built but could not be saved: the next open builds them again."""
-
-
-def split_member_name(name: str) -> tuple[str, str] | None:
-    """``(key, extension)`` of a member name, or None when the engine skips it."""
-    if _META_RE.match(name):
-        return None
-    match = _KEY_RE.match(name)
-    if match is None:
-        return None
-    return match.group(1), _lower_ascii(match.group(2))
-
-
-def _lower_ascii(text: str) -> str:
-    # The engine lowercases ASCII only; str.lower() would also fold other letters.
-    return text.translate(_ASCII_LOWER)
-
-
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 
 
 def index_path(
@@ -107,9 +83,10 @@ def index_path(
 def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
     """Scans a shard once (headers only) and returns its index document.
 
-    Raises ``chute.DataError`` for a corrupt or truncated shard or a sample
-    that repeats an extension (the engine refuses such shards too), and
-    ``ValueError`` for a gzip-compressed shard.
+    Raises ``chute.DataError`` for a corrupt or truncated shard, a sample
+    that repeats an extension (readers leave the repeat out; an index would
+    not know which one) or a sparse member (its payload is not one range),
+    and ``ValueError`` for a gzip-compressed shard.
     """
     path = os.fspath(shard)
     st = os.stat(path)

@@ -4,9 +4,9 @@ wrong with them."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import tarfile
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -91,11 +91,12 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     """What is in the tar shard `path`: counted from its sidecar index when
     that is current (unless `scan`), else from the shard itself."""
     from chute import _core
-    from chute.tarindex import TarIndexError, index_path, read_index, split_member_name
+    from chute.tarindex import TarIndexError, index_path, read_index
 
     report = TarReport(path=path, size=os.path.getsize(path))
     # (name, key, extension, header offset, payload offset, size) of each member.
-    members: list[tuple[str, str | None, str, int, int, int]] = []
+    members: list[tuple[str, str | None, str, int, int | None, int]] = []
+    damaged = False
     index_file = index_path(path)
     if not scan and index_file.exists():
         try:
@@ -122,10 +123,10 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
                     f"the {len(listed)} members before the damage are reported; the last"
                     " sample may be missing members that lay past it"
                 )
-        for name, header_offset, data_offset, size in listed:
-            split = split_member_name(name)
-            key, ext = split if split is not None else (None, "")
-            members.append((name, key, ext, header_offset, data_offset, size))
+            damaged = True
+        # The reader's own key and extension of each member (None: skipped).
+        for name, header_offset, data_offset, size, key, ext in listed:
+            members.append((name, key, ext or "", header_offset, data_offset, size))
     keys_seen: dict[str, int] = {}
     sample_exts: list[frozenset[str]] = []
     current_key: str | None = None
@@ -160,15 +161,30 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
         if any(e == ext for e, _, _ in current):
             report.problems.append(
                 f"sample {key!r}: member {name!r} at offset {header_offset} repeats"
-                f" extension {ext!r} (readers raise on it)"
+                f" extension {ext!r} (readers raise on it, or leave it out under a handler that"
+                " goes on)"
             )
-        current.append((ext, int(data_offset), int(size)))
+        if data_offset is None:
+            report.notes.append(f"sample {key!r}: member {name!r} is a sparse file")
+        current.append((ext, -1 if data_offset is None else int(data_offset), int(size)))
         stats = report.extensions.setdefault(ext, _ExtensionStats())
         stats.members += 1
         stats.bytes += int(size)
         if size == 0:
             report.notes.append(f"sample {key!r}: member {name!r} is empty")
     finish()
+    if damaged:
+        # What readers get of it, as the engine delivers samples: under the
+        # default handler (webdataset's too) the samples before the error, not
+        # one the damage may have cut short; under a handler that goes on,
+        # that one too, as read.
+        with contextlib.suppress(_core.DataError, _core.ReadError):
+            counts = _core.count_tar_samples(path)
+            report.problems.append(
+                f"readers get {counts['samples']} samples before the error; under a handler"
+                f" that goes on, {counts['samples_skipping']} delivered and"
+                f" {counts['samples_lost']} lost"
+            )
     if report.samples == 0:
         report.problems.append("no samples (no member has a key.extension name)")
     # Fields only some samples have: fine for dict samples, but a to_tuple
@@ -183,22 +199,16 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     return report
 
 
-def _members_before_damage(path: str) -> list[tuple[str, int, int, int]]:
-    """(name, header offset, payload offset, size) of the regular members
-    whose payload lies wholly in the file before the point where it stops
-    parsing (Python's tarfile, which reads a cut archive up to the cut)."""
+def _members_before_damage(
+    path: str,
+) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
+    """``list_tar_payloads`` entries of the members read before the damage
+    whose payload lies wholly in the file."""
+    from chute import _core
+
     size = os.path.getsize(path)
-    out: list[tuple[str, int, int, int]] = []
-    try:
-        with tarfile.open(path, "r:") as tar:
-            for member in tar:
-                if member.offset_data + member.size > size:
-                    break
-                if member.isreg():
-                    out.append((member.name, member.offset, member.offset_data, member.size))
-    except (tarfile.TarError, OSError):
-        pass  # what was listed before the damage stands
-    return out
+    listed = _core.list_tar_payloads(path, until_error=True)
+    return [m for m in listed if m[2] is None or m[2] + m[3] <= size]
 
 
 def _peek_sample(
@@ -208,6 +218,9 @@ def _peek_sample(
     fd = os.open(path, os.O_RDONLY)
     try:
         for ext, offset, size in members:
+            if offset < 0:  # a sparse file: not one range to read
+                fields[ext] = {"bytes": size, "type": "sparse"}
+                continue
             where = f"{path}: sample {key!r} member {ext!r}"
             data = os.pread(fd, size, offset)
             try:

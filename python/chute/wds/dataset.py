@@ -46,6 +46,7 @@ from chute.wds.compiler import CompiledPipeline, compile_stages
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.fluent import Fluent
 from chute.wds.native import (
+    UNBATCHED_BATCH_BYTES,
     EngineSettings,
     ErrorHandlers,
     field_plan,
@@ -89,7 +90,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       of streams, never on the number of threads.
     - ``prefetch``: batches in flight.
     - ``pipe_timeout``: seconds a ``pipe:`` command may stay silent.
-    - ``shuffle_max_bytes``: byte budget of each shuffle buffer (encoded bytes).
+    - ``shuffle_max_bytes``: byte budget of each shuffle buffer (the memory
+      its samples hold).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
     - ``even_batches``: under DDP (world size > 1) every rank must yield the
       same number of batches, or the collective ops of the short rank's
@@ -466,6 +468,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.seed = engine_seed(base_seed, rank, worker, pass_index)
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
+        plan.max_batch_bytes = 0 if batched else UNBATCHED_BATCH_BYTES
+        plan.samples_one_by_one = not batched
         plan.partial = compiled.partial if batched else True
         plan.on_error = handlers.policy
         even = self._even_batch_count(compiled, urls)

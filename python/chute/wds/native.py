@@ -36,6 +36,12 @@ class EngineSettings:
     pin_memory: bool = False
 
 
+# Without a .batched the engine still works in batches, whose rows are handed
+# out one by one: batch_size rows, or fewer once their samples hold this many
+# bytes, so that large samples do not pile up whole batches of them.
+UNBATCHED_BATCH_BYTES = 8 << 20
+
+
 @dataclass(frozen=True)
 class ErrorHandlers:
     """The handlers of the failures in the native part of a pipeline, by
