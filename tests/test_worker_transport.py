@@ -10,6 +10,7 @@ import collections
 import os
 import pickle
 import socket
+import threading
 import warnings
 from typing import Any
 
@@ -105,7 +106,9 @@ def test_collation_of_consecutive_rows_is_a_view() -> None:
     stacked = collate_tensors(shuffled)
     assert torch.equal(stacked, torch.stack(shuffled))
     assert stacked.untyped_storage().data_ptr() != back[0][0].untyped_storage().data_ptr()
-    assert torch.equal(collate_tensors([torch.ones(2), torch.zeros(2)]), torch.tensor([[1.0] * 2, [0.0] * 2]))
+    assert torch.equal(
+        collate_tensors([torch.ones(2), torch.zeros(2)]), torch.tensor([[1.0] * 2, [0.0] * 2])
+    )
 
 
 def test_a_channel_carries_messages_and_descriptors() -> None:
@@ -117,13 +120,15 @@ def test_a_channel_carries_messages_and_descriptors() -> None:
     os.close(fd)
     assert arena is not None
     arena.close()
-    big = b"x" * 3_000_000  # larger than the socket's buffer
-    left.send(("raw", 2, big))
+    big = b"x" * 3_000_000  # larger than the socket's buffer: sent while read
+    sender = threading.Thread(target=left.send, args=(("raw", 2, big),))
+    sender.start()
     assert right.poll(10)
     message, fds = right.recv()
     assert message[:2] == ("chunk", 1) and len(fds) == 1
     same(unpack(message[2], fds[0]), items)
     message, fds = right.recv()
+    sender.join(30)
     assert message == ("raw", 2, big) and fds == []
     left.close()
     with pytest.raises(EOFError):
@@ -133,7 +138,9 @@ def test_a_channel_carries_messages_and_descriptors() -> None:
 
 def test_failures_travel_as_themselves_or_as_torch_words_them() -> None:
     try:
-        raise MemberDecodeError("shard 's', member 'k.jpg' at offset 0: bad", url="s", key="k", k="jpg")
+        raise MemberDecodeError(
+            "shard 's', member 'k.jpg' at offset 0: bad", url="s", key="k", k="jpg"
+        )
     except MemberDecodeError as exc:
         failure = Failure.capture(exc, "chute DataLoader worker 3 (pid 1)")
     failure = pickle.loads(pickle.dumps(failure))
@@ -197,7 +204,7 @@ def _engine_batches(ds: chute.WebDataset, stride: int, offset: int, skip: int = 
     engine = _core.StreamEngine(plan)
     out = []
     while (batch := engine.next(30.0)) is not None:
-        out.append(batch.column(0).tolist())
+        out.append([bytes(v) for v in batch.column(0)])
     engine.close()
     return out
 

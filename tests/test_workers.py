@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import pytest
 import torch
 from chute import wds
 from chute.errors import MemberDecodeError
-from conftest import image_samples, jpeg_bytes, write_shards
+from conftest import image_samples, write_shards
 
 # -------------------------------------------------------------------- data
 
@@ -162,7 +163,7 @@ def test_a_python_stage_runs_with_one_intraop_thread(images: list[str]) -> None:
     try:
         ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls")
         seen = []
-        for key, threads, pid in ds.map(with_threads):
+        for _key, threads, pid in ds.map(with_threads):
             assert torch.get_num_threads() == 3  # the loop body has its own
             seen.append(threads)
             assert pid == os.getpid()
@@ -211,11 +212,13 @@ def _tuple(urls: list[str]) -> Any:
 PIPELINES = {
     "tuple": (lambda u: _tuple(u).map(normalise), {"batch_size": 16}),
     "shuffled": (
-        lambda u: chute.WebDataset(u, shardshuffle=True, seed=7)
-        .shuffle(40)
-        .decode("torchrgb8")
-        .to_tuple("jpg;png", "cls")
-        .map(normalise),
+        lambda u: (
+            chute.WebDataset(u, shardshuffle=True, seed=7)
+            .shuffle(40)
+            .decode("torchrgb8")
+            .to_tuple("jpg;png", "cls")
+            .map(normalise)
+        ),
         {"batch_size": 10, "drop_last": True},
     ),
     "dict": (
@@ -243,10 +246,12 @@ PIPELINES = {
         {"batch_size": 32},
     ),
     "streams": (
-        lambda u: chute.WebDataset(u, shardshuffle=False, streams=2)
-        .decode("torchrgb8")
-        .to_tuple("jpg;png", "cls")
-        .map(normalise),
+        lambda u: (
+            chute.WebDataset(u, shardshuffle=False, streams=2)
+            .decode("torchrgb8")
+            .to_tuple("jpg;png", "cls")
+            .map(normalise)
+        ),
         {"batch_size": None},
     ),
 }
@@ -467,14 +472,22 @@ def test_an_exception_in_a_worker_reaches_the_loader_as_itself(images: list[str]
 
 def test_a_data_error_in_a_worker_keeps_its_class_and_message(broken: list[str]) -> None:
     ds = _tuple(broken).map(normalise)
+    before: dict[int, list[Any]] = {0: [], 2: []}
     with pytest.raises(MemberDecodeError) as single:
-        list(chute.DataLoader(ds, batch_size=10))
+        for batch in chute.DataLoader(ds, batch_size=10):
+            before[0].append(batch)
     with pytest.raises(MemberDecodeError) as workers:
-        list(chute.DataLoader(ds, batch_size=10, num_workers=2))
+        for batch in chute.DataLoader(ds, batch_size=10, num_workers=2):
+            before[2].append(batch)
     assert str(workers.value) == str(single.value)
     assert "img000050.jpg" in str(workers.value)
     assert workers.value.key == single.value.key == "img000050"
-    assert "chute DataLoader worker 0" in "\n".join(workers.value.__notes__)
+    # The samples before the bad one arrive first, as without workers.
+    assert len(before[0]) == 5
+    assert_same(before[2], before[0])
+    assert re.search(
+        r"raised in chute DataLoader worker \d \(pid \d+\)", workers.value.__notes__[0]
+    )
 
 
 def test_warnings_of_a_worker_are_issued_in_the_loader(broken: list[str]) -> None:
@@ -607,7 +620,9 @@ except RuntimeError as e:
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     pids = [int(p) for p in out.split("\n")[0].split()[1:]]
-    assert f"error chute DataLoader worker 1 (pid {pids[1]}) was killed by signal 9 (SIGKILL)" in out
+    assert (
+        f"error chute DataLoader worker 1 (pid {pids[1]}) was killed by signal 9 (SIGKILL)" in out
+    )
     assert "leaked" not in err and "Traceback" not in err, err
     assert wait_gone(pids)
     after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
@@ -278,7 +278,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
 
     def loader_batch_outputs(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
-    ) -> Iterator[tuple[list[Any], bool]]:
+    ) -> Generator[tuple[list[Any], bool], None, None]:
         """For each index batch, what the loader yields for it (one batch, or
         none when the handler skipped all its rows) and whether the handler
         asked to end the epoch there."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import glob
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,7 +309,7 @@ class TarDataset(IndexedDataset):
 
     def loader_batch_outputs(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
-    ) -> Iterator[tuple[list[Any], bool]]:
+    ) -> Generator[tuple[list[Any], bool], None, None]:
         collate_fn = settings.collate_fn
         # A custom collate_fn gets the samples, as torch's fetcher hands them over.
         pin_memory = settings.pin_memory and collate_fn is None
@@ -360,7 +360,7 @@ class TarDataset(IndexedDataset):
         prefetch: int,
         timeout: float,
         pin_memory: bool,
-    ) -> Iterator[_Native]:
+    ) -> Generator[_Native, None, None]:
         batches: Iterator[Any] = IndexedDataset.iter_batches(
             self, index_batches, num_threads, prefetch, timeout, pin_memory
         )

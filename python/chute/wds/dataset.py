@@ -51,8 +51,8 @@ from chute.wds.native import (
     ErrorHandlers,
     field_plan,
 )
-from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
+from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import STREAM_STATS_KEYS, EpochIteration, EpochRun
 from chute.wds.stages import Stage
 

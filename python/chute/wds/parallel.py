@@ -229,7 +229,9 @@ class WorkerEpochRun(EpochRun):
             self.worker_figures = {}
 
 
-def stream_task(dataset: WebDataset, task: StreamTask, context: WorkerContext) -> Iterator[Outgoing]:
+def stream_task(
+    dataset: WebDataset, task: StreamTask, context: WorkerContext
+) -> Iterator[Outgoing]:
     """A worker's part of one pass: for each of its engine batches, the
     items the loader would make of it after the worker's Python stages."""
     compiled = compile_stages(

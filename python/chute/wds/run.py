@@ -227,7 +227,7 @@ class EpochRun:
     def current_figures(self) -> dict[str, Any]:
         """The engine figures of the running pass."""
         engine = self.engine
-        return engine.stats() if engine is not None else {}  # type: ignore[no-any-return]
+        return engine.stats() if engine is not None else {}
 
     def stats(self) -> dict[str, Any]:
         current = self.current_figures()

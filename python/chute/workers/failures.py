@@ -32,6 +32,7 @@ class Failure:
     pickled: bytes | None  # the exception itself, when it pickles faithfully
     cls: type[BaseException] | None  # its class, when the class pickles
     message: str
+    name: str  # its class's name
 
     @staticmethod
     def capture(error: BaseException, where: str) -> Failure:
@@ -49,7 +50,7 @@ class Failure:
             pickle.loads(pickle.dumps(cls))
         except Exception:  # noqa: BLE001
             cls = None
-        return Failure(where, text, pickled, cls, str(error))
+        return Failure(where, text, pickled, cls, str(error), type(error).__name__)
 
     def reraise(self) -> NoReturn:
         note = f"raised in {self.where}; its traceback there:\n{self.text}"
@@ -58,7 +59,7 @@ class Failure:
             assert isinstance(error, BaseException)
             error.add_note(note)
             raise error
-        message = f"Caught {self.cls.__name__ if self.cls else 'an exception'} in {self.where}.\n"
+        message = f"Caught {self.name} in {self.where}.\n"
         message += f"Original {self.text}"
         if self.cls is not None:
             try:

@@ -11,6 +11,7 @@ generator of results (`Outgoing`) that the dataset's ``worker_task`` makes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import random
@@ -89,10 +90,8 @@ def worker_main(
             worker_init_fn(index)
     except Exception as exc:  # noqa: BLE001 - any failure is the loader's to raise
         where = f"chute DataLoader worker {index} (pid {os.getpid()}) while starting"
-        try:
+        with contextlib.suppress(OSError):
             channel.send(("failed", None, Failure.capture(exc, where)))
-        except OSError:
-            pass
         return
     try:
         _Loop(channel, dataset, index, num_workers, collate_fn).run()
@@ -113,7 +112,7 @@ def _seed(seed: int, base_seed: int, index: int) -> None:
         try:
             from torch.utils.data._utils.worker import _generate_state
 
-            np.random.seed(_generate_state(base_seed, index))
+            np.random.seed(_generate_state(base_seed, index))  # type: ignore[no-untyped-call]
         except ImportError:
             np.random.seed(seed % (1 << 32))
 

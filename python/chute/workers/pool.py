@@ -14,6 +14,7 @@ task and one for each result taken.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 import os
@@ -190,10 +191,8 @@ class WorkerPool:
         """Ends the workers: each is told to exit and finds its socket
         closed; one still there after a grace period is terminated."""
         for channel in self.channels:
-            try:
+            with contextlib.suppress(OSError):
                 channel.send(None)
-            except OSError:
-                pass
             channel.close()
         self.channels = []
         deadline = time.monotonic() + _EXIT_GRACE
@@ -237,7 +236,7 @@ def _preload_worker_module() -> None:
     starts (no effect once it runs; the modules already named are kept)."""
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver  # type: ignore[attr-defined]
+    server = forkserver._forkserver
     if getattr(server, "_forkserver_pid", None) is not None:
         return
     modules = list(getattr(server, "_preload_modules", ["__main__"]))

@@ -114,7 +114,7 @@ def pack(items: list[Any]) -> tuple[Packed, mmap.mmap | None, int]:
     size = 0
     for members in groups.values():
         size = -(-size // _ALIGN) * _ALIGN
-        for leaf, value in members:
+        for leaf, _ in members:
             leaf.offset = size
             size += leaf.nbytes
     if size == 0:
@@ -135,7 +135,9 @@ def pack(items: list[Any]) -> tuple[Packed, mmap.mmap | None, int]:
             if leaf.kind == "tensor":
                 base[leaf.offset : leaf.offset + n].view(value.dtype).view(value.shape).copy_(value)
             else:
-                target = np.frombuffer(arena, dtype=value.dtype, count=value.size, offset=leaf.offset)
+                target = np.frombuffer(
+                    arena, dtype=value.dtype, count=value.size, offset=leaf.offset
+                )
                 target.reshape(value.shape)[...] = value
     del base
     return Packed(template, size), arena, fd
