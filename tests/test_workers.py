@@ -358,11 +358,58 @@ def test_worker_init_fn_runs_in_each_worker_without_a_warning(
 def test_a_dataset_that_does_not_pickle_runs_in_this_process(images: list[str]) -> None:
     ds = _tuple(images).map(lambda s: (s[0][:, 0, 0], s[1]))
     expected = list(chute.DataLoader(ds, batch_size=8))
-    loader = chute.DataLoader(ds, batch_size=8, num_workers=2)
+    loader = chute.DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context="spawn")
     with pytest.warns(chute.WorkerFallbackWarning, match="cannot be sent to worker processes"):
         got = list(loader)
     assert_same(got, expected)
     assert loader._pool is None
+
+
+_FORK_SCRIPT = """
+import os, sys
+sys.path.insert(0, {tests!r})
+import chute
+from chute.workers.pool import native_threads_running, resolve_context
+
+def main():
+    ds = chute.WebDataset({urls!r}, shardshuffle=False).to_tuple("__key__", "cls")
+    assert not native_threads_running()
+    assert resolve_context(None).get_start_method() == "fork"
+    # Forked workers inherit what does not pickle (a lambda).
+    rows = list(chute.DataLoader(ds.map(lambda s: (s[0], os.getpid())), batch_size=None,
+                                 num_workers=2))
+    assert [r[0] for r in rows] == [k for k, _ in ds]
+    assert len({{r[1] for r in rows}}) == 2 and os.getpid() not in {{r[1] for r in rows}}
+    # While an engine's threads run here, workers start from the forkserver.
+    running = iter(ds)
+    next(running)
+    assert native_threads_running()
+    assert resolve_context(None).get_start_method() == "forkserver"
+    mapped = ds.map(normalise_key)
+    got = [tuple(r) for r in chute.DataLoader(mapped, batch_size=None, num_workers=2)]
+    assert got == list(mapped)
+    del running
+    assert not native_threads_running()
+    print("ok")
+
+def normalise_key(s):
+    return s[0].upper(), s[1]
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_workers_fork_unless_an_engine_runs_in_this_process(
+    images: list[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "fork_check.py"
+    script.write_text(_FORK_SCRIPT.format(tests=str(Path(__file__).parent), urls=images))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=180
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_stats_add_up_over_the_workers(images: list[str]) -> None:

@@ -88,7 +88,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     ``get_worker_info()`` splitting, to the main process). With Python work
     (see the module docstring) ``num_workers`` processes run it:
     ``worker_init_fn(worker_id)`` is called in each, ``multiprocessing_context``
-    (default: forkserver), ``persistent_workers``, ``prefetch_factor`` (results
+    (default: fork while no engine of chute runs in this process, else
+    forkserver), ``persistent_workers``, ``prefetch_factor`` (results
     in flight per worker) and ``timeout`` apply as in torch, and the batches,
     their order and ``state_dict()`` are those of ``num_workers=0``. Other
     datasets go through torch's own iterator, worker processes and

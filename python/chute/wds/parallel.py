@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from chute import _core
 from chute.errors import engine_errors
 from chute.handlers import Handler
@@ -177,6 +179,8 @@ class WorkerEpochRun(EpochRun):
         )
         pool = self.pool
         tag = pool.new_task("stream", task, pool.prefetch)
+        # The workers' engines do not pin: the loader copies what it receives.
+        pin = self.settings.pin_memory and torch.cuda.is_available()
         position = self.position
         batched = compiled.batch_size is not None
         absolute = skip_batches
@@ -201,7 +205,7 @@ class WorkerEpochRun(EpochRun):
                         body["error"].reraise()
                     return
                 pool.send(worker, ("credit", tag, 1))
-                items = unpack(body["items"], fds[0] if fds else -1)
+                items = unpack(body["items"], fds[0] if fds else -1, pin)
                 rows: list[int | None] = body["rows"]
                 if batched:
                     position.batches += 1

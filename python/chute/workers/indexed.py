@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from chute.loading import LoaderSettings
 from chute.workers.failures import Failure, caught_warnings
@@ -43,6 +44,8 @@ class WorkerBatches(Iterator[Any]):
     ) -> None:
         self.pool = pool
         self.timeout = settings.timeout
+        # The workers' engines do not pin: the loader copies what it receives.
+        self.pin = settings.pin_memory and torch.cuda.is_available()
         spec = {
             "settings": dataclasses.replace(
                 settings,
@@ -103,7 +106,7 @@ class WorkerBatches(Iterator[Any]):
             for caught in body["warnings"]:
                 caught.reissue()
             self.worker_stats[worker] = body["stats"]
-            self.ready = unpack(body["items"], fds[0] if fds else -1)
+            self.ready = unpack(body["items"], fds[0] if fds else -1, self.pin)
             if body["stop"]:
                 self.close()
             if body["error"] is not None:

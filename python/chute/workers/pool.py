@@ -215,20 +215,43 @@ class WorkerPool:
 
 def resolve_context(context: Any) -> Any:
     """The multiprocessing context workers start with: the one given (a
-    context or a start method's name), else forkserver where the platform
-    has it, else spawn. Not fork by default: the loader's process runs native
-    threads (engines, an object store's runtime), and a fork taken while
-    they hold locks can deadlock the child. The forkserver imports chute's
-    worker module (and so torch) once, so a worker starts in a fraction of
-    a second."""
+    context or a start method's name); else fork, as torch's DataLoader,
+    while no native thread of chute runs in this process; else forkserver
+    where the platform has it, else spawn. A fork taken while an engine's
+    threads (an open iteration of another loader) hold its locks can leave
+    the child a lock no thread will release; with none running, fork is
+    what torch does, and a worker starts in milliseconds. The forkserver
+    imports chute's worker module (and so torch) once, so that a worker
+    started from it does not import torch itself."""
     if context is None:
         methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        if "fork" in methods and not native_threads_running():
+            method = "fork"
+        else:
+            method = "forkserver" if "forkserver" in methods else "spawn"
+        context = multiprocessing.get_context(method)
     elif isinstance(context, str):
         context = multiprocessing.get_context(context)
     if context.get_start_method() == "forkserver":
         _preload_worker_module()
     return context
+
+
+def native_threads_running() -> bool:
+    """Whether a thread of chute's engines runs in this process (they are
+    named chute-*); True where threads cannot be listed."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().startswith("chute-"):
+                    return True
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return False
 
 
 def _preload_worker_module() -> None:

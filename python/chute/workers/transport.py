@@ -143,9 +143,10 @@ def pack(items: list[Any]) -> tuple[Packed, mmap.mmap | None, int]:
     return Packed(template, size), arena, fd
 
 
-def unpack(packed: Packed, fd: int) -> list[Any]:
+def unpack(packed: Packed, fd: int, pin: bool = False) -> list[Any]:
     """The items of `packed`, their arrays viewing the arena `fd` (which is
-    mapped, then closed: the views keep the mapping alive)."""
+    mapped, then closed: the views keep the mapping alive); with `pin`, the
+    tensors copied to page-locked memory instead (``pin_memory=True``)."""
     arena: mmap.mmap | None = None
     base: torch.Tensor | None = None
     if packed.arena_bytes:
@@ -160,8 +161,10 @@ def unpack(packed: Packed, fd: int) -> list[Any]:
         if leaf.kind == "tensor":
             dtype = _torch_dtype(leaf.dtype)
             if n == 0 or base is None:
-                return torch.empty(leaf.shape, dtype=dtype)
-            return base[leaf.offset : leaf.offset + n].view(dtype).view(leaf.shape)
+                tensor = torch.empty(leaf.shape, dtype=dtype)
+            else:
+                tensor = base[leaf.offset : leaf.offset + n].view(dtype).view(leaf.shape)
+            return tensor.pin_memory() if pin else tensor
         np_dtype = np.dtype(leaf.dtype)
         if n == 0 or arena is None:
             return np.empty(leaf.shape, dtype=np_dtype)
