@@ -19,6 +19,7 @@
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "hdf5/h5_row_source.h"
+#include "io/fetch_queue.h"
 #include "io/mapped_region.h"
 #include "io/unique_fd.h"
 #include "pipeline/indexed_engine.h"
@@ -108,6 +109,8 @@ void register_indexed(py::module_& m) {
       m, "H5Context", "Open-file pool and decompressed-chunk cache shared by HDF5 sources.")
       .def(py::init<size_t, size_t, bool>(), py::arg("chunk_cache_bytes"),
            py::arg("max_open_files"), py::arg("map_files") = true)
+      .def("set_remote", &H5Context::set_remote, py::arg("queue"),
+           "Layouts whose path is a remote url are read through this FetchQueue.")
       .def("stats", [](H5Context& c) {
         const h5::ChunkCacheStats s = c.cache().stats();
         py::dict d;
@@ -190,7 +193,9 @@ void register_indexed(py::module_& m) {
           "One element in the file's byte order; unallocated storage reads as it.")
       .def_readwrite("file_size", &H5Layout::file_size)
       .def_readwrite("mtime_ns", &H5Layout::mtime_ns)
-      .def_readwrite("inode", &H5Layout::inode);
+      .def_readwrite("inode", &H5Layout::inode)
+      .def_readwrite("version", &H5Layout::version,
+                     "A remote object's ETag (else modification time) when described.");
 
   py::class_<H5RowSource, RowSource, std::shared_ptr<H5RowSource>>(
       m, "H5Source", "One HDF5 dataset over one or more files, read natively.")

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -29,10 +30,14 @@ py::str decode_name(const std::string& s) {
   return py::reinterpret_steal<py::str>(o);
 }
 
-SourceOptions make_options(const std::string& cache_dir, double pipe_timeout_s) {
-  SourceOptions options;
-  options.cache_dir = cache_dir;
-  options.pipe_timeout_s = pipe_timeout_s;
+// `source` (for remote urls: chute.remote's reader and cache) is the base;
+// a cache_dir or pipe timeout given on its own still applies.
+using Source = std::optional<SourceOptions>;
+SourceOptions make_options(const std::string& cache_dir, double pipe_timeout_s,
+                           const Source& source) {
+  SourceOptions options = source.value_or(SourceOptions{});
+  if (!cache_dir.empty()) options.cache_dir = cache_dir;
+  if (pipe_timeout_s > 0) options.pipe_timeout_s = pipe_timeout_s;
   return options;
 }
 
@@ -58,11 +63,11 @@ class BytesSource final : public ByteSource {
 py::list samples_to_list(const std::vector<EncodedSample>& samples);
 
 py::list read_tar_samples(const std::string& url, const std::string& cache_dir,
-                          double pipe_timeout_s) {
+                          double pipe_timeout_s, const Source& source) {
   std::vector<EncodedSample> samples;
   {
     py::gil_scoped_release release;
-    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s)), 0);
+    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s, source)), 0);
     EncodedSample sample;
     while (reader.next(sample)) samples.push_back(std::move(sample));
   }
@@ -96,19 +101,19 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples) {
 
 // Every member of a shard, parsed with the GIL released.
 std::vector<TarMember> read_members(const std::string& url, const std::string& cache_dir,
-                                    double pipe_timeout_s) {
+                                    double pipe_timeout_s, const Source& source) {
   py::gil_scoped_release release;
   std::vector<TarMember> members;
-  TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
+  TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s, source)));
   TarMember m;
   while (stream.next(m)) members.push_back(m);
   return members;
 }
 
 py::list list_tar_members(const std::string& url, const std::string& cache_dir,
-                          double pipe_timeout_s) {
+                          double pipe_timeout_s, const Source& source) {
   py::list result;
-  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
+  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s, source)) {
     result.append(py::make_tuple(decode_name(m.name), m.header_offset, m.size));
   }
   return result;
@@ -118,9 +123,9 @@ py::list list_tar_members(const std::string& url, const std::string& cache_dir,
 // needs to read a member with one pread (PAX/GNU extension headers make the
 // distance from header to payload variable, so it cannot be derived later).
 py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
-                           double pipe_timeout_s) {
+                           double pipe_timeout_s, const Source& source) {
   py::list result;
-  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
+  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s, source)) {
     result.append(py::make_tuple(decode_name(m.name), m.header_offset, m.data_offset, m.size));
   }
   return result;
@@ -128,13 +133,13 @@ py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
 
 // Times the reader alone (no Python objects), for benchmarks and shard checks.
 py::dict scan_tar_samples(const std::string& url, const std::string& cache_dir,
-                          double pipe_timeout_s) {
+                          double pipe_timeout_s, const Source& source) {
   uint64_t samples = 0, members = 0, bytes = 0;
   double seconds = 0;
   {
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
-    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s)), 0);
+    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s, source)), 0);
     EncodedSample sample;
     while (reader.next(sample)) {
       ++samples;
@@ -159,12 +164,13 @@ py::dict scan_tar_samples(const std::string& url, const std::string& cache_dir,
 void register_tar(py::module_& m) {
   m.def(
       "peek_tar_sample",
-      [](const std::string& url, const std::string& cache_dir, double pipe_timeout) -> py::object {
+      [](const std::string& url, const std::string& cache_dir, double pipe_timeout,
+         const Source& source) -> py::object {
         std::vector<std::string> extensions;
         bool found = false;
         {
           py::gil_scoped_release release;
-          SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout)), 0);
+          SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout, source)), 0);
           EncodedSample sample;
           found = reader.next(sample);
           for (const SampleMember& m : sample.members) extensions.push_back(m.extension);
@@ -173,20 +179,21 @@ void register_tar(py::module_& m) {
         return py::cast(extensions);
       },
       py::arg("url"), py::arg("cache_dir") = "", py::arg("pipe_timeout") = 0.0,
+      py::arg("source") = py::none(),
       "Member extensions of the first sample of a shard, or None for an empty shard.");
   m.def("read_tar_samples", &read_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].");
   m.def("read_tar_bytes", &read_tar_bytes, py::arg("data"), py::arg("name") = "<bytes>",
         "read_tar_samples for a shard held in memory (`name` stands for it in errors).");
   m.def("list_tar_members", &list_tar_members, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Regular-file members of a tar shard: [(name, header offset, size)].");
   m.def("list_tar_payloads", &list_tar_payloads, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Regular-file members of a tar shard: [(name, header offset, payload offset, size)].");
   m.def("scan_tar_samples", &scan_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Parses a tar shard into samples without building Python objects; returns counts and "
         "the parse time in seconds (measured in C++).");
   m.def("tar_cache_file_name", &cache_file_name, py::arg("url"),

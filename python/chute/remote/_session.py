@@ -10,6 +10,7 @@ from typing import Any
 
 from chute import _core
 from chute.remote._executor import FetchExecutor
+from chute.remote._fileobj import RemoteFileObject
 from chute.remote._options import RemoteOptions
 from chute.remote._stores import Stores, is_remote_url, list_objects, obstore_module
 
@@ -93,6 +94,27 @@ class RemoteSession:
             "cache_limit_bytes": o.cache_limit_bytes,
             "cache_fsync": o.cache_fsync,
         }
+
+    def native_source(self) -> _core.SourceOptions:
+        """source_options() as the engine's SourceOptions (plans and tar
+        helpers take it)."""
+        options = _core.SourceOptions()
+        for name, value in self.source_options().items():
+            setattr(options, name, value)
+        return options
+
+    def ranges(self, url: str) -> _core.RemoteRanges:
+        """Random access to a remote object (its HEAD is sent and awaited):
+        ``read(offset, size)`` returns exactly those bytes, retried as every
+        remote read is."""
+        self._check()
+        if not is_remote_url(url):
+            raise ValueError(f"not a remote url: {url!r}")
+        return _core.RemoteRanges(url, self.queue)
+
+    def file(self, url: str) -> RemoteFileObject:
+        """A remote object as a seekable binary file (what h5py opens)."""
+        return RemoteFileObject(self.ranges(url), url)
 
     def open(self, url: str) -> RemoteFile:
         """Opens a remote object for reading; its HEAD and first ranges are

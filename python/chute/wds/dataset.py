@@ -17,7 +17,7 @@ import os
 import random
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, ClassVar
@@ -30,6 +30,13 @@ from chute.engine import default_threads
 from chute.extensions import KEY_FIELD
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
+from chute.remote import RemoteOptions
+from chute.remote._datasets import (
+    expand_remote_globs,
+    is_remote_glob,
+    merge_options,
+    native_source,
+)
 from chute.shards import (
     Splitter,
     apply_splitter,
@@ -76,6 +83,19 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
     - ``pipe_timeout``: seconds a ``pipe:`` command may stay silent.
     - ``shuffle_max_bytes``: byte budget of each shuffle buffer (encoded bytes).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
+    - Remote shards (``http(s)://``, ``s3://``, ``gs://``, ``az://``,
+      ``abfs://``, ``hf://``; ``pip install 'chute[remote]'``) are read by
+      the engine in large ranges, several ahead, while they arrive.
+      ``storage_options`` (the store's own keys, e.g. ``endpoint``,
+      ``region``) adds to the credentials, region and endpoint of the
+      standard environment; ``cache_dir`` (shared by the node's processes)
+      keeps every remote shard once, bounded by ``cache_limit_bytes`` (by
+      default webdataset's ``cache_size`` when positive); ``prefetch_bytes``
+      bounds the bytes fetched ahead of the parser, over all shards;
+      ``remote`` (a ``chute.remote.RemoteOptions``) sets the rest (range
+      size, requests in flight, retries, timeouts). A glob on a bucket
+      (``s3://bucket/train/*.tar``) is listed when the dataset is first
+      iterated (webdataset takes none).
     - ``even_batches``: under DDP (world size > 1) every rank must yield the
       same number of batches, or the collective ops of the short rank's
       peers hang. ``"cap"`` (default) stops every rank after the batch count
@@ -116,6 +136,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         shuffle_max_bytes: int = 1 << 30,
         timeout: float = 0.0,
         even_batches: str = "cap",
+        storage_options: Mapping[str, Any] | None = None,
+        cache_limit_bytes: int | None = None,
+        prefetch_bytes: int | None = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
         super().__init__()
         if even_batches not in EVEN_BATCH_MODES:
@@ -148,6 +172,15 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("no shards given")
+        if cache_limit_bytes is None and cache_size > 0:
+            cache_limit_bytes = cache_size
+        self.remote = merge_options(
+            remote,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit_bytes=cache_limit_bytes,
+            prefetch_bytes=prefetch_bytes,
+        )
         self.handler = handler
         self.resampled = resampled
         self.repeat = repeat
@@ -250,13 +283,18 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
 
     def _first_sample_extensions(self, urls: list[str]) -> list[str]:
         """Extensions of the first sample of the first shard that has one."""
+        source = native_source(urls, self.remote)
         for url in urls:
-            samples = _core.peek_tar_sample(url, self.cache_dir or "", self.pipe_timeout)
+            samples = _core.peek_tar_sample(
+                url, self.cache_dir or "", self.pipe_timeout, source=source
+            )
             if samples is not None:
                 return list(samples)
         return []
 
     def _shard_urls(self) -> tuple[list[str], int]:
+        if any(is_remote_glob(u) for u in self.urls):
+            self.urls = expand_remote_globs(self.urls, self.remote)
         urls = apply_splitter(self.nodesplitter, list(self.urls))
         worker_urls = apply_splitter(self.workersplitter, urls)
         worker, _ = worker_and_num_workers()
@@ -397,6 +435,12 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.urls = urls
         plan.cache_dir = self.cache_dir or ""
         plan.pipe_timeout = float(self.pipe_timeout)
+        remote_source = native_source(urls, self.remote)
+        if remote_source is not None:
+            plan.remote = remote_source.remote
+            plan.cache_dir = remote_source.cache_dir
+            plan.cache_limit_bytes = remote_source.cache_limit_bytes
+            plan.cache_fsync = remote_source.cache_fsync
         batched = compiled.batch_size is not None
         native_fields = [f for f in compiled.fields if f.extensions]
         plan.fields = [
@@ -412,6 +456,11 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         # Upcoming shards parsed at once: parsing is the bottleneck of tiny
         # samples, and one parser per decode thread keeps both fed.
         plan.parse_ahead = min(settings.threads, 4)
+        if remote_source is not None:
+            # The next shards arrive while this one is parsed (their bytes
+            # bounded by prefetch_bytes), so a shard boundary never waits
+            # for a round trip.
+            plan.parse_ahead = max(plan.parse_ahead, 3)
         plan.prefetch_batches = (
             settings.prefetch if settings.prefetch is not None else 2 * settings.threads
         )
@@ -461,6 +510,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             self.nodesplitter,
             self.cache_dir or "",
             self.pipe_timeout,
+            remote=self.remote,
         )
 
     def _native_items(
