@@ -6,8 +6,10 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from typing import Any, TextIO
 
+from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
 
 
@@ -15,12 +17,21 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     from chute import _core
     from chute.tarindex import index_path, write_index
 
+    remote.configure(args)
     paths = expand(args.shards)
     for p in paths:
         if kind_of(p) != "tar":
             raise UsageError(f"{p}: not a tar shard (index works on tar shards)")
     status = EXIT_OK
+    workdir = tempfile.TemporaryDirectory(prefix="chute-index-")
     for p in paths:
+        if remote.is_remote(p):
+            try:
+                print(_index_remote(p, args.force, workdir.name), file=out)
+            except (_core.DataError, _core.ReadError, ValueError) as exc:
+                print(f"chute index: {p}: {exc}", file=sys.stderr)
+                status = EXIT_PROBLEMS
+            continue
         target = index_path(p)
         if (
             target.exists()
@@ -37,7 +48,48 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             continue
         doc = json.loads(written.read_text(encoding="utf-8"))
         print(f"{written}: {len(doc['samples'])} samples", file=out)
+    workdir.cleanup()
     return status
+
+
+def _index_remote(url: str, force: bool, workdir: str) -> str:
+    """Indexes a remote shard and puts the index beside it (``<url>.idx.json``,
+    where datasets look for it). The shard is read once, through the cache
+    (``--cache-dir``; else `workdir`, and the copy is removed afterwards)."""
+    import dataclasses
+
+    from chute import _core
+    from chute.remote import get_session
+    from chute.tarindex import INDEX_SUFFIX, write_index
+
+    target = url + INDEX_SUFFIX
+    options = remote.options()
+    temporary = options.cache_dir is None
+    if temporary:
+        options = dataclasses.replace(options, cache_dir=workdir)
+    session = get_session(options)
+    size = int(session.ranges(url).size)
+    if not force:
+        try:
+            current = json.loads(session.read_bytes(target))
+            if current.get("shard_size") == size:
+                return f"{target}: up to date"
+        except (_core.ReadError, ValueError):
+            pass  # none yet, or not one of ours: write it
+    with session.open(url) as f:
+        f.drain()
+    copy = os.path.join(options.cache_dir, _core.tar_cache_file_name(url))
+    try:
+        written = write_index(copy, output=os.path.join(workdir, "index.json"))
+        document = json.loads(written.read_text(encoding="utf-8"))
+    finally:
+        if temporary:
+            os.unlink(copy)
+    # A remote object has no modification time a reader could compare: its
+    # size stands for its version.
+    document.update(shard=url.rsplit("/", 1)[-1], shard_mtime_ns=0)
+    session.put(target, json.dumps(document, separators=(",", ":")).encode())
+    return f"{target}: {len(document['samples'])} samples"
 
 
 def register(sub: Any) -> None:
@@ -45,4 +97,5 @@ def register(sub: Any) -> None:
     p = sub.add_parser("index", help="write a sidecar index (<shard>.idx.json) per tar shard")
     p.add_argument("shards", nargs="+", metavar="SHARD")
     p.add_argument("--force", action="store_true", help="rewrite indexes that look current")
+    remote.add_arguments(p)
     p.set_defaults(func=run)

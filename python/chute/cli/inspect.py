@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, expand, human_size, kind_of
 from chute.extensions import (
     INT_EXTENSIONS,
@@ -86,9 +86,9 @@ def inspect_tar(path: str, first: int = 3) -> TarReport:
     from chute import _core
     from chute.tarindex import split_member_name
 
-    report = TarReport(path=path, size=os.path.getsize(path))
+    report = TarReport(path=path, size=remote.size_of(path))
     try:
-        members = _core.list_tar_payloads(path)
+        members = _core.list_tar_payloads(path, source=remote.source_for(path))
     except (_core.DataError, _core.ReadError) as exc:
         report.problems.append(f"unreadable: {exc}")
         # Keep what came before the damage: the engine stops at the same place.
@@ -156,18 +156,15 @@ def _peek_sample(
     path: str, key: str, members: list[tuple[str, int, int]], report: TarReport
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with remote.reader(path) as read:
         for ext, offset, size in members:
             where = f"{path}: sample {key!r} member {ext!r}"
-            data = os.pread(fd, size, offset)
+            data = read(offset, size)
             try:
                 fields[ext] = _describe_payload(ext, data, where)
             except Exception as exc:  # any decoder error is a finding, not a crash
                 fields[ext] = {"bytes": size, "error": str(exc)}
                 report.problems.append(f"sample {key!r} member {ext!r} does not decode: {exc}")
-    finally:
-        os.close(fd)
     return {"key": key, "fields": fields}
 
 
@@ -176,11 +173,11 @@ def inspect_hdf5(path: str) -> dict[str, Any]:
 
     from chute.h5layout import describe_dataset
 
-    st = os.stat(path)
+    st = remote.h5_stat(path)
     datasets: list[dict[str, Any]] = []
     problems: list[str] = []
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(remote.h5_target(path), "r")
     except OSError as exc:
         return {
             "path": path,
@@ -307,6 +304,7 @@ def _print_problems(problems: list[str], out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    remote.configure(args)
     paths = expand(args.paths)
     kinds = [(p, kind_of(p)) for p in paths]  # all usage errors before any output
     reports: list[dict[str, Any]] = []
@@ -334,8 +332,12 @@ def register(sub: Any) -> None:
     """Adds the ``inspect`` command to the subparsers `sub`."""
     p = sub.add_parser("inspect", help="what is inside tar shards or HDF5 files")
     p.add_argument(
-        "paths", nargs="+", metavar="PATH", help="tar shards (brace patterns ok) or HDF5 files"
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="tar shards (brace patterns ok) or HDF5 files: paths or urls (s3://, https://, ...)",
     )
     p.add_argument("--first", type=int, default=3, help="samples to decode and show per shard")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    remote.add_arguments(p)
     p.set_defaults(func=run)

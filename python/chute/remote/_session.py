@@ -12,7 +12,14 @@ from chute import _core
 from chute.remote._executor import FetchExecutor
 from chute.remote._fileobj import RemoteFileObject
 from chute.remote._options import RemoteOptions
-from chute.remote._stores import Stores, is_remote_url, list_objects, obstore_module
+from chute.remote._stores import (
+    Stores,
+    claim_runtime,
+    is_remote_url,
+    list_objects,
+    obstore_module,
+    scheme_of,
+)
 
 # How long close() waits for the fetcher thread: its requests are cancelled,
 # so it only has to unwind.
@@ -31,6 +38,11 @@ class RemoteFile:
         Raises chute.ReadError naming the url (and byte range) when the object
         cannot be read, TimeoutError when nothing arrives for too long."""
         return self._reader.read(n)
+
+    def drain(self) -> int:
+        """Reads the rest without keeping it (with a cache directory: what
+        completes the cache entry); returns the bytes read."""
+        return self._reader.drain()
 
     @property
     def in_place(self) -> bool:
@@ -140,6 +152,16 @@ class RemoteSession:
         return _core.read_remote_tar(
             url, s["remote"], s["cache_dir"], s["cache_limit_bytes"], in_place
         )
+
+    def put(self, url: str, data: bytes) -> None:
+        """Writes an object (``chute index`` puts a shard's index beside it).
+        Stores without writes (http(s) servers, the Hugging Face Hub) refuse."""
+        self._check()
+        if scheme_of(url) in ("http", "https", "hf"):
+            raise ValueError(f"cannot write {url!r}: http(s) and hf:// urls are read-only here")
+        store, path = self._stores.resolve(url)
+        claim_runtime()
+        obstore_module().put(store, path, data)
 
     def list_objects(self, pattern: str) -> list[str]:
         """Object urls matching a glob on a bucket (``s3://b/train/*.tar``,
