@@ -73,7 +73,9 @@ class Store:
         """Ranges asked for of the objects whose path ends with `name`."""
         assert self.proxy is not None
         return [
-            r.range for r in self.proxy.requests if r.method == "GET" and r.path.endswith(name) and r.range
+            r.range
+            for r in self.proxy.requests
+            if r.method == "GET" and r.path.endswith(name) and r.range
         ]
 
 
@@ -170,7 +172,9 @@ def test_webdataset_equals_the_local_read(
     got = list(pipeline(store.dataset(pattern), kind, shuffle))
     from_list = list(pipeline(store.dataset(urls), kind, shuffle))
     if kind == "dict":
-        assert [x["__url__"] for x in got] == [urls[image_shards.index(x["__url__"])] for x in expected]
+        assert [x["__url__"] for x in got] == [
+            urls[image_shards.index(x["__url__"])] for x in expected
+        ]
         expected, got, from_list = without_url(expected), without_url(got), without_url(from_list)
     assert len(got) == len(expected) > 0
     assert same(got, expected)
@@ -224,7 +228,9 @@ def test_the_first_batch_does_not_wait_for_the_shard(http: Store, tmp_path: Path
     for s in stalls:
         s.release.set()
     rest = list(it)
-    expected = list(chute.WebDataset(shard, shardshuffle=False).decode().to_tuple("npy", "cls").batched(4))
+    expected = list(
+        chute.WebDataset(shard, shardshuffle=False).decode().to_tuple("npy", "cls").batched(4)
+    )
     assert same([first, *rest], expected)
 
 
@@ -345,7 +351,9 @@ def test_cache_is_bounded_by_its_limit(http: Store, tmp_path: Path):
     cache.mkdir()
     size = max(os.path.getsize(p) for p in shards)
     limit = int(2.5 * size)
-    ds = http.dataset(urls, cache_dir=cache, cache_limit_bytes=limit, remote=options(cache_fsync=False))
+    ds = http.dataset(
+        urls, cache_dir=cache, cache_limit_bytes=limit, remote=options(cache_fsync=False)
+    )
     assert len(list(ds.to_tuple("__key__"))) == 400
     entries = [p for p in cache.iterdir() if "+" not in p.name]
     assert sum(p.stat().st_size for p in entries) <= limit

@@ -41,8 +41,7 @@ import h5py
 import numpy as np
 
 from chute import _core
-from chute.h5layout import describe_dataset, native_layout
-from chute.h5layout import RemoteStat
+from chute.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote._datasets import expand_remote_globs, is_remote_glob, merge_options

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-
 from typing import Any
 
 import torch
