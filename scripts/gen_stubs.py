@@ -39,6 +39,11 @@ RETURN_TYPES: dict[str, tuple[str, str]] = {
     "read_tar_samples": ("list", "list[tuple[str, dict[str, bytes], int]]"),
     "scan_tar_samples": ("dict", "dict[str, int | float]"),
     "probe_image": ("tuple", "tuple[str, int, int]"),
+    "scan_tar_index": (
+        "tuple",
+        "tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], "
+        "list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]",
+    ),
 }
 
 # Remaining bare generics, by where they occur: `-> list:` and `arg: list,`.

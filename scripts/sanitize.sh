@@ -23,7 +23,7 @@ python=${PYTHON:-python}
 tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test_arrays.py
        tests/test_webdataset.py tests/test_faults_tar.py tests/test_faults_h5.py
        tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py
-       tests/test_transforms.py
+       tests/test_transforms.py tests/test_train_transforms.py tests/test_tar_dataset.py
        tests/test_remote.py tests/test_remote_faults.py tests/test_remote_cache.py
        tests/test_remote_queue.py)
 

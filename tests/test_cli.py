@@ -271,6 +271,37 @@ def test_bench_bad_arguments(
     assert code == 2 and "not one" in err
 
 
+def test_bench_image_option_errors(image_shards: list[str], capsys: pytest.CaptureFixture[str]):
+    shard = image_shards[0]
+    code, _, err = run(capsys, "bench", shard, "--size", "32")
+    assert code == 2 and "need an image spec" in err
+    spec = ["--decode", "torchrgb8"]
+    code, _, err = run(capsys, "bench", shard, *spec, "--size", "32", "--normalize", "imagenet")
+    assert code == 2 and "float output" in err
+    code, _, err = run(capsys, "bench", shard, *spec, "--size", "32", "--compare")
+    assert code == 2 and "--compare runs webdataset's own decode" in err
+    code, _, err = run(capsys, "bench", shard, *spec, "--dtype", "float16", "--normalize", "1,2")
+    assert code == 2 and "image options" in err
+    code, _, err = run(capsys, "bench", shard, *spec, "--size", "big")
+    assert code == 2 and "image options" in err
+    code, _, err = run(capsys, "bench", shard, *spec, "--crop", "random_resized")
+    assert code == 2 and "needs size" in err
+
+
+@pytest.mark.slow
+def test_bench_with_image_options(image_shards: list[str]):
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "bench", *image_shards, "--decode", "torchrgb8",
+         "--size", "24,20", "--crop", "random_resized", "--flip", "--normalize", "imagenet",
+         "--dtype", "float16", "--to-tuple", "jpg;png cls", "--workers", "1", "--json",
+         "--no-progress"],
+        capture_output=True, text=True, env=_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(proc.stdout)
+    assert result["loader"] == "chute" and result["samples"] == 120
+
+
 @pytest.mark.slow
 def test_bench_compare_subprocess(tiny_shards: list[str], tmp_path: Path):
     shards = []

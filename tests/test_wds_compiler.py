@@ -78,6 +78,12 @@ def test_whole_chain_is_native() -> None:
         "size": (32, 48),
         "crop": "random",
         "flip": True,
+        "resize": None,
+        "scale": (0.08, 1.0),
+        "ratio": (0.75, 4 / 3),
+        "normalize": None,
+        "dtype": None,
+        "layout": None,
     }
     assert (c.batch_size, c.partial, c.shuffle) == (32, False, (100, 10, 7))
     assert c.python_stages == [] and c.ends_in_native_batches

@@ -12,10 +12,13 @@
 #include "bindings/numpy_convert.h"
 #include "bindings/registry.h"
 #include "core/error.h"
+#include "core/random.h"
 #include "decode/image_decoder.h"
 #include "decode/label.h"
 #include "decode/npy.h"
-#include "image/transform.h"
+#include "image/output_spec.h"
+#include "image/pixel_format.h"
+#include "image/resample.h"
 
 namespace py = pybind11;
 
@@ -99,7 +102,8 @@ int64_t parse_int_label_py(const py::bytes& data, const std::string& where) {
 }
 
 // Resize (covering the output for "center", exactly for "none"), crop, flip
-// and lay out one image: the engine's per-image path, for tests.
+// and lay out one image: the engine's per-image placement and resampler, for
+// tests.
 py::array transform_image_py(
     const py::array_t<uint8_t, py::array::c_style | py::array::forcecast>& hwc, int out_h,
     int out_w, const std::string& crop, bool flip, bool chw, bool to_float) {
@@ -107,43 +111,42 @@ py::array transform_image_py(
               kUsage, "transform_image expects an HW or HWC (C = 1 or 3) uint8 array");
   CHUTE_CHECK(crop == "center" || crop == "none", kUsage,
               "crop must be 'center' or 'none', not '" << crop << "'");
-  CHUTE_CHECK(out_h >= 0 && out_w >= 0, kUsage, "output size must be >= 0");
   const int h = static_cast<int>(hwc.shape(0));
   const int w = static_cast<int>(hwc.shape(1));
+  const int channels = hwc.ndim() == 3 ? static_cast<int>(hwc.shape(2)) : 1;
+  CHUTE_CHECK(h > 0 && w > 0, kUsage, "transform_image of an empty image");
   ImageOutputSpec spec;
-  spec.channels = hwc.ndim() == 3 ? static_cast<int>(hwc.shape(2)) : 1;
-  spec.chw = chw;
-  spec.to_float = to_float;
+  spec.layout = chw ? Layout::kCHW : Layout::kHWC;
+  spec.dtype = to_float ? PixelType::kFloat32 : PixelType::kUint8;
   spec.out_height = out_h;
   spec.out_width = out_w;
   spec.crop = crop == "center" ? CropMode::kCenter : CropMode::kNone;
-  const ImageSize target = resize_target(h, w, spec);
-  const int oh = out_h > 0 ? out_h : h;
-  const int ow = out_w > 0 ? out_w : w;
+  check_output_spec(spec, "transform_image");
+  const OutputFormat format = output_format(spec);
+  Rng unused(0);  // "center" and "none" draw nothing; the flip is asked for
+  ImagePlacement placement = place_image(spec, h, w, unused);
+  const int oh = spec.resizes() ? out_h : h;
+  const int ow = spec.resizes() ? out_w : w;
   std::vector<py::ssize_t> shape;
   if (hwc.ndim() == 2) {
     shape = {oh, ow};
   } else if (chw) {
-    shape = {spec.channels, oh, ow};
+    shape = {channels, oh, ow};
   } else {
-    shape = {oh, ow, spec.channels};
+    shape = {oh, ow, channels};
   }
   py::array out = to_float ? py::array(py::dtype::of<float>(), shape)
                            : py::array(py::dtype::of<uint8_t>(), shape);
+  ResampleOutput target;
+  target.height = oh;
+  target.width = ow;
+  target.flip = flip;
+  target.format = &format;
+  target.data = out.mutable_data();
   const uint8_t* src = hwc.data();
-  void* dst = out.mutable_data();
   {
     py::gil_scoped_release release;
-    std::vector<uint8_t> resized;
-    const uint8_t* image = src;
-    if (target.height != h || target.width != w) {
-      resized.resize(static_cast<size_t>(target.height) * target.width * spec.channels);
-      resize_bilinear(src, h, w, spec.channels, resized.data(), target.height, target.width);
-      image = resized.data();
-    }
-    int crop_y = 0, crop_x = 0;
-    center_crop_origin(target.height, target.width, spec, &crop_y, &crop_x);
-    write_image_output(image, target.height, target.width, spec, crop_y, crop_x, flip, dst);
+    resample_area_into(src, h, w, channels, placement.area, target);
   }
   return out;
 }

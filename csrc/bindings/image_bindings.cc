@@ -14,11 +14,14 @@
 
 #include "bindings/registry.h"
 #include "core/error.h"
+#include "core/random.h"
 #include "decode/image_decoder.h"
+#include "decode/image_field.h"
 #include "image/crop_params.h"
+#include "image/output_spec.h"
 #include "image/pixel_format.h"
 #include "image/resample.h"
-#include "core/random.h"
+#include "pipeline/field_decoder.h"
 
 namespace py = pybind11;
 
@@ -239,6 +242,21 @@ std::tuple<WindowTuple, BoxTuple> center_crop_area_py(int height, int width, int
   return {from_window(a.region), BoxTuple{a.box.y0, a.box.x0, a.box.y1, a.box.x1}};
 }
 
+// The placement the engine's image field decoder draws for one row: the
+// source area it resamples and whether it mirrors, so that a test can
+// rebuild a sample's expected pixels with Pillow.
+std::tuple<WindowTuple, BoxTuple, bool> image_placement_py(const ImageOutputSpec& spec,
+                                                           ColorMode color, int height, int width,
+                                                           uint64_t seed, int64_t epoch,
+                                                           int64_t batch, size_t row,
+                                                           size_t field) {
+  const ImageFieldDecoder decoder(color, spec, "<diagnostic>");
+  const ImagePlacement p =
+      decoder.placement(height, width, RowPosition{seed, epoch, batch, row, field});
+  const Box& b = p.area.box;
+  return {from_window(p.area.region), BoxTuple{b.y0, b.x0, b.y1, b.x1}, p.flip};
+}
+
 std::string simd_level_py() {
   switch (best_simd_level()) {
     case SimdLevel::kAvx2:
@@ -280,6 +298,12 @@ void register_image(py::module_& m) {
         py::arg("resize"), py::arg("crop_h"), py::arg("crop_w"),
         "Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: "
         "((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.");
+  m.def("_image_placement", &image_placement_py, py::arg("spec"), py::arg("color"),
+        py::arg("height"), py::arg("width"), py::arg("seed"), py::arg("epoch"), py::arg("batch"),
+        py::arg("row"), py::arg("field"),
+        "Diagnostic: the ((y, x, h, w) region, (y0, x0, y1, x1) box, flip) that an image field "
+        "decoded by `spec` resamples for the row at (seed, epoch, batch, row, field) of a "
+        "height x width image (source pixels).");
   m.def("_simd_level", &simd_level_py, "Diagnostic: the resampler's SIMD level on this CPU.");
 }
 

@@ -1,6 +1,8 @@
-// Indexed sources (HDF5 datasets, in-memory arrays) and the engine that
-// gathers rows from them. HDF5 layouts arrive as typed H5Layout objects that
-// python/chute/h5.py fills from h5py; batches leave as zero-copy numpy arrays.
+// Indexed sources (HDF5 datasets, in-memory arrays, tar shards with an
+// index) and the engine that gathers rows from them. HDF5 layouts arrive as
+// typed H5Layout objects that python/chute/h5.py fills from h5py; a tar
+// index arrives as numpy columns that python/chute/tarindex.py reads from
+// the sidecar files; batches leave as zero-copy numpy arrays.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -14,9 +16,12 @@
 #include <vector>
 
 #include "bindings/engine_face.h"
+#include "bindings/errors.h"
 #include "bindings/numpy_convert.h"
 #include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
+#include "compose/catalog.h"
+#include "compose/stream_request.h"
 #include "core/error.h"
 #include "hdf5/h5_row_source.h"
 #include "io/fetch_queue.h"
@@ -24,6 +29,8 @@
 #include "io/unique_fd.h"
 #include "pipeline/indexed_engine.h"
 #include "pipeline/memory_row_source.h"
+#include "tar/indexed_tar_source.h"
+#include "tar/tar_index.h"
 
 namespace py = pybind11;
 
@@ -92,6 +99,93 @@ std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::
   const auto* data = static_cast<const uint8_t*>(array.data());
   return std::make_shared<MemoryRowSource>(name, data, array.shape(0), array.strides(0), dtype,
                                            std::move(row_shape), keep_python_alive(array));
+}
+
+template <typename T>
+using Column = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+template <typename T>
+IndexColumn<T> column_view(const Column<T>& a) {
+  return IndexColumn<T>{a.data(), static_cast<size_t>(a.size())};
+}
+
+// Names are bytes in the archive; tarfile (and so webdataset) decodes them as
+// UTF-8 with surrogateescape.
+py::str decode_name(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+std::shared_ptr<IndexedTarSource> make_tar_source(
+    const std::vector<std::string>& urls, const std::vector<std::string>& paths,
+    const std::vector<int64_t>& sizes, const std::vector<int64_t>& mtimes_ns,
+    const std::vector<std::string>& extensions, const Column<int64_t>& shard_starts,
+    const Column<int64_t>& sample_offsets, const Column<int64_t>& key_starts,
+    const Column<uint8_t>& keys, const Column<int64_t>& member_starts,
+    const Column<int32_t>& member_extensions, const Column<int64_t>& member_offsets,
+    const Column<int64_t>& member_sizes, uint64_t max_gap, uint64_t max_read, size_t max_open) {
+  CHUTE_CHECK(paths.size() == urls.size() && sizes.size() == urls.size() &&
+                  mtimes_ns.size() == urls.size(),
+              kUsage, "tar index: urls, paths, sizes and modification times differ in length");
+  TarIndex index;
+  for (size_t i = 0; i < urls.size(); ++i) {
+    index.shards.push_back({urls[i], paths[i], ShardIdentity{sizes[i], mtimes_ns[i]}});
+  }
+  index.extensions = extensions;
+  index.shard_starts = column_view(shard_starts);
+  index.sample_offsets = column_view(sample_offsets);
+  index.key_starts = column_view(key_starts);
+  index.keys = IndexColumn<char>{reinterpret_cast<const char*>(keys.data()),
+                                 static_cast<size_t>(keys.size())};
+  index.member_starts = column_view(member_starts);
+  index.member_extensions = column_view(member_extensions);
+  index.member_offsets = column_view(member_offsets);
+  index.member_sizes = column_view(member_sizes);
+  // The arrays as converted (forcecast may have copied them) live as long as
+  // the index.
+  index.owner = keep_python_alive(py::make_tuple(shard_starts, sample_offsets, key_starts, keys,
+                                                 member_starts, member_extensions, member_offsets,
+                                                 member_sizes));
+  IndexedTarOptions options;
+  options.max_gap = max_gap;
+  options.max_read = max_read;
+  options.max_open = max_open;
+  return std::make_shared<IndexedTarSource>(std::move(index), options);
+}
+
+py::tuple scan_tar_index_py(const std::string& path) {
+  std::vector<ScannedSample> samples;
+  {
+    py::gil_scoped_release release;
+    SourceOptions options;
+    samples = scan_tar_index(open_source(path, options));
+  }
+  size_t members = 0;
+  for (const ScannedSample& s : samples) members += s.members.size();
+  py::list keys, extensions;
+  py::array_t<int64_t> offsets(static_cast<py::ssize_t>(samples.size()));
+  py::array_t<int64_t> counts(static_cast<py::ssize_t>(samples.size()));
+  py::array_t<int64_t> member_offsets(static_cast<py::ssize_t>(members));
+  py::array_t<int64_t> member_sizes(static_cast<py::ssize_t>(members));
+  int64_t* off = offsets.mutable_data();
+  int64_t* cnt = counts.mutable_data();
+  int64_t* moff = member_offsets.mutable_data();
+  int64_t* msize = member_sizes.mutable_data();
+  size_t j = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const ScannedSample& s = samples[i];
+    keys.append(decode_name(s.key));
+    off[i] = static_cast<int64_t>(s.offset);
+    cnt[i] = static_cast<int64_t>(s.members.size());
+    for (const ScannedMember& m : s.members) {
+      extensions.append(decode_name(m.extension));
+      moff[j] = static_cast<int64_t>(m.offset);
+      msize[j] = static_cast<int64_t>(m.size);
+      ++j;
+    }
+  }
+  return py::make_tuple(keys, offsets, counts, extensions, member_offsets, member_sizes);
 }
 
 }  // namespace
@@ -209,6 +303,29 @@ void register_indexed(py::module_& m) {
       m, "ArraySource", "Rows of an array the source keeps alive (numpy, memmap, tensor.numpy()).")
       .def(py::init(&make_array_source), py::arg("name"), py::arg("array"));
 
+  m.def("scan_tar_index", &scan_tar_index_py, py::arg("path"),
+        "The content of a tar shard's sidecar index, grouped by the engine's key rule: "
+        "(keys, sample header offsets, members per sample, member extensions, payload offsets, "
+        "payload sizes), the last three per member in archive order.");
+
+  py::class_<IndexedSampleSource, std::shared_ptr<IndexedSampleSource>>(
+      m, "IndexedSampleSource", "Samples read by id (sample mode of the IndexedEngine).")
+      .def_property_readonly("num_samples", &IndexedSampleSource::num_samples);
+
+  py::class_<IndexedTarSource, IndexedSampleSource, std::shared_ptr<IndexedTarSource>>(
+      m, "TarIndexSource",
+      "Tar shards read by sample id through their index; neighbouring samples share a read.")
+      .def(py::init(&make_tar_source), py::arg("urls"), py::arg("paths"), py::arg("sizes"),
+           py::arg("mtimes_ns"), py::arg("extensions"), py::arg("shard_starts"),
+           py::arg("sample_offsets"), py::arg("key_starts"), py::arg("keys"),
+           py::arg("member_starts"), py::arg("member_extensions"), py::arg("member_offsets"),
+           py::arg("member_sizes"), py::arg("max_gap") = IndexedTarOptions{}.max_gap,
+           py::arg("max_read") = IndexedTarOptions{}.max_read,
+           py::arg("max_open") = IndexedTarOptions{}.max_open)
+      .def_property_readonly("reads", &IndexedTarSource::reads, "Range reads made so far.")
+      .def_property_readonly("bytes_read", &IndexedTarSource::bytes_read,
+                             "Bytes those reads brought in.");
+
   py::class_<IndexedPlan>(m, "IndexedPlan", "What an IndexedEngine reads and how.")
       .def(py::init<>())
       .def_readwrite("sources", &IndexedPlan::sources,
@@ -218,6 +335,36 @@ void register_indexed(py::module_& m) {
                      "Batches started ahead of the consumer.")
       .def_readwrite("piece_rows", &IndexedPlan::piece_rows,
                      "Rows per piece of work; 0 picks it from the row size.")
+      .def_property(
+          "samples",
+          [](const IndexedPlan& p) { return std::const_pointer_cast<IndexedSampleSource>(p.samples); },
+          [](IndexedPlan& p, std::shared_ptr<IndexedSampleSource> source) {
+            p.samples = std::move(source);
+          },
+          "Sample mode: the source read by id (instead of `sources`).")
+      .def(
+          "set_fields",
+          [](IndexedPlan& p, const std::vector<FieldRequest>& fields) {
+            p.decoding.fields.clear();
+            for (const FieldRequest& f : fields) {
+              FieldPlan field = f.field;
+              field.decoder = field_decoder_for(f.codec, field.name);
+              p.decoding.fields.push_back(std::move(field));
+            }
+          },
+          py::arg("fields"), "Sample mode: the output fields (FieldPlan, as for a StreamPlan).")
+      .def_property(
+          "keep_other_members", [](const IndexedPlan& p) { return p.decoding.keep_other_members; },
+          [](IndexedPlan& p, bool v) { p.decoding.keep_other_members = v; })
+      .def_property(
+          "collect_keys", [](const IndexedPlan& p) { return p.decoding.collect_keys; },
+          [](IndexedPlan& p, bool v) { p.decoding.collect_keys = v; })
+      .def_property(
+          "seed", [](const IndexedPlan& p) { return p.decoding.seed; },
+          [](IndexedPlan& p, uint64_t v) { p.decoding.seed = v; })
+      .def_property(
+          "on_error", [](const IndexedPlan& p) { return p.decoding.on_error; },
+          [](IndexedPlan& p, ErrorPolicy v) { p.decoding.on_error = v; })
       .def(
           "set_pin_hooks",
           [](IndexedPlan& p, uintptr_t register_fn, uintptr_t unregister_fn) {
@@ -232,14 +379,17 @@ void register_indexed(py::module_& m) {
       .def_property_readonly("num_rows", &IndexedEngine::num_rows)
       .def(
           "submit",
-          [](IndexedEngine& e, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx) {
+          [](IndexedEngine& e, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx,
+             int64_t epoch) {
             CHUTE_CHECK(idx.ndim() == 1, kUsage, "indices must be one-dimensional");
             const int64_t* data = idx.data();
             const auto n = static_cast<size_t>(idx.size());
             py::gil_scoped_release release;
-            return e.submit(data, n);
+            return e.submit(data, n, epoch);
           },
-          py::arg("indices"), "Queue a batch of row indices; returns its sequence number.")
+          py::arg("indices"), py::arg("epoch") = 0,
+          "Queue a batch of row indices; returns its sequence number. In sample mode the "
+          "decoders' random draws for sample i derive from (seed, epoch, i).")
       .def(
           "next",
           [](IndexedEngine& engine, double timeout) {
@@ -252,7 +402,15 @@ void register_indexed(py::module_& m) {
           "at its position.")
       .def("close", &IndexedEngine::close, py::call_guard<py::gil_scoped_release>())
       .def("outstanding", &IndexedEngine::outstanding)
-      .def("stats", [](const IndexedEngine& e) { return stats_dict(e.stats()); });
+      .def("stats", [](const IndexedEngine& e) { return stats_dict(e.stats()); })
+      .def(
+          "take_skipped",
+          [](IndexedEngine& e) {
+            py::list out;
+            for (const Error& error : e.take_skipped()) out.append(python_error(error));
+            return out;
+          },
+          "Sample mode: exceptions of the samples skipped since the last call, oldest first.");
 }
 
 }  // namespace chute::bindings

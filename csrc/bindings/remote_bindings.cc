@@ -166,9 +166,9 @@ class RemoteReader {
 // Random access to a remote object (io/remote_ranges.h) for Python readers
 // of metadata (h5py's file-like objects, inspection). close() from another
 // thread stops a read in progress.
-class RangeReader {
+class PyRemoteRanges {
  public:
-  RangeReader(const std::string& url, const std::shared_ptr<FetchQueue>& queue) {
+  PyRemoteRanges(const std::string& url, const std::shared_ptr<FetchQueue>& queue) {
     py::gil_scoped_release release;
     ranges_ = std::make_unique<RemoteRanges>(url, queue, &cancel_);
   }
@@ -315,17 +315,17 @@ void register_remote(py::module_& m) {
       .def_readwrite("readahead_bytes", &SourceOptions::readahead_bytes)
       .def_readwrite("remote", &SourceOptions::remote, "None: remote urls cannot be read.");
 
-  py::class_<RangeReader>(m, "RemoteRanges",
+  py::class_<PyRemoteRanges>(m, "RemoteRanges",
                           "Byte ranges of a remote object, read through a FetchQueue.")
       .def(py::init<const std::string&, const std::shared_ptr<FetchQueue>&>(), py::arg("url"),
            py::arg("queue"), "Sends the HEAD and waits for it; raises ReadError naming the url.")
-      .def_property_readonly("size", &RangeReader::size)
-      .def_property_readonly("version", &RangeReader::version,
+      .def_property_readonly("size", &PyRemoteRanges::size)
+      .def_property_readonly("version", &PyRemoteRanges::version,
                              "The ETag (else the modification time) the HEAD gave.")
-      .def_property_readonly("ranges_fetched", &RangeReader::ranges_fetched)
-      .def("read", &RangeReader::read, py::arg("offset"), py::arg("size"),
+      .def_property_readonly("ranges_fetched", &PyRemoteRanges::ranges_fetched)
+      .def("read", &PyRemoteRanges::read, py::arg("offset"), py::arg("size"),
            "Exactly bytes [offset, offset + size); raises ReadError (DataError past the end).")
-      .def("close", &RangeReader::close, "Stops a read in progress (in any thread).");
+      .def("close", &PyRemoteRanges::close, "Stops a read in progress (in any thread).");
 
   py::class_<RemoteReader>(m, "RemoteReader", "A remote url read as a byte stream.")
       .def(py::init<const std::string&, const std::shared_ptr<FetchQueue>&, const std::string&,

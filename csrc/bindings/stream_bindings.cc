@@ -44,18 +44,33 @@ void register_stream(py::module_& m) {
   py::enum_<CropMode>(m, "CropMode")
       .value("NONE", CropMode::kNone)
       .value("CENTER", CropMode::kCenter)
-      .value("RANDOM", CropMode::kRandom);
+      .value("RANDOM", CropMode::kRandom)
+      .value("RANDOM_RESIZED", CropMode::kRandomResized);
+  py::enum_<Layout>(m, "Layout").value("HWC", Layout::kHWC).value("CHW", Layout::kCHW);
+  py::enum_<PixelType>(m, "PixelType")
+      .value("UINT8", PixelType::kUint8)
+      .value("FLOAT32", PixelType::kFloat32)
+      .value("FLOAT16", PixelType::kFloat16)
+      .value("BFLOAT16", PixelType::kBFloat16);
   py::enum_<ErrorPolicy>(m, "ErrorPolicy").value("RAISE", ErrorPolicy::kRaise).value("SKIP", ErrorPolicy::kSkip);
 
   py::class_<ImageOutputSpec>(m, "ImageOutputSpec")
       .def(py::init<>())
-      .def_readwrite("chw", &ImageOutputSpec::chw)
-      .def_readwrite("to_float", &ImageOutputSpec::to_float)
+      .def_readwrite("layout", &ImageOutputSpec::layout)
+      .def_readwrite("dtype", &ImageOutputSpec::dtype)
       .def_readwrite("squeeze_gray", &ImageOutputSpec::squeeze_gray)
       .def_readwrite("out_height", &ImageOutputSpec::out_height)
       .def_readwrite("out_width", &ImageOutputSpec::out_width)
+      .def_readwrite("resize", &ImageOutputSpec::resize)
       .def_readwrite("crop", &ImageOutputSpec::crop)
-      .def_readwrite("random_flip", &ImageOutputSpec::random_flip);
+      .def_readwrite("scale_min", &ImageOutputSpec::scale_min)
+      .def_readwrite("scale_max", &ImageOutputSpec::scale_max)
+      .def_readwrite("ratio_min", &ImageOutputSpec::ratio_min)
+      .def_readwrite("ratio_max", &ImageOutputSpec::ratio_max)
+      .def_readwrite("random_flip", &ImageOutputSpec::random_flip)
+      .def_readwrite("normalize", &ImageOutputSpec::normalize)
+      .def_readwrite("mean", &ImageOutputSpec::mean)
+      .def_readwrite("std", &ImageOutputSpec::std);
 
   py::class_<FieldRequest> field(m, "FieldPlan");
   field.def(py::init<>());

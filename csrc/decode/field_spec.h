@@ -5,12 +5,12 @@
 #include <cstdint>
 
 #include "decode/image_decoder.h"
-#include "image/transform.h"
+#include "image/output_spec.h"
 
 namespace chute {
 
 enum class FieldCodec : uint8_t {
-  kImage,  // jpeg/png → uint8 or float32, HWC/CHW per `image`
+  kImage,  // jpeg/png → a row per `image` (image/output_spec.h)
   kNpy,    // .npy → its dtype and shape
   kInt,    // int(bytes) → int64
   kRaw,    // bytes handed to Python (the slow path decodes them there)

@@ -2,8 +2,8 @@
 // semantics, as source areas for the resampler (image/resample.h).
 #pragma once
 
-#include "image/resample.h"
 #include "core/random.h"
+#include "image/resample.h"
 
 namespace chute {
 
@@ -28,5 +28,28 @@ Window random_resized_crop(int height, int width, double scale_lo, double scale_
 // crop's preimage as the box. kUsage when the crop is larger than the
 // resized image (torchvision pads there).
 SourceArea resize_center_crop(int height, int width, int resize, int crop_h, int crop_w);
+
+// The size of an image after a resize: height and width in pixels.
+struct Extent {
+  int height = 0;
+  int width = 0;
+};
+
+// torchvision's Resize(resize) of a height x width image: the shorter side
+// becomes `resize`, the longer int(resize * long / short). kUsage when that is
+// too large to address.
+Extent resize_shorter_side(int height, int width, int resize);
+
+// The smallest size with the image's aspect ratio that covers out_h x out_w:
+// the side with the larger ratio out / in matches exactly, the other is
+// scaled by the same ratio, rounded half up, and is at least its output size.
+Extent cover_size(int height, int width, int out_h, int out_w);
+
+// `crop` (a window of the image resized to `resized`) as an area of the
+// height x width source: the whole image is the region (a resize reads
+// across the crop's edges), the crop's preimage the box. Resizing the whole
+// image then cropping gives the same pixels as resampling this area.
+// kUsage unless the crop lies inside the resized image.
+SourceArea resized_crop_area(int height, int width, Extent resized, const Window& crop);
 
 }  // namespace chute

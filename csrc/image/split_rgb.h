@@ -1,5 +1,5 @@
 // Interleaved RGB to three planes: the CHW layout's whole cost for uint8
-// output, shared by the crop writer and the resampler.
+// output (pixel_format.cc's row writer).
 #pragma once
 
 #include <cstddef>

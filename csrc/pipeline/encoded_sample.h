@@ -21,6 +21,7 @@ struct SampleMember {
   std::string extension;  // lowercased, e.g. "jpg", "nsdgeneral.npy"
   std::string name;       // full member name, for error messages
   uint64_t offset = 0;    // where the member starts in its source (a tar member's first header)
+  uint64_t data_offset = 0;  // where its payload starts in its source
   size_t data_begin = 0;  // payload range inside EncodedSample::bytes()
   size_t data_size = 0;
 };

@@ -1,6 +1,7 @@
 #include "pipeline/indexed_engine.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 
@@ -17,6 +18,18 @@ int64_t default_piece_rows(size_t row_bytes) {
   const size_t target = size_t{128} << 10;
   const size_t rows = row_bytes == 0 ? 1024 : target / row_bytes;
   return static_cast<int64_t>(std::clamp<size_t>(rows, 2, 4096));
+}
+
+// The plan's decoding with the sample source's locations (sample mode).
+SampleDecoding sample_decoding_of(const IndexedPlan& plan) {
+  SampleDecoding d = plan.decoding;
+  if (plan.samples != nullptr) {
+    std::shared_ptr<const IndexedSampleSource> source = plan.samples;
+    d.locate = [source](const EncodedSample& sample, const SampleMember* member) {
+      return source->location(sample, member);
+    };
+  }
+  return d;
 }
 
 }  // namespace
@@ -66,8 +79,108 @@ class IndexedEngine::GatherJob final : public PieceJob {
   const std::vector<int64_t> indices_;
 };
 
+// One submitted batch of sample mode: the first worker to take a piece reads
+// every sample of the batch (so neighbouring samples share reads) and probes
+// their headers; then the batch is decoded as a stream batch is.
+class IndexedEngine::SampleJob final : public StreamBatchJob {
+ public:
+  SampleJob(IndexedEngine& engine, int64_t sequence, const int64_t* indices, size_t n,
+            int64_t epoch)
+      : StreamBatchJob(engine.batch_context_, task_for(sequence, indices, n, epoch),
+                       piece_rows_for(*engine.plan_.samples, indices, n)),
+        engine_(engine) {}
+
+ private:
+  static BatchTask task_for(int64_t sequence, const int64_t* indices, size_t n, int64_t epoch) {
+    BatchTask task;
+    task.sequence = sequence;
+    task.absolute = sequence;
+    task.epoch = epoch;
+    task.samples.resize(n);
+    task.ids.assign(indices, indices + n);
+    return task;
+  }
+
+  // From the sizes the index knows, before anything is read.
+  static size_t piece_rows_for(const IndexedSampleSource& source, const int64_t* ids, size_t n) {
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (ids[i] >= 0 && ids[i] < source.num_samples()) bytes += source.payload_bytes(ids[i]);
+    }
+    return decode_piece_rows(n, bytes);
+  }
+
+  void prepare() override {
+    const IndexedSampleSource& source = *engine_.plan_.samples;
+    BatchTask& t = task();
+    const size_t n = t.samples.size();
+    const int64_t num_rows = engine_.num_rows_;
+    for (size_t i = 0; i < n; ++i) {
+      CHUTE_CHECK(t.ids[i] >= 0 && t.ids[i] < num_rows, kUsage,
+                  "index " << t.ids[i] << " is out of range for a dataset of length " << num_rows
+                           << " (position " << i << " of batch " << sequence() << ")");
+    }
+    std::vector<EncodedSample> encoded(n);
+    std::vector<std::optional<Error>> errors(n);
+    source.read(t.ids.data(), n, encoded.data(), errors.data());
+    engine_.rows_read_.fetch_add(n, std::memory_order_relaxed);
+    const bool raise = context().decoding->on_error == ErrorPolicy::kRaise;
+    for (size_t i = 0; i < n; ++i) {
+      PlannedSample& sample = t.samples[i];
+      sample.encoded = std::move(encoded[i]);
+      std::optional<Error> error = std::move(errors[i]);
+      if (!error) {
+        try {
+          context().fields->probe(sample);
+        } catch (const Error& e) {
+          error = e;
+        }
+      }
+      if (!error) continue;
+      // Rows are read in order: the first error raised is the lowest row's.
+      if (raise) throw *error;
+      drop_row(i, *error);
+    }
+    unstack_uneven_fields();
+  }
+
+  // A stacked field whose rows differ in dtype or shape (images of several
+  // sizes) becomes a list of tensors in this batch, as torch's collate would
+  // have to refuse to stack them.
+  void unstack_uneven_fields() {
+    const std::vector<PlannedSample>& samples = task().samples;
+    const std::vector<FieldPlan>& fields = context().decoding->fields;
+    for (size_t fi = 0; fi < fields.size(); ++fi) {
+      if (!fields[fi].stack || fields[fi].decoder == nullptr) continue;
+      const ProbedField* first = nullptr;
+      for (size_t i = 0; i < samples.size(); ++i) {
+        if (dropped(i) || samples[i].fields[fi].member < 0) continue;
+        const ProbedField& p = samples[i].fields[fi];
+        if (first == nullptr) {
+          first = &p;
+        } else if (p.dtype != first->dtype || p.shape != first->shape) {
+          unstack(fi);
+          break;
+        }
+      }
+    }
+  }
+
+  IndexedEngine& engine_;
+};
+
 IndexedEngine::IndexedEngine(IndexedPlan plan)
-    : plan_(std::move(plan)), results_(std::max(1, plan_.max_in_flight)) {
+    : plan_(std::move(plan)),
+      sample_decoding_(sample_decoding_of(plan_)),
+      results_(std::max(1, plan_.max_in_flight)) {
+  if (plan_.samples != nullptr) {
+    CHUTE_CHECK(plan_.sources.empty(), kUsage,
+                "an indexed plan reads either row sources or a sample source, not both");
+    for (const FieldPlan& f : sample_decoding_.fields) {
+      CHUTE_CHECK(!f.extensions.empty(), kUsage, "field '" << f.name << "' names no extension");
+    }
+    num_rows_ = plan_.samples->num_samples();
+  }
   size_t row_bytes = 0;
   const std::vector<std::shared_ptr<RowSource>>& sources = plan_.sources;
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -96,12 +209,16 @@ void IndexedEngine::close() {
   threads_.join();
 }
 
-int64_t IndexedEngine::submit(const int64_t* indices, size_t n) {
+int64_t IndexedEngine::submit(const int64_t* indices, size_t n, int64_t epoch) {
   std::lock_guard<std::mutex> lock(mutex_);
   CHUTE_CHECK(!closed_, kUsage, "submit() on a closed engine");
   const int64_t sequence = next_sequence_++;
   rows_submitted_.fetch_add(n, std::memory_order_relaxed);
-  gathering_.push(std::make_shared<GatherJob>(*this, sequence, indices, n));
+  if (plan_.samples != nullptr) {
+    gathering_.push(std::make_shared<SampleJob>(*this, sequence, indices, n, epoch));
+  } else {
+    gathering_.push(std::make_shared<GatherJob>(*this, sequence, indices, n));
+  }
   return sequence;
 }
 
@@ -140,6 +257,7 @@ EngineStats IndexedEngine::stats() const {
   }
   s.queued_batches = results_.ready_count();
   s.samples_read = rows_read_.load(std::memory_order_relaxed);
+  s.samples_skipped = skips_.count();
   s.samples_batched = rows_submitted_.load(std::memory_order_relaxed);
   s.decode_ns = gathering_.busy_ns();
   s.memory = allocator_.stats();

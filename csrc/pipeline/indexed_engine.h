@@ -1,10 +1,13 @@
-// Gathers batches of rows by index from row sources on a pool of native
-// threads. The caller submits index batches; each batch is cut into pieces of
-// rows that any worker may take (pipeline/piece_scheduler.h), so one large
-// batch still uses every core, while small batches stay whole and several
-// run side by side. Every piece writes its rows straight into their final
-// slot of the batch's tensors, and batches come back in submission order
-// (row i of a batch is index i).
+// Gathers batches of rows by index on a pool of native threads, from row
+// sources (fixed-shape rows: HDF5, arrays) or, in sample mode, from an
+// indexed sample source whose samples the field decoders decode into
+// columns exactly as the stream engine's batches are decoded
+// (pipeline/stream_batch.h). The caller submits index batches; each batch
+// is cut into pieces of rows that any worker may take
+// (pipeline/piece_scheduler.h), so one large batch still uses every core,
+// while small batches stay whole and several run side by side. Every piece
+// writes its rows straight into their final slot of the batch's tensors, and
+// batches come back in submission order (row i of a batch is index i).
 #pragma once
 
 #include <atomic>
@@ -14,11 +17,17 @@
 #include <vector>
 
 #include "memory/batch_allocator.h"
+#include "memory/byte_buffer_pool.h"
 #include "pipeline/batch.h"
 #include "pipeline/engine_stats.h"
+#include "pipeline/indexed_sample_source.h"
 #include "pipeline/ordered_results.h"
 #include "pipeline/piece_scheduler.h"
 #include "pipeline/row_source.h"
+#include "pipeline/sample_decoding.h"
+#include "pipeline/sample_fields.h"
+#include "pipeline/skip_log.h"
+#include "pipeline/stream_batch.h"
 #include "pipeline/thread_group.h"
 
 namespace chute {
@@ -26,6 +35,12 @@ namespace chute {
 struct IndexedPlan {
   // One per output field, all with the same number of rows.
   std::vector<std::shared_ptr<RowSource>> sources;
+  // Sample mode, instead of `sources`: samples read by id from `samples`
+  // and decoded as `decoding` says (its `locate` is the source's). A stacked
+  // field whose rows differ in shape within a batch comes out as a list of
+  // tensors for that batch; rows that fail follow decoding.on_error.
+  std::shared_ptr<const IndexedSampleSource> samples;
+  SampleDecoding decoding;
   int num_threads = 1;
   // Batches started ahead of the consumer: bounds the batch memory alive.
   int max_in_flight = 1;
@@ -44,7 +59,9 @@ class IndexedEngine {
   // Queues a batch of global row indices (copied); returns its sequence
   // number. Never blocks: the caller bounds how far ahead it submits, and
   // workers do not start a batch more than max_in_flight ahead of the consumer.
-  int64_t submit(const int64_t* indices, size_t n);
+  // In sample mode a decoder's random draws for sample i derive from (seed,
+  // epoch, i).
+  int64_t submit(const int64_t* indices, size_t n, int64_t epoch = 0);
 
   // The next batch in submission order; kTimeout when timeout_s (> 0)
   // passes first. Rethrows a worker's error at its batch's position; throws
@@ -57,14 +74,24 @@ class IndexedEngine {
   int64_t num_rows() const { return num_rows_; }
   int64_t outstanding() const;
   EngineStats stats() const;
+  // Sample mode: errors of the samples skipped since the last call.
+  std::vector<Error> take_skipped() { return skips_.take(); }
 
  private:
   class GatherJob;
+  class SampleJob;
 
   const IndexedPlan plan_;
   int64_t num_rows_ = 0;
   int64_t piece_rows_ = 0;
   BatchAllocator allocator_;
+  // Sample mode's parts (unused with row sources).
+  SampleDecoding sample_decoding_;
+  SampleFields fields_{sample_decoding_};
+  SkipLog skips_;
+  ByteBufferPool payload_buffers_{0, 0};  // samples are read in place: no payload buffers
+  StreamBatchContext batch_context_{&sample_decoding_, &fields_, &allocator_, &skips_,
+                                    &payload_buffers_};
   OrderedResults results_;
   PieceScheduler gathering_{results_};
 

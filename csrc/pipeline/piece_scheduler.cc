@@ -72,33 +72,51 @@ void PieceScheduler::close() {
 }
 
 void PieceScheduler::work() {
+  // The oldest batch with a piece left that is not being allocated.
+  auto ready = [this] {
+    return std::find_if(queue_.begin(), queue_.end(),
+                        [](const std::shared_ptr<PieceJob>& j) { return !j->allocating_; });
+  };
   while (true) {
     std::shared_ptr<PieceJob> job;
     size_t piece = 0;
+    bool allocate = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait(lock, [&] { return ended_ || closed_ || !queue_.empty(); });
+      work_cv_.wait(lock, [&] {
+        return queue_.empty() ? ended_ || closed_ : ready() != queue_.end();
+      });
       if (queue_.empty()) return;  // ended (or closed) and drained
-      job = queue_.front();
+      const auto it = ready();
+      job = *it;
       piece = job->next_piece_++;
-      if (job->next_piece_ == job->num_pieces_) queue_.pop_front();
+      if (job->next_piece_ == job->num_pieces_) queue_.erase(it);
+      allocate = !job->allocation_started_;
+      job->allocation_started_ = true;
+      job->allocating_ = allocate;
     }
     if (!results_.wait_for_slot(job->sequence_)) return;  // closed
     const uint64_t t0 = now_ns();
-    run_piece(*job, piece);
+    run_piece(*job, piece, allocate);
     busy_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
     if (job->remaining_.fetch_sub(1) == 1) deliver(*job);
   }
 }
 
-void PieceScheduler::run_piece(PieceJob& job, size_t piece) {
+void PieceScheduler::run_piece(PieceJob& job, size_t piece, bool allocate) {
   const size_t begin = piece * job.piece_rows_;
   const size_t end = std::min(job.rows_, begin + job.piece_rows_);
-  try {
-    std::call_once(job.allocated_, [&] { job.allocate(); });
-  } catch (...) {
-    job.lose(std::current_exception());  // out of memory: the batch is lost
-    return;
+  if (allocate) {
+    try {
+      job.allocate();
+    } catch (...) {
+      job.lose(std::current_exception());  // out of memory, or its samples unreadable
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job.allocating_ = false;
+    }
+    work_cv_.notify_all();  // its other pieces may start
   }
   if (begin >= job.stop_row()) return;
   try {

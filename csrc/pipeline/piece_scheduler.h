@@ -2,8 +2,10 @@
 // first, so every worker helps with the batch the consumer waits for (the
 // first batch arrives sooner, and the last one does not leave workers idle),
 // while batches too small to split still run side by side. The first worker
-// to take a piece of a batch allocates it, the last to finish one delivers
-// it to OrderedResults. Both engines run their batches through this; what a
+// to take a piece of a batch allocates it (which may include reading its
+// samples), the last to finish one delivers it to OrderedResults. While a
+// batch is being allocated, the other workers take pieces of the batches
+// after it rather than wait. Both engines run their batches through this; what a
 // batch is and how its rows are made is the job's business (PieceJob).
 #pragma once
 
@@ -35,7 +37,8 @@ class PieceJob {
 
  protected:
   // Once, by the first worker to take a piece, before any run(). A throw
-  // loses the batch (it is delivered as that error).
+  // loses the batch (it is delivered as that error). Other workers run
+  // pieces of later batches meanwhile.
   virtual void allocate() = 0;
   // Makes rows [begin, end) of batch_; pieces of one batch run concurrently
   // on disjoint rows. A throw fails the batch as if row `begin` failed.
@@ -61,9 +64,10 @@ class PieceJob {
   const size_t rows_;
   const size_t piece_rows_;
   const size_t num_pieces_;
-  size_t next_piece_ = 0;            // guarded by the scheduler's mutex
+  size_t next_piece_ = 0;            // guarded by the scheduler's mutex, as are the two below
+  bool allocation_started_ = false;  // a worker took the first piece and allocates
+  bool allocating_ = false;          // ... and has not finished: its pieces wait
   std::atomic<size_t> remaining_;    // pieces not finished
-  std::once_flag allocated_;
   std::mutex error_mutex_;
   std::exception_ptr error_;
   size_t error_row_ = SIZE_MAX;
@@ -93,7 +97,7 @@ class PieceScheduler {
   uint64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
 
  private:
-  void run_piece(PieceJob& job, size_t piece);
+  void run_piece(PieceJob& job, size_t piece, bool allocate);
   void deliver(PieceJob& job);
 
   OrderedResults& results_;

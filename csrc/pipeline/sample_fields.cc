@@ -17,7 +17,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }  // namespace
 
 std::string SampleFields::location(const EncodedSample& sample, const SampleMember* member) const {
-  return plan_.sources->location(plan_.urls[sample.source_index], sample, member);
+  return decoding_.locate(sample, member);
 }
 
 Error SampleFields::in_context(const Error& error, const EncodedSample& sample,
@@ -34,9 +34,9 @@ Error SampleFields::in_context(const Error& error, const EncodedSample& sample,
 
 void SampleFields::probe(PlannedSample& sample) const {
   const EncodedSample& enc = sample.encoded;
-  sample.fields.resize(plan_.fields.size());
-  for (size_t i = 0; i < plan_.fields.size(); ++i) {
-    const FieldPlan& f = plan_.fields[i];
+  sample.fields.resize(decoding_.fields.size());
+  for (size_t i = 0; i < decoding_.fields.size(); ++i) {
+    const FieldPlan& f = decoding_.fields[i];
     ProbedField& p = sample.fields[i];
     p.member = -1;
     for (const std::string& ext : f.extensions) {
@@ -71,8 +71,8 @@ void SampleFields::probe(PlannedSample& sample) const {
 
 std::optional<Error> SampleFields::incompatibility(const PlannedSample& first,
                                                    const PlannedSample& other) const {
-  for (size_t i = 0; i < plan_.fields.size(); ++i) {
-    const FieldPlan& f = plan_.fields[i];
+  for (size_t i = 0; i < decoding_.fields.size(); ++i) {
+    const FieldPlan& f = decoding_.fields[i];
     if (!f.stack || f.decoder == nullptr) continue;
     const ProbedField& a = first.fields[i];
     const ProbedField& b = other.fields[i];

@@ -1,4 +1,4 @@
-// The plan's fields applied to samples: which member feeds each field, what
+// The fields of a SampleDecoding applied to samples: which member feeds each field, what
 // the field's decoder makes of the member's header, whether two samples can
 // share a stacked batch, and where a sample is when an error must say so.
 #pragma once
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "pipeline/encoded_sample.h"
 #include "pipeline/field_decoder.h"
-#include "pipeline/stream_plan.h"
+#include "pipeline/sample_decoding.h"
 
 namespace chute {
 
@@ -21,7 +21,8 @@ struct PlannedSample {
 
 class SampleFields {
  public:
-  explicit SampleFields(const StreamPlan& plan) : plan_(plan) {}
+  // `decoding` outlives this object.
+  explicit SampleFields(const SampleDecoding& decoding) : decoding_(decoding) {}
 
   // Finds each field's member and probes it. Throws kData naming the sample
   // when a required field is missing or a header is bad.
@@ -52,7 +53,7 @@ class SampleFields {
                    const SampleMember* member) const;
 
  private:
-  const StreamPlan& plan_;
+  const SampleDecoding& decoding_;
 };
 
 }  // namespace chute

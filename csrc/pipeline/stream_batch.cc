@@ -6,16 +6,6 @@
 namespace chute {
 namespace {
 
-// About 64 KiB of encoded input per piece: a few images, or a few hundred
-// tiny samples (a hand-off per tiny row would cost more than the row).
-size_t piece_rows_for(const std::vector<PlannedSample>& samples) {
-  const size_t n = samples.size();
-  size_t encoded = 0;
-  for (const PlannedSample& s : samples) encoded += s.encoded.payload_bytes;
-  const size_t per_row = std::max<size_t>(1, encoded / std::max<size_t>(1, n));
-  return std::clamp<size_t>((size_t{64} << 10) / per_row, 1, std::max<size_t>(1, n));
-}
-
 // Samples read in place keep their storage (a mapped shard) alive; once a
 // batch is decoded, what lies wholly inside its samples may leave memory,
 // so the resident part of a large shard stays about the batches in flight.
@@ -40,70 +30,99 @@ void release_in_place(const std::vector<PlannedSample>& samples) {
   if (storage != nullptr) storage->release(begin, end);
 }
 
+uint64_t encoded_bytes(const std::vector<PlannedSample>& samples) {
+  uint64_t bytes = 0;
+  for (const PlannedSample& s : samples) bytes += s.encoded.payload_bytes;
+  return bytes;
+}
+
 }  // namespace
 
+// About 64 KiB of encoded input per piece: a few images, or a few hundred
+// tiny samples (a hand-off per tiny row would cost more than the row).
+size_t decode_piece_rows(size_t rows, uint64_t encoded_bytes) {
+  const auto per_row = static_cast<size_t>(
+      std::max<uint64_t>(1, encoded_bytes / std::max<size_t>(1, rows)));
+  return std::clamp<size_t>((size_t{64} << 10) / per_row, 1, std::max<size_t>(1, rows));
+}
+
 StreamBatchJob::StreamBatchJob(const StreamBatchContext& context, BatchTask task)
-    : PieceJob(task.sequence, task.samples.size(), piece_rows_for(task.samples)),
+    : StreamBatchJob(context, std::move(task), 0) {}
+
+StreamBatchJob::StreamBatchJob(const StreamBatchContext& context, BatchTask task,
+                               size_t piece_rows)
+    : PieceJob(task.sequence, task.samples.size(),
+               piece_rows > 0 ? piece_rows
+                              : decode_piece_rows(task.samples.size(), encoded_bytes(task.samples))),
       context_(context),
-      task_(std::move(task)) {}
+      task_(std::move(task)),
+      failed_(task_.samples.size(), 0),
+      unstacked_(context_.decoding->fields.size(), 0) {}
 
 void StreamBatchJob::allocate() {
-  const StreamPlan& plan = *context_.plan;
+  prepare();
+  const SampleDecoding& decoding = *context_.decoding;
   const std::vector<PlannedSample>& samples = task_.samples;
   const size_t n = samples.size();
   Batch& batch = batch_;
   batch.size = static_cast<int64_t>(n);
-  failed_.assign(n, 0);
-  if (plan.collect_keys) {
+  if (decoding.collect_keys) {
     batch.keys.reserve(n);
     for (const PlannedSample& s : samples) batch.keys.push_back(s.encoded.key);
   }
   batch.source_index.reserve(n);
   for (const PlannedSample& s : samples) batch.source_index.push_back(s.encoded.source_index);
-  batch.columns.resize(plan.fields.size());
-  row_bytes_.assign(plan.fields.size(), 0);
-  for (size_t fi = 0; fi < plan.fields.size(); ++fi) {
-    const FieldPlan& f = plan.fields[fi];
+  batch.columns.resize(decoding.fields.size());
+  row_bytes_.assign(decoding.fields.size(), 0);
+  // Rows dropped before decoding (prepare()) take no part in the columns'
+  // shapes; finish() removes them.
+  auto has = [&](size_t row, size_t fi) {
+    return !failed_[row] && samples[row].fields[fi].member >= 0;
+  };
+  for (size_t fi = 0; fi < decoding.fields.size(); ++fi) {
+    const FieldPlan& f = decoding.fields[fi];
     Column& column = batch.columns[fi];
     bool any_absent = false;
-    for (const PlannedSample& s : samples) any_absent |= s.fields[fi].member < 0;
+    for (size_t i = 0; i < n; ++i) any_absent |= !failed_[i] && !has(i, fi);
     if (any_absent) {
       column.present.resize(n);
-      for (size_t i = 0; i < n; ++i) column.present[i] = samples[i].fields[fi].member >= 0;
+      for (size_t i = 0; i < n; ++i) column.present[i] = has(i, fi);
     }
     if (f.decoder == nullptr) {
       column.kind = ColumnKind::kBytes;
       column.raw.resize(n);
       continue;
     }
-    column.kind = f.stack ? ColumnKind::kStacked : ColumnKind::kList;
-    if (!f.stack) {
+    column.kind = f.stack && !unstacked_[fi] ? ColumnKind::kStacked : ColumnKind::kList;
+    if (column.kind == ColumnKind::kList) {
       column.items.resize(n);
       continue;
     }
-    // The first present row fixes the stacked shape (the assembler checked the rest).
-    const PlannedSample* shape_source = &samples.front();
-    for (const PlannedSample& s : samples) {
-      if (s.fields[fi].member >= 0) {
-        shape_source = &s;
+    // The first present row fixes the stacked shape (the others were checked
+    // to match it); with none, the column holds one zero byte per row.
+    ProbedField none;
+    const ProbedField* p0 = &none;
+    for (size_t i = 0; i < n; ++i) {
+      if (has(i, fi)) {
+        p0 = &samples[i].fields[fi];
         break;
       }
     }
-    const ProbedField& p0 = shape_source->fields[fi];
-    std::vector<int64_t> shape = p0.shape;
+    std::vector<int64_t> shape = p0->shape;
     shape.insert(shape.begin(), static_cast<int64_t>(n));
-    column.stacked = make_tensor(*context_.allocator, p0.dtype, std::move(shape));
-    row_bytes_[fi] = column.stacked.nbytes() / n;
+    column.stacked = make_tensor(*context_.allocator, p0->dtype, std::move(shape));
+    row_bytes_[fi] = n == 0 ? 0 : column.stacked.nbytes() / n;
     if (any_absent) std::memset(column.stacked.data(), 0, column.stacked.nbytes());
   }
-  if (plan.keep_other_members) batch.other_members.resize(n);
+  if (decoding.keep_other_members) batch.other_members.resize(n);
 }
 
 void StreamBatchJob::run(size_t begin, size_t end) {
-  const bool raise = context_.plan->on_error == ErrorPolicy::kRaise;
+  const bool raise = context_.decoding->on_error == ErrorPolicy::kRaise;
   size_t stop = begin;  // rows [begin, stop) were read
   for (size_t i = begin; i < end && i < stop_row(); ++i) {
     stop = i + 1;
+    if (failed_[i]) continue;
     // Outside the try below: a failed allocation fails the batch, it does
     // not make this sample bad.
     allocate_row(i);
@@ -118,9 +137,8 @@ void StreamBatchJob::run(size_t begin, size_t end) {
 }
 
 void StreamBatchJob::allocate_row(size_t row) {
-  const StreamPlan& plan = *context_.plan;
   const PlannedSample& s = task_.samples[row];
-  for (size_t fi = 0; fi < plan.fields.size(); ++fi) {
+  for (size_t fi = 0; fi < s.fields.size(); ++fi) {
     const ProbedField& p = s.fields[fi];
     Column& column = batch_.columns[fi];
     if (p.member >= 0 && column.kind == ColumnKind::kList) {
@@ -130,12 +148,12 @@ void StreamBatchJob::allocate_row(size_t row) {
 }
 
 void StreamBatchJob::decode_row(size_t row) {
-  const StreamPlan& plan = *context_.plan;
+  const SampleDecoding& decoding = *context_.decoding;
   const PlannedSample& s = task_.samples[row];
   const uint8_t* bytes = s.encoded.bytes();
   Batch& batch = batch_;
-  for (size_t fi = 0; fi < plan.fields.size(); ++fi) {
-    const FieldPlan& f = plan.fields[fi];
+  for (size_t fi = 0; fi < decoding.fields.size(); ++fi) {
+    const FieldPlan& f = decoding.fields[fi];
     const ProbedField& p = s.fields[fi];
     if (p.member < 0) continue;
     const SampleMember& member = s.encoded.members[static_cast<size_t>(p.member)];
@@ -147,12 +165,14 @@ void StreamBatchJob::decode_row(size_t row) {
     }
     uint8_t* out = column.kind == ColumnKind::kStacked ? column.stacked.data() + row * row_bytes_[fi]
                                                        : column.items[row].data();
-    const RowPosition at{plan.seed, plan.epoch, task_.absolute, row, fi};
+    const RowPosition at = task_.ids.empty()
+                               ? RowPosition{decoding.seed, task_.epoch, task_.absolute, row, fi}
+                               : RowPosition{decoding.seed, task_.epoch, task_.ids[row], 0, fi};
     context_.fields->with_context(s.encoded, &member, [&] {
       f.decoder->decode(data, member.data_size, p, at, out);
     });
   }
-  if (plan.keep_other_members) {
+  if (decoding.keep_other_members) {
     for (size_t m = 0; m < s.encoded.members.size(); ++m) {
       bool claimed = false;
       for (const ProbedField& p : s.fields) claimed |= p.member == static_cast<int>(m);
@@ -180,7 +200,7 @@ void StreamBatchJob::check_in_place(size_t begin, size_t end) {
 }
 
 void StreamBatchJob::drop_row(size_t row, const Error& error) {
-  if (context_.plan->on_error == ErrorPolicy::kRaise) {
+  if (context_.decoding->on_error == ErrorPolicy::kRaise) {
     fail(row, std::make_exception_ptr(error));
     return;
   }

@@ -24,8 +24,22 @@ void update_max(std::atomic<uint64_t>& target, uint64_t value) {
 
 }  // namespace
 
+SampleDecoding sample_decoding_of(const StreamPlan& plan) {
+  SampleDecoding d;
+  d.fields = plan.fields;
+  d.keep_other_members = plan.keep_other_members;
+  d.collect_keys = plan.collect_keys;
+  d.seed = plan.seed;
+  d.on_error = plan.on_error;
+  d.locate = [&plan](const EncodedSample& sample, const SampleMember* member) {
+    return plan.sources->location(plan.urls[sample.source_index], sample, member);
+  };
+  return d;
+}
+
 StreamEngine::StreamEngine(StreamPlan plan)
     : plan_(std::move(plan)),
+      sample_decoding_(sample_decoding_of(plan_)),
       results_(std::max<int64_t>(1, plan_.prefetch_batches)) {
   CHUTE_CHECK(!plan_.urls.empty(), kUsage, "no shards to read");
   CHUTE_CHECK(plan_.sources != nullptr, kUsage, "the plan has no source factory");
@@ -320,6 +334,7 @@ void StreamEngine::run_assembler() {
         }
         task.samples.push_back(std::move(sample));
       }
+      task.epoch = plan_.epoch;
       const bool full = task.samples.size() == batch_size;
       if (full || (plan_.partial && !task.samples.empty())) {
         task.absolute = formed++;

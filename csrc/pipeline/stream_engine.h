@@ -74,13 +74,15 @@ class StreamEngine {
   bool queue_for_decoding(BatchTask&& task);
 
   const StreamPlan plan_;
-  const SampleFields fields_{plan_};
+  const SampleDecoding sample_decoding_;
+  const SampleFields fields_{sample_decoding_};
   BatchAllocator allocator_;
   ByteBufferPool payload_buffers_{size_t{64} << 20, size_t{4} << 20};
   OrderedResults results_;
   PieceScheduler decoding_{results_};
   SkipLog skips_;
-  const StreamBatchContext batch_context_{&plan_, &fields_, &allocator_, &skips_, &payload_buffers_};
+  const StreamBatchContext batch_context_{&sample_decoding_, &fields_, &allocator_, &skips_,
+                                          &payload_buffers_};
   std::vector<std::unique_ptr<BoundedQueue<StreamItem>>> stream_queues_;
   std::atomic<bool> closed_{false};
 

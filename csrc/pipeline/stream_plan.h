@@ -13,21 +13,10 @@
 #include <vector>
 
 #include "memory/batch_allocator.h"
-#include "pipeline/field_decoder.h"
+#include "pipeline/sample_decoding.h"
 #include "pipeline/sample_source.h"
 
 namespace chute {
-
-enum class ErrorPolicy : uint8_t { kRaise, kSkip };
-
-struct FieldPlan {
-  std::string name;                     // for messages
-  std::vector<std::string> extensions;  // alternatives; the first present wins
-  // Null: the member's bytes are handed over undecoded (Python decodes them).
-  std::shared_ptr<const FieldDecoder> decoder;
-  bool optional = false;  // absent member → row marked absent (dict samples), else an error
-  bool stack = true;      // one [B, ...] tensor; false → one tensor per sample
-};
 
 struct StreamPlan {
   std::vector<std::string> urls;
@@ -64,5 +53,9 @@ struct StreamPlan {
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   PinHooks pin;  // page-lock batch memory (see memory/batch_allocator.h)
 };
+
+// The plan's part that decodes samples into batches. `locate` refers to
+// `plan`, which must outlive the result.
+SampleDecoding sample_decoding_of(const StreamPlan& plan);
 
 }  // namespace chute

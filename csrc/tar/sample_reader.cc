@@ -127,6 +127,7 @@ bool SampleReader::next(EncodedSample& out) {
                                                        << "' (sample at offset " << out.offset << ")");
     m.name = s.pending.name;
     m.offset = s.pending.header_offset;
+    m.data_offset = s.pending.data_offset;
     m.data_size = static_cast<size_t>(s.pending.size);
     if (out.in_place) {
       m.data_begin = static_cast<size_t>(s.stream.payload_in_place() - out.in_place->data());

@@ -8,11 +8,14 @@ from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
 from chute.splits import create_loader
+from chute.tardataset import TarDataset
+from chute.tarindex import ChuteIndexWarning, TarIndexError
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
 
 __all__ = [
     "ArrayDataset",
+    "ChuteIndexWarning",
     "ChuteSlowPathWarning",
     "Curriculum",
     "DataError",
@@ -22,6 +25,8 @@ __all__ = [
     "MixedDataset",
     "ReadError",
     "SkippedSampleWarning",
+    "TarDataset",
+    "TarIndexError",
     "ValidationError",
     "WebDataset",
     "WebLoader",

@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -302,10 +302,13 @@ class CropMode:
       CENTER
     
       RANDOM
+    
+      RANDOM_RESIZED
     """
     CENTER: typing.ClassVar[CropMode]
     NONE: typing.ClassVar[CropMode]
     RANDOM: typing.ClassVar[CropMode]
+    RANDOM_RESIZED: typing.ClassVar[CropMode]
     __members__: typing.ClassVar[dict[str, CropMode]]
     @typing.overload
     def __eq__(self, other: CropMode) -> bool:
@@ -325,6 +328,102 @@ class CropMode:
         ...
     @typing.overload
     def __ne__(self, other: CropMode) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class Layout:
+    """
+    Members:
+    
+      HWC
+    
+      CHW
+    """
+    CHW: typing.ClassVar[Layout]
+    HWC: typing.ClassVar[Layout]
+    __members__: typing.ClassVar[dict[str, Layout]]
+    @typing.overload
+    def __eq__(self, other: Layout) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: Layout) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class PixelType:
+    """
+    Members:
+    
+      UINT8
+    
+      FLOAT32
+    
+      FLOAT16
+    
+      BFLOAT16
+    """
+    BFLOAT16: typing.ClassVar[PixelType]
+    FLOAT16: typing.ClassVar[PixelType]
+    FLOAT32: typing.ClassVar[PixelType]
+    UINT8: typing.ClassVar[PixelType]
+    __members__: typing.ClassVar[dict[str, PixelType]]
+    @typing.overload
+    def __eq__(self, other: PixelType) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: PixelType) -> bool:
         ...
     @typing.overload
     def __ne__(self, other: typing.Any) -> bool:
@@ -387,12 +486,19 @@ class ErrorPolicy:
     def value(self) -> int:
         ...
 class ImageOutputSpec:
-    chw: bool
     crop: CropMode
+    dtype: PixelType
+    layout: Layout
+    normalize: bool
     random_flip: bool
     squeeze_gray: bool
-    to_float: bool
     def __init__(self) -> None:
+        ...
+    @property
+    def mean(self) -> typing.Annotated[list[float], "FixedSize(3)"]:
+        ...
+    @mean.setter
+    def mean(self, arg0: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"]) -> None:
         ...
     @property
     def out_height(self) -> int:
@@ -405,6 +511,42 @@ class ImageOutputSpec:
         ...
     @out_width.setter
     def out_width(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def ratio_max(self) -> float:
+        ...
+    @ratio_max.setter
+    def ratio_max(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def ratio_min(self) -> float:
+        ...
+    @ratio_min.setter
+    def ratio_min(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def resize(self) -> int:
+        ...
+    @resize.setter
+    def resize(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_max(self) -> float:
+        ...
+    @scale_max.setter
+    def scale_max(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def scale_min(self) -> float:
+        ...
+    @scale_min.setter
+    def scale_min(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def std(self) -> typing.Annotated[list[float], "FixedSize(3)"]:
+        ...
+    @std.setter
+    def std(self, arg0: typing.Annotated[collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], "FixedSize(3)"]) -> None:
         ...
 class FieldPlan:
     color: ColorMode
@@ -785,12 +927,42 @@ class ArraySource(RowSource):
     """
     def __init__(self, name: str, array: numpy.typing.NDArray[typing.Any]) -> None:
         ...
+class IndexedSampleSource:
+    """
+    Samples read by id (sample mode of the IndexedEngine).
+    """
+    @property
+    def num_samples(self) -> int:
+        ...
+class TarIndexSource(IndexedSampleSource):
+    """
+    Tar shards read by sample id through their index; neighbouring samples share a read.
+    """
+    def __init__(self, urls: collections.abc.Sequence[str], paths: collections.abc.Sequence[str], sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], mtimes_ns: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extensions: collections.abc.Sequence[str], shard_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], sample_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], key_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], keys: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], member_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_extensions: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], member_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], max_gap: typing.SupportsInt | typing.SupportsIndex = 32768, max_read: typing.SupportsInt | typing.SupportsIndex = 16777216, max_open: typing.SupportsInt | typing.SupportsIndex = 64) -> None:
+        ...
+    @property
+    def bytes_read(self) -> int:
+        """
+        Bytes those reads brought in.
+        """
+    @property
+    def reads(self) -> int:
+        """
+        Range reads made so far.
+        """
 class IndexedPlan:
     """
     What an IndexedEngine reads and how.
     """
+    collect_keys: bool
+    keep_other_members: bool
+    on_error: ErrorPolicy
     def __init__(self) -> None:
         ...
+    def set_fields(self, fields: collections.abc.Sequence[FieldPlan]) -> None:
+        """
+        Sample mode: the output fields (FieldPlan, as for a StreamPlan).
+        """
     def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).
@@ -818,6 +990,20 @@ class IndexedPlan:
     def piece_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def samples(self) -> IndexedSampleSource:
+        """
+        Sample mode: the source read by id (instead of `sources`).
+        """
+    @samples.setter
+    def samples(self, arg1: IndexedSampleSource) -> None:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+    @seed.setter
+    def seed(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def sources(self) -> list[RowSource]:
         """
         One row source per output field, all with the same number of rows.
@@ -841,9 +1027,13 @@ class IndexedEngine:
         ...
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> int:
+    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], epoch: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
         """
-        Queue a batch of row indices; returns its sequence number.
+        Queue a batch of row indices; returns its sequence number. In sample mode the decoders' random draws for sample i derive from (seed, epoch, i).
+        """
+    def take_skipped(self) -> list[typing.Any]:
+        """
+        Sample mode: exceptions of the samples skipped since the last call, oldest first.
         """
     @property
     def num_rows(self) -> int:
@@ -859,6 +1049,10 @@ def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typin
 def _decode_resampled(data: bytes, out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, region: str = 'scaled', mode: str = 'rgb', flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> tuple[typing.Any, ...]:
     """
     Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).
+    """
+def _image_placement(spec: ImageOutputSpec, color: ColorMode, height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, batch: typing.SupportsInt | typing.SupportsIndex, row: typing.SupportsInt | typing.SupportsIndex, field: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float], bool]:
+    """
+    Diagnostic: the ((y, x, h, w) region, (y0, x0, y1, x1) box, flip) that an image field decoded by `spec` resamples for the row at (seed, epoch, batch, row, field) of a height x width image (source pixels).
     """
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """
@@ -919,6 +1113,10 @@ def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
 def remote_schemes() -> list[str]:
     """
     The url schemes read through a FetchQueue.
+    """
+def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]:
+    """
+    The content of a tar shard's sidecar index, grouped by the engine's key rule: (keys, sample header offsets, members per sample, member extensions, payload offsets, payload sizes), the last three per member in archive order.
     """
 def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> dict[str, int | float]:
     """

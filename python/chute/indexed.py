@@ -157,16 +157,37 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
 
     def read_batch(self, idx: np.ndarray) -> Batch:
         """The rows `idx` (int64, in range) as one batch, read by the shared engine."""
+        return self._assemble(self._read_native(idx), idx)  # type: ignore[no-any-return]
+
+    def _read_native(self, idx: np.ndarray) -> Any:
+        """The engine's result for the rows `idx`, read by the shared engine."""
         state = self._state()
         with state.lock:
             if state.engine is None:
                 threads = 1 if torch.utils.data.get_worker_info() is not None else self._num_threads
-                state.engine = make_indexed_engine(state.sources, threads, 1)
-            state.engine.submit(idx)
-            arrays = wait_batch(state.engine, 0.0)
-        return self._assemble(arrays, idx)
+                state.engine = self._make_engine(state, threads, 1, None)
+            self._submit(state.engine, idx)
+            return self._wait(state.engine, 0.0)
 
-    def _assemble(self, arrays: list[np.ndarray], idx: np.ndarray) -> Batch:
+    # -- engine hooks (a dataset whose engine returns more than columns overrides them) --
+
+    def _make_engine(
+        self, state: ProcessState, threads: int, in_flight: int, hooks: tuple[int, int] | None
+    ) -> Any:
+        return make_indexed_engine(state.sources, threads, in_flight, hooks)
+
+    def _submit(self, engine: Any, idx: np.ndarray) -> None:
+        engine.submit(idx)
+
+    def _wait(self, engine: Any, timeout: float) -> Any:
+        """The engine's next result (for `_assemble`)."""
+        return wait_batch(engine, timeout)
+
+    def _pin(self, batch: Any) -> Any:
+        """`batch` copied to page-locked memory."""
+        return {k: v.pin_memory() for k, v in batch.items()}
+
+    def _assemble(self, arrays: Any, idx: np.ndarray) -> Any:
         native = dict(zip(self._native_field_names(), arrays, strict=True))
         out: Batch = {}
         for name in self.field_names():
@@ -204,21 +225,19 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         key = (max(1, int(num_threads)), prefetch, hooks)
         engine = state.idle.pop(key, None)
         if engine is None:
-            engine = make_indexed_engine(state.sources, key[0], prefetch, hooks)
+            engine = self._make_engine(state, key[0], prefetch, hooks)
         stats_before = engine.stats()
         state.live[engine] = stats_before
         clean = False
 
         def submit(indices: Sequence[int]) -> np.ndarray:
             idx = self._as_indices(indices)
-            engine.submit(idx)
+            self._submit(engine, idx)
             return idx
 
-        def collect(idx: np.ndarray) -> Batch:
-            batch = self._assemble(wait_batch(engine, float(timeout)), idx)
-            if copy_to_pinned:
-                batch = {k: v.pin_memory() for k, v in batch.items()}
-            return batch
+        def collect(idx: np.ndarray) -> Any:
+            batch = self._assemble(self._wait(engine, float(timeout)), idx)
+            return self._pin(batch) if copy_to_pinned else batch
 
         try:
             yield from submitted_ahead(index_batches, prefetch, submit, collect)
@@ -296,16 +315,16 @@ class BatchReader:
 
     def __init__(self, dataset: IndexedDataset, num_threads: int, prefetch: int) -> None:
         self._dataset = dataset
-        self._engine = make_indexed_engine(
-            dataset._state().sources, max(1, int(num_threads)), prefetch
+        self._engine = dataset._make_engine(
+            dataset._state(), max(1, int(num_threads)), prefetch, None
         )
 
     def submit(self, idx: np.ndarray) -> None:
-        self._engine.submit(idx)
+        self._dataset._submit(self._engine, idx)
 
     def collect(self, idx: np.ndarray, timeout: float) -> Batch:
         """The batch of the oldest submitted `idx`."""
-        return self._dataset._assemble(wait_batch(self._engine, timeout), idx)
+        return self._dataset._assemble(self._dataset._wait(self._engine, timeout), idx)  # type: ignore[no-any-return]
 
     def bytes_delivered(self) -> int:
         return int(self._engine.stats()["bytes_yielded"])

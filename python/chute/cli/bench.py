@@ -93,7 +93,7 @@ def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
     ds = module.WebDataset(config["paths"], shardshuffle=False, **remote_kwargs)
     decode = config["decode"]
     if decode != "raw":
-        ds = ds.decode(decode) if decode else ds.decode()
+        ds = ds.decode(decode, **config["image_options"]) if decode else ds.decode()
     if config["to_tuple"]:
         ds = ds.to_tuple(*config["to_tuple"])
     return ds.batched(config["batch_size"])
@@ -164,6 +164,53 @@ def _run_in_subprocess(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def _image_options(args: argparse.Namespace, decode: str) -> dict[str, Any]:
+    """decode()'s image options from the flags (only those given), checked."""
+    from chute.image_options import image_options
+
+    opts: dict[str, Any] = {}
+    try:
+        if args.size:
+            parts = [int(v) for v in args.size.replace("x", ",").split(",")]
+            opts["size"] = parts[0] if len(parts) == 1 else tuple(parts)
+        if args.crop:
+            opts["crop"] = args.crop
+        if args.resize:
+            opts["resize"] = args.resize
+        if args.flip:
+            opts["flip"] = True
+        if args.normalize:
+            if args.normalize == "imagenet":
+                opts["normalize"] = _IMAGENET
+            else:
+                mean, std = args.normalize.split("/")
+                opts["normalize"] = (
+                    [float(v) for v in mean.split(",")],
+                    [float(v) for v in std.split(",")],
+                )
+        if args.dtype:
+            opts["dtype"] = args.dtype
+        if opts:
+            if decode in ("", "raw"):
+                raise ValueError(
+                    "--size, --crop, --resize, --flip, --normalize and --dtype "
+                    "need an image spec: --decode torchrgb8 (for example)"
+                )
+            image_options(decode, **opts)
+    except ValueError as exc:
+        raise UsageError(f"image options: {exc}") from None
+    if opts and args.compare:
+        raise UsageError(
+            "--compare runs webdataset's own decode, which has none of chute's image options; "
+            "benchmarks/bench_transforms.py compares them with Pillow-based transforms"
+        )
+    # JSON carries tuples as lists; decode() takes either.
+    return opts
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     if args._config:
         print(json.dumps(_run_one(json.loads(args._config))))
@@ -200,8 +247,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 f"{unread[0]}: webdataset reads http(s) urls only (through curl); compare "
                 "it on http(s) urls, or give both loaders pipe: urls"
             )
+    image_opts = _image_options(args, decode.lower())
     to_tuple = args.to_tuple.split() if args.to_tuple else []
     config: dict[str, Any] = {
+        "image_options": image_opts,
         "paths": [p if remote.is_remote(p) else str(Path(p).resolve()) for p in paths],
         "bytes": sum(remote.size_of(p) for p in paths),
         "storage_options": dict(remote.options().storage_options),
@@ -262,6 +311,29 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--to-tuple", default="", metavar="KEYS", help="space-separated fields, e.g. 'jpg cls'"
+    )
+    p.add_argument("--size", default="", metavar="H,W", help="decode(size=...): output size")
+    p.add_argument(
+        "--crop",
+        default="",
+        choices=["", "center", "random", "none", "random_resized"],
+        help="decode(crop=...) with --size",
+    )
+    p.add_argument(
+        "--resize", type=int, default=0, metavar="N", help="decode(resize=N): Resize(N) first"
+    )
+    p.add_argument("--flip", action="store_true", help="decode(flip=True)")
+    p.add_argument(
+        "--normalize",
+        default="",
+        metavar="MEAN/STD",
+        help="decode(normalize=...): 'imagenet' or comma lists, e.g. 0.5,0.5,0.5/0.2,0.2,0.2",
+    )
+    p.add_argument(
+        "--dtype",
+        default="",
+        choices=["", "uint8", "float32", "float16", "bfloat16"],
+        help="decode(dtype=...)",
     )
     p.add_argument("--compare", action="store_true", help="also run torch DataLoader + webdataset")
     p.add_argument("--limit", type=int, default=0, help="stop after about this many samples")

@@ -41,12 +41,15 @@ class TarReport:
     # (e.g. some samples carry a png where others carry a jpg).
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    index: str | None = None  # the sidecar index the counts come from; None: a scan
 
     def as_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "kind": "tar",
             "size": self.size,
+            "counted_from": "scan" if self.index is None else "index",
+            "index": self.index,
             "samples": self.samples,
             "members": self.members,
             "skipped_members": self.skipped_members,
@@ -82,17 +85,39 @@ def _describe_payload(extension: str, data: bytes, where: str) -> dict[str, Any]
     return info
 
 
-def inspect_tar(path: str, first: int = 3) -> TarReport:
+def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
+    """What is in the tar shard `path`: counted from its sidecar index when
+    that is current (unless `scan`), else from the shard itself."""
     from chute import _core
-    from chute.tarindex import split_member_name
+    from chute.tarindex import TarIndexError, index_path, read_index, split_member_name
 
     report = TarReport(path=path, size=remote.size_of(path))
-    try:
-        members = _core.list_tar_payloads(path, source=remote.source_for(path))
-    except (_core.DataError, _core.ReadError) as exc:
-        report.problems.append(f"unreadable: {exc}")
-        # Keep what came before the damage: the engine stops at the same place.
-        return report
+    # (name, key, extension, header offset, payload offset, size) of each member.
+    members: list[tuple[str, str | None, str, int, int, int]] = []
+    index_file = index_path(path)
+    if not scan and not remote.is_remote(path) and index_file.exists():
+        try:
+            document = read_index(path)
+        except (TarIndexError, OSError) as exc:
+            report.notes.append(f"index not used: {exc}")
+        else:
+            report.index = str(index_file)
+            for s in document["samples"]:
+                for n, (ext, offset, size) in enumerate(s["members"]):
+                    # The index keeps payload offsets only; a sample's first header is known.
+                    header = s["offset"] if n == 0 else offset
+                    members.append((f"{s['key']}.{ext}", s["key"], ext, header, offset, size))
+    if report.index is None:
+        try:
+            listed = _core.list_tar_payloads(path, source=remote.source_for(path))
+        except (_core.DataError, _core.ReadError) as exc:
+            report.problems.append(f"unreadable: {exc}")
+            # Keep what came before the damage: the engine stops at the same place.
+            return report
+        for name, header_offset, data_offset, size in listed:
+            split = split_member_name(name)
+            key, ext = split if split is not None else (None, "")
+            members.append((name, key, ext, header_offset, data_offset, size))
     keys_seen: dict[str, int] = {}
     sample_exts: list[frozenset[str]] = []
     current_key: str | None = None
@@ -105,13 +130,11 @@ def inspect_tar(path: str, first: int = 3) -> TarReport:
         if len(report.first_samples) < first:
             report.first_samples.append(_peek_sample(path, current_key, current, report))
 
-    for name, header_offset, data_offset, size in members:
-        split = split_member_name(name)
+    for name, key, ext, header_offset, data_offset, size in members:
         report.members += 1
-        if split is None:
+        if key is None:
             report.skipped_members.append(name)
             continue
-        key, ext = split
         if key != current_key:
             finish()
             current_key, current = key, []
@@ -241,6 +264,8 @@ def inspect_hdf5(path: str) -> dict[str, Any]:
 def _print_tar(r: TarReport, out: TextIO) -> None:
     print(f"{r.path}: tar shard, {human_size(r.size)}", file=out)
     print(f"  samples: {r.samples}   members: {r.members}", file=out)
+    if r.index is not None:
+        print(f"  counted from its index {r.index} (current; --scan reads the shard)", file=out)
     if r.first_key is not None:
         print(f"  keys: {r.first_key} ... {r.last_key}", file=out)
     if r.skipped_members:
@@ -311,7 +336,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     status = EXIT_OK
     for path, kind in kinds:
         if kind == "tar":
-            tar = inspect_tar(path, first=args.first)
+            tar = inspect_tar(path, first=args.first, scan=args.scan)
             reports.append(tar.as_json())
             if not args.json:
                 _print_tar(tar, out)
@@ -339,5 +364,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--first", type=int, default=3, help="samples to decode and show per shard")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--scan",
+        action="store_true",
+        help="read tar shards even where a current sidecar index could give the counts",
+    )
     remote.add_arguments(p)
     p.set_defaults(func=run)

@@ -13,7 +13,15 @@ import torch
 from chute import _core
 from chute.collate import combine_values, default_collate
 from chute.decoders import NativeDecode, python_decode
-from chute.extensions import KEY_FIELD, SAMPLE_FIELDS, URL_FIELD
+from chute.extensions import (
+    IMAGE_EXTENSIONS,
+    KEY_FIELD,
+    NATIVE_IMAGE_EXTENSIONS,
+    SAMPLE_FIELDS,
+    URL_FIELD,
+    last_extension,
+)
+from chute.image_options import has_transforms
 from chute.shards import local_path
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField
 
@@ -25,6 +33,10 @@ class BatchConverter:
         self.compiled = compiled
         self.urls = urls
         self.local_paths = [local_path(u) for u in urls]
+        # Image options apply to the natively decoded images only; bfloat16
+        # rows come from the engine as their uint16 bits.
+        self.transforms = has_transforms(compiled.decode_opts)
+        self.bfloat16 = compiled.decode_opts.get("dtype") == "bfloat16"
         self.native_index = {}
         index = 0
         for f in compiled.fields:
@@ -36,6 +48,8 @@ class BatchConverter:
         if f.decode_name is None:
             return payload
         decode_as = name if f.decode_name == MEMBER else f.decode_name
+        if self.transforms:
+            refuse_python_image(decode_as, self.compiled.image_spec)
         return python_decode(decode_as, payload, self.compiled.image_spec)
 
     def _column(self, f: OutputField, batch: Any) -> Any:
@@ -51,16 +65,19 @@ class BatchConverter:
             return combine_values([self._decode_python(f, f.extensions[0], p) for p in column])
         if isinstance(column, np.ndarray):
             if native.decoder == _core.FieldDecoder.IMAGE and native.as_torch:
-                return torch.from_numpy(column)
+                return self._image_tensor(column)
             return column
         return combine_values([self._item(native, v) for v in column])
 
-    @staticmethod
-    def _item(native: NativeDecode, value: Any) -> Any:
+    def _image_tensor(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor.view(torch.bfloat16) if self.bfloat16 else tensor
+
+    def _item(self, native: NativeDecode, value: Any) -> Any:
         if native.decoder == _core.FieldDecoder.INT:
             return int(value)
         if native.decoder == _core.FieldDecoder.IMAGE and native.as_torch:
-            return torch.from_numpy(value)
+            return self._image_tensor(value)
         return value
 
     def batch(self, batch: Any) -> Any:
@@ -127,8 +144,21 @@ class BatchConverter:
             for ext, payload in others[i].items():
                 if ext in c.renamed_away:
                     continue
+                if c.decoded and self.transforms:
+                    refuse_python_image(ext, c.image_spec)
                 sample[ext] = python_decode(ext, payload, c.image_spec) if c.decoded else payload
             yield sample
+
+
+def refuse_python_image(name: str, image_spec: str | None) -> None:
+    """Raises for an image that only Python can decode (a format the engine
+    does not read) when the decode stage asks for image options, which the
+    engine alone applies: its row would silently lack them."""
+    if image_spec is not None and last_extension(name).lower() in IMAGE_EXTENSIONS:
+        raise ValueError(
+            f"{name!r}: decode's image options (size, crop, flip, normalize, dtype, layout) "
+            f"apply to {', '.join(sorted(NATIVE_IMAGE_EXTENSIONS))} members only"
+        )
 
 
 def as_torch_column(column: Any, container: type) -> Any:

@@ -53,7 +53,7 @@ from chute.wds.compiler import (
     native_torch_batch,
 )
 from chute.wds.convert import BatchConverter, pin_copy
-from chute.wds.even import EVEN_BATCH_MODES, even_batch_count
+from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.native import (
     EngineSettings,
     apply_pin_hooks,
@@ -66,6 +66,13 @@ from chute.wds.stages import STATEFUL_PYTHON_STAGES, Fluent, Stage
 
 # torch ships default_convert without annotations.
 _default_convert: Callable[[Any], Any] = default_convert
+
+
+def engine_seed(base_seed: int, rank: int, worker: int) -> int:
+    """The engine's seed for a rank's torch worker: ranks and workers read
+    different shards, so their shuffles and per-image draws (crops, flips)
+    differ too."""
+    return (base_seed * 1_000_003 + rank * 1009 + worker) & ((1 << 63) - 1)
 
 
 class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
@@ -213,9 +220,11 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self._resume: _Position | None = None
         self._python_stages: list[Stage] = []
 
-    def with_length(self, n: int, silent: bool = False) -> WebDataset:
+    def with_length(self, n: int | None = None, silent: bool = False) -> WebDataset:
+        """``len()`` of the pipeline is `n`; without it, the items its stages
+        make of every sample, counted from the shards' sidecar indexes."""
         result = copy.copy(self)
-        result.nominal_length = n
+        result.nominal_length = n if n is not None else indexed_length(self.urls, self.stages)
         return result
 
     def __len__(self) -> int:
@@ -475,8 +484,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             base_seed = shuffle_seed
         else:
             base_seed = self.seed
-        # Ranks and torch workers read different shards; their shuffles differ too.
-        plan.seed = (base_seed * 1_000_003 + rank * 1009 + worker) & ((1 << 63) - 1)
+        plan.seed = engine_seed(base_seed, rank, worker)
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
         plan.partial = compiled.partial if batched else True

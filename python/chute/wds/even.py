@@ -1,9 +1,11 @@
-"""Equal batch counts on every DDP rank (``WebDataset(even_batches=...)``).
+"""Equal batch counts on every DDP rank (``WebDataset(even_batches=...)``),
+and the length of a stream from its shards' indexes.
 
 Under DDP the collective ops of a rank that runs out of batches first hang
-its peers. Each rank counts its samples (a header scan, cached per shard),
-the ranks agree on the fewest ("cap") or the most ("repeat"), and every rank
-then yields that many batches.
+its peers. Each rank counts its samples (from a shard's sidecar index when a
+current one is there, else a header scan, cached per shard), the ranks agree
+on the fewest ("cap") or the most ("repeat"), and every rank then yields that
+many batches.
 
 A remote shard is counted from its sidecar index (``<shard>.idx.json``
 beside it, written by ``chute index``) when there is one for its current
@@ -24,7 +26,8 @@ import torch.distributed as dist
 from chute import _core
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.shards import Splitter, local_path, rank_and_world_size, split_by_node
-from chute.tarindex import FORMAT, INDEX_SUFFIX
+from chute.tarindex import FORMAT, INDEX_SUFFIX, indexed_sample_count
+from chute.wds.stages import Stage
 
 EVEN_BATCH_MODES = ("cap", "repeat", "off")
 
@@ -34,11 +37,15 @@ _SHARD_SAMPLES: dict[tuple[str, int, int | str], int] = {}
 def shard_samples(
     url: str, cache_dir: str, timeout: float, remote: RemoteOptions | None = None
 ) -> int:
-    """Samples in a shard, scanned once per (url, size, mtime) (a remote
-    shard: per (url, size, version), see the module doc)."""
+    """Samples in a shard: from its sidecar index when that is current (an
+    index is never built here), else scanned once per (url, size, mtime) (a
+    remote shard: per (url, size, version), see the module doc)."""
     if is_remote_url(url):
         return _remote_shard_samples(url, remote or RemoteOptions())
     local = local_path(url)
+    indexed = indexed_sample_count(local) if local is not None else None
+    if indexed is not None:
+        return indexed
     stat = os.stat(local) if local is not None and os.path.exists(local) else None
     key = (url, stat.st_size if stat else -1, stat.st_mtime_ns if stat else -1)
     if key not in _SHARD_SAMPLES:
@@ -118,3 +125,33 @@ def even_batch_count(
     if partial:
         return -(-samples // batch_size)
     return samples // batch_size
+
+
+# Stages that keep the number of items.
+_ONE_TO_ONE = frozenset({"shuffle", "decode", "rename", "to_tuple", "map", "map_dict", "map_tuple"})
+
+
+def indexed_length(urls: list[str], stages: list[Stage]) -> int:
+    """The items `stages` make of every sample of `urls`, counted from the
+    shards' sidecar indexes (``chute index``). Raises ValueError when a shard
+    has no current index or a stage makes the count unknowable."""
+    total = 0
+    for url in urls:
+        local = local_path(url)
+        count = indexed_sample_count(local) if local is not None else None
+        if count is None:
+            raise ValueError(
+                f"with_length() without a length needs a current sidecar index for every "
+                f"shard; {url} has none (write them with `chute index`, or pass the length)"
+            )
+        total += count
+    for stage in stages:
+        if stage.kind == "batched":
+            size = int(stage.args[0])
+            total = -(-total // size) if stage.kwargs["partial"] else total // size
+        elif stage.kind not in _ONE_TO_ONE:
+            raise ValueError(
+                f"with_length(): the items after .{stage.kind}() cannot be counted from the "
+                "index; pass the length"
+            )
+    return total

@@ -10,6 +10,7 @@ from typing import Any
 
 from chute.decoders import python_decode
 from chute.handlers import Handler, reraise_exception
+from chute.image_options import has_transforms
 from chute.wds.stages import Stage
 
 
@@ -101,6 +102,13 @@ def getfirst(sample: dict[str, Any], spec: str) -> Any:
 def python_decoder(stage: Stage) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A decode stage as a function of one sample: handler callables first,
     then webdataset's default decoders under the stage's image spec."""
+    if has_transforms(stage.kwargs):
+        raise ValueError(
+            "decode's image options (size, crop, flip, normalize, dtype, layout) run in the "
+            "engine only, and this decode runs in Python: it follows a Python stage (map, "
+            "select, ...), has handler callables, or belongs to a WebLoader; decode with one "
+            "image spec before any Python stage of a WebDataset"
+        )
     specs = stage.args
     image_spec = next((s.lower() for s in specs if isinstance(s, str)), None)
     callables = [s for s in specs if not isinstance(s, str)]

@@ -9,11 +9,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from typing_extensions import Self
 
 from chute.collate import default_collate
 from chute.decoders import IMAGE_SPECS
 from chute.handlers import Handler, reraise_exception
+from chute.image_options import image_options
 
 
 @dataclass
@@ -61,25 +63,43 @@ class Fluent:
         self,
         *specs: str | Callable[[str, bytes], Any],
         handler: Handler = reraise_exception,
-        size: tuple[int, int] | None = None,
+        size: int | tuple[int, int] | None = None,
         crop: str = "center",
         flip: bool = False,
+        resize: int | None = None,
+        scale: tuple[float, float] | None = None,
+        ratio: tuple[float, float] | None = None,
+        normalize: tuple[Any, Any] | None = None,
+        dtype: torch.dtype | str | None = None,
+        layout: str | None = None,
     ) -> Self:
         """``specs`` as webdataset (an image spec such as ``"torchrgb8"``, or
-        handler callables, which run on the slow path). chute's additions:
-        ``size=(h, w)`` resizes (shorter side) and crops each image to a fixed
-        size in C++, ``crop`` is ``"center"``, ``"random"`` or ``"none"``
-        (plain resize), ``flip`` mirrors half of the images at random."""
+        handler callables, which run on the slow path). chute's additions, run
+        in C++ by the decoding thread (see the README): ``size=(h, w)`` with
+        ``crop`` ``"center"`` (shorter side to the output, or to ``resize``
+        first: torchvision's Resize(resize) + CenterCrop(size)), ``"random"``,
+        ``"none"`` (plain resize) or ``"random_resized"`` (torchvision's
+        RandomResizedCrop(size, scale, ratio)); ``flip`` mirrors half of the
+        images at random; ``normalize=(mean, std)`` as torchvision's
+        Normalize after ToTensor; ``dtype`` (uint8, float32, float16,
+        bfloat16) and ``layout`` ("CHW", "HWC") override the image spec's."""
         for spec in specs:
             if isinstance(spec, str) and spec.lower() not in IMAGE_SPECS:
                 raise ValueError(f"Unknown imagespec: {spec}")
-        if crop not in ("center", "random", "none"):
-            raise ValueError(f"crop must be 'center', 'random' or 'none', not {crop!r}")
-        if size is not None and (len(size) != 2 or min(size) < 1):
-            raise ValueError(f"size must be (height, width) with positive values, not {size!r}")
-        return self._compose(
-            Stage("decode", specs, {"handler": handler, "size": size, "crop": crop, "flip": flip})
+        image_spec = next((s.lower() for s in specs if isinstance(s, str)), None)
+        opts = image_options(
+            image_spec,
+            size=size,
+            crop=crop,
+            flip=flip,
+            resize=resize,
+            scale=scale,
+            ratio=ratio,
+            normalize=normalize,
+            dtype=dtype,
+            layout=layout,
         )
+        return self._compose(Stage("decode", specs, {"handler": handler, **opts}))
 
     def rename(self, keep: bool = True, handler: Handler = reraise_exception, **kw: str) -> Self:
         return self._compose(Stage("rename", (), {"keep": keep, "handler": handler, "names": kw}))

@@ -1,0 +1,39 @@
+// Random access to the bytes of one shard: "read [offset, offset + size) of
+// it". What indexed reading (a tar shard with an index) goes through, so
+// that the same reader code serves a local file now (pread) and a remote
+// object's ranged GETs later.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace chute {
+
+// What the caller knows a shard to be (from its index): a shard that differs
+// is not the one the offsets describe. A negative value is not checked.
+struct ShardIdentity {
+  int64_t size = -1;
+  int64_t mtime_ns = -1;
+};
+
+class RangeReader {
+ public:
+  virtual ~RangeReader() = default;
+  // Reads exactly [offset, offset + size) into dst. Throws kIo when the
+  // system fails, kData when the shard ends before offset + size (it
+  // changed after it was indexed). Called from several threads at once.
+  virtual void read(uint64_t offset, size_t size, uint8_t* dst) const = 0;
+  // The url as the user gave it, for errors.
+  virtual const std::string& url() const = 0;
+};
+
+// A local file `path` (named `url` in errors). Throws kIo when it cannot be
+// opened, kData when it is not `expected` (another size or modification
+// time).
+std::unique_ptr<RangeReader> open_local_range_reader(const std::string& url,
+                                                     const std::string& path,
+                                                     const ShardIdentity& expected);
+
+}  // namespace chute

@@ -1,0 +1,38 @@
+// Samples read by id rather than in order: what the indexed engine's sample
+// mode decodes (tar shards with an index today; any format whose samples an
+// index locates). The source knows each sample's members and sizes without
+// reading them, and reads the samples of a batch together, so neighbouring
+// samples cost one read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "pipeline/encoded_sample.h"
+
+namespace chute {
+
+class IndexedSampleSource {
+ public:
+  virtual ~IndexedSampleSource() = default;
+
+  virtual int64_t num_samples() const = 0;
+  // Payload bytes of sample `id` (in range), from the index: nothing is read.
+  virtual uint64_t payload_bytes(int64_t id) const = 0;
+
+  // Reads samples ids[0..n) (all in range) into out[0..n); their payloads
+  // lie in buffers shared with the neighbouring samples one read brought in
+  // (EncodedSample::in_place). A sample whose bytes cannot be read gets
+  // errors[i] (naming where it is) instead. Called from several threads at
+  // once.
+  virtual void read(const int64_t* ids, size_t n, EncodedSample* out,
+                    std::optional<Error>* errors) const = 0;
+
+  // Where `sample` (or its `member`) is, for errors.
+  virtual std::string location(const EncodedSample& sample, const SampleMember* member) const = 0;
+};
+
+}  // namespace chute

@@ -1,0 +1,83 @@
+#include "tar/tar_index.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "tar/sample_reader.h"
+
+namespace chute {
+
+size_t TarIndex::shard_of(int64_t id) const {
+  // The last shard whose first sample is at or before `id` (empty shards share it).
+  const int64_t* begin = shard_starts.data;
+  const int64_t* end = shard_starts.data + shard_starts.size;
+  return static_cast<size_t>(std::upper_bound(begin, end, id) - begin) - 1;
+}
+
+void TarIndex::validate() const {
+  const size_t n = sample_offsets.size;
+  const size_t m = member_offsets.size;
+  CHUTE_CHECK(shard_starts.size == shards.size() + 1, kUsage,
+              "tar index: " << shard_starts.size << " shard starts for " << shards.size()
+                            << " shards");
+  CHUTE_CHECK(key_starts.size == n + 1 && member_starts.size == n + 1, kUsage,
+              "tar index: key and member starts must have one entry per sample and one more");
+  CHUTE_CHECK(member_extensions.size == m && member_sizes.size == m, kUsage,
+              "tar index: member columns of different lengths");
+  CHUTE_CHECK(shard_starts[0] == 0 && static_cast<size_t>(shard_starts[shards.size()]) == n,
+              kUsage, "tar index: shard starts must run from 0 to the sample count " << n);
+  CHUTE_CHECK(key_starts[0] == 0 && static_cast<size_t>(key_starts[n]) == keys.size &&
+                  member_starts[0] == 0 && static_cast<size_t>(member_starts[n]) == m,
+              kUsage, "tar index: key or member starts do not cover their columns");
+  for (size_t s = 0; s < shards.size(); ++s) {
+    CHUTE_CHECK(shard_starts[s] <= shard_starts[s + 1], kUsage,
+                "tar index: shard starts decrease at shard '" << shards[s].url << "'");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    CHUTE_CHECK(key_starts[i] <= key_starts[i + 1], kUsage, "tar index: key starts decrease");
+    CHUTE_CHECK(member_starts[i] < member_starts[i + 1], kUsage,
+                "tar index: sample " << i << " has no members");
+    CHUTE_CHECK(sample_offsets[i] >= 0, kUsage, "tar index: sample " << i << " has a negative offset");
+  }
+  for (size_t j = 0; j < m; ++j) {
+    CHUTE_CHECK(member_extensions[j] >= 0 &&
+                    static_cast<size_t>(member_extensions[j]) < extensions.size(),
+                kUsage, "tar index: member " << j << " has an unknown extension");
+    CHUTE_CHECK(member_offsets[j] >= 0 && member_sizes[j] >= 0, kUsage,
+                "tar index: member " << j << " has a negative offset or size");
+  }
+  // Every payload inside its shard, as far as the shard's size is known.
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const int64_t size = shards[s].identity.size;
+    if (size < 0) continue;
+    for (auto i = static_cast<size_t>(shard_starts[s]); i < static_cast<size_t>(shard_starts[s + 1]); ++i) {
+      for (auto j = static_cast<size_t>(member_starts[i]); j < static_cast<size_t>(member_starts[i + 1]); ++j) {
+        CHUTE_CHECK(member_offsets[j] <= size && member_sizes[j] <= size - member_offsets[j], kUsage,
+                    "tar index: shard '" << shards[s].url << "' of " << size << " bytes: sample "
+                                         << i << " has a member at [" << member_offsets[j] << ", "
+                                         << member_offsets[j] + member_sizes[j] << ")");
+      }
+    }
+  }
+}
+
+std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
+  // In place where the source maps (a local file): headers are parsed where
+  // they lie and payloads are never copied.
+  SampleReader reader(std::move(source), 0, /*in_place=*/true);
+  std::vector<ScannedSample> samples;
+  EncodedSample sample;
+  while (reader.next(sample)) {
+    ScannedSample s;
+    s.key = sample.key;
+    s.offset = sample.offset;
+    s.members.reserve(sample.members.size());
+    for (const SampleMember& m : sample.members) {
+      s.members.push_back({m.extension, m.data_offset, m.data_size});
+    }
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+}  // namespace chute

@@ -1,0 +1,527 @@
+"""``TarDataset``: tar shards (the webdataset layout) as a map-style dataset.
+
+Each shard's sidecar index (``chute.tarindex``) says where every sample's
+members lie, so sample ``i`` is read by offset: any torch sampler works,
+``shuffle=True`` is an exact shuffle of the whole dataset rather than a
+buffer's, and ``DistributedSampler`` partitions it. The indexed engine reads
+the samples of an index batch together (neighbours in one read) and decodes
+them on native threads with the field decoders a ``WebDataset.decode(...)``
+would use: the decode options go through the same compiler
+(``chute.wds.compiler``) as a WebDataset's stages. Members the engine does
+not decode (txt, json, ...) come back as bytes and are decoded in Python as
+webdataset decodes them: the slow path.
+
+Samples are webdataset's: ``ds[i]`` equals the i-th sample of
+``WebDataset(urls).decode(...)`` (followed by ``to_tuple(*fields)`` when
+`fields` is a tuple), counting shards in the order given and samples in
+archive order. ``chute.DataLoader(ds, batch_size=..., shuffle=True)``
+yields what ``torch.utils.data.DataLoader`` yields over those samples with
+the same arguments: the order is torch's (its sampler, its generator), the
+collation torch's default, written straight into the batch's tensors.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from chute import _core
+from chute.decoders import python_decode
+from chute.engine import default_threads
+from chute.extensions import KEY_FIELD, URL_FIELD
+from chute.handlers import (
+    Handler,
+    SkippedSampleWarning,
+    ignore_and_continue,
+    reraise_exception,
+    warn_and_continue,
+)
+from chute.indexed import IndexedDataset, ProcessState
+from chute.loading import LoaderSettings
+from chute.pinning import pin_hooks
+from chute.shards import expand_urls, local_path
+from chute.tarindex import ShardColumns, load_indexes
+from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, engine_handler
+from chute.wds.convert import BatchConverter, pin_copy
+from chute.wds.native import field_plan, handler_policy
+from chute.wds.pystages import apply_python_stage
+from chute.wds.stages import Fluent, Stage
+
+_GLOB_CHARS = set("*?[")
+
+FieldsSpec = str | Sequence[str] | Mapping[str, str] | None
+DecodeSpec = str | Sequence[str | Callable[[str, bytes], Any]] | None
+
+
+@dataclass
+class _Native:
+    """One engine batch, and the errors of the samples it skipped."""
+
+    batch: Any
+    skipped: list[Exception]
+
+
+class TarDataset(IndexedDataset):
+    """Map-style samples of tar shards, read by offset through their index.
+
+    Args:
+        urls: shards as ``WebDataset`` takes them: a brace pattern
+            (``"data/shard-{000000..000099}.tar"``), several joined by
+            ``::``, a glob (sorted), or a list of these. Local files (or
+            ``file:`` urls).
+        decode: what ``WebDataset.decode(...)`` takes: an image spec
+            (``"rgb8"``, ``"torchrgb8"``, ``"l8"``, ...), a sequence of specs
+            and handler callables, ``""`` for the default decoders without
+            images, or None for no decoding (members stay bytes).
+        fields: a tuple of field specs (``("jpg;png", "cls")``) gives tuples,
+            as ``.to_tuple(...)``; a mapping ``{"image": "jpg;png", ...}``
+            gives dicts with those names; None gives webdataset's sample
+            dicts (``__key__``, ``__url__``, ``__local_path__`` and every
+            member).
+        index: where the sidecar indexes live: None beside each shard, or a
+            directory. A missing, stale or corrupt index is built on first
+            open (every shard on several threads, with progress on a
+            terminal) and saved there; see ``chute.tarindex``.
+        handler: webdataset's handler for bad samples: ``reraise_exception``
+            raises (naming shard, member and offset), the ``*_and_continue``
+            handlers drop the sample, so its batch comes out shorter.
+        num_threads: engine threads behind ``ds[i]`` and ``__getitems__``
+            (default: the CPUs this process may use; 1 inside a torch worker).
+        seed: seeds the decoders' random draws (``crop="random"``,
+            ``flip``): those of sample i derive from (seed, epoch, i), so they
+            do not depend on batch size, workers or ranks. The epoch is the
+            one ``set_epoch`` sets, else each ``chute.DataLoader`` pass
+            advances it by one.
+        **decode_options: the image options of ``WebDataset.decode``
+            (``size=(h, w)``, ``crop``, ``flip``, ...).
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        decode: DecodeSpec = None,
+        fields: FieldsSpec = None,
+        index: str | os.PathLike[str] | None = None,
+        *,
+        handler: Handler = reraise_exception,
+        num_threads: int | None = None,
+        seed: int = 0,
+        **decode_options: Any,
+    ) -> None:
+        self.urls = _expand(urls)
+        if not self.urls:
+            raise ValueError("TarDataset: no shards given")
+        self._paths = []
+        for url in self.urls:
+            path = local_path(url)
+            if path is None:
+                raise ValueError(f"TarDataset reads local shards; {url!r} is not a local file")
+            if not os.path.isfile(path):
+                raise FileNotFoundError(2, "tar shard not found", path)
+            self._paths.append(path)
+        self.index_dir = None if index is None else os.fspath(index)
+        self.handler = handler
+        self.seed = int(seed)
+        self._epoch = 0
+        self._epoch_set = False
+        self._draw_epoch = 0  # the epoch of the decoders' random draws
+        self._columns = _concatenate(
+            load_indexes(self._paths, self.index_dir, threads=default_threads())
+        )
+        self._stages, self._names = _stages(decode, fields, handler, decode_options)
+        # Dict samples carry every extension of the dataset, in order of first appearance.
+        self._compiled: CompiledPipeline = compile_stages(
+            self._stages, lambda: self._columns.extensions, seed=self.seed
+        )
+        self._converter = BatchConverter(self._compiled, self.urls)
+        self._skipped = 0
+        self._init_indexed(num_threads)
+
+    # -- map-style protocol ------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._columns.num_samples
+
+    def __getitem__(self, index: int) -> Any:
+        n = len(self)
+        i = int(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} is out of range for a dataset of length {n}")
+        native = self._read_native(np.array([i], dtype=np.int64))
+        rows = self._rows(native.batch)
+        if not rows:  # skipped by the handler: a single sample has nothing else to give
+            raise native.skipped[0] if native.skipped else IndexError(i)
+        return rows[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """The samples of a whole index batch, read and decoded in one native
+        call: what torch's fetcher hands to its collate_fn (without the ones
+        the handler skipped)."""
+        native = self._read_native(self._as_indices(indices))
+        self._report(native.skipped)
+        return self._rows(native.batch)
+
+    def read_batch(self, idx: np.ndarray) -> Any:
+        """The samples `idx`, collated as torch's default collate does."""
+        native = self._read_native(idx)
+        self._report(native.skipped)
+        return self._collated(native.batch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the decoders' random draws (``chute.DataLoader.set_epoch``
+        reaches it)."""
+        self._epoch = int(epoch)
+        self._epoch_set = True
+        self._draw_epoch = self._epoch
+
+    # -- the engine -----------------------------------------------------------------------
+
+    def field_names(self) -> list[str]:
+        if self._names is not None:
+            return list(self._names)
+        return [f.name for f in self._compiled.fields]
+
+    def _native_field_names(self) -> list[str]:
+        return [f.name for f in self._compiled.fields if f.extensions]
+
+    def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
+        c = self._columns
+        source = _core.TarIndexSource(
+            self.urls,
+            self._paths,
+            c.sizes,
+            c.mtimes_ns,
+            c.extension_table,
+            c.shard_starts,
+            c.sample_offsets,
+            c.key_starts,
+            c.keys,
+            c.member_starts,
+            c.member_extensions,
+            c.member_offsets,
+            c.member_sizes,
+        )
+        return [source], {}
+
+    def _make_engine(
+        self, state: ProcessState, threads: int, in_flight: int, hooks: tuple[int, int] | None
+    ) -> Any:
+        compiled = self._compiled
+        plan = _core.IndexedPlan()
+        plan.samples = state.sources[0]
+        everywhere = self._columns.everywhere
+        plan.set_fields(
+            [
+                # Dict samples stack only the members every sample has: a
+                # stacked row cannot say that its sample lacks the member.
+                field_plan(
+                    f,
+                    stack=compiled.tuple_output or f.extensions[0] in everywhere,
+                    optional=not f.required,
+                    decode_opts=compiled.decode_opts,
+                )
+                for f in compiled.fields
+                if f.extensions
+            ]
+        )
+        plan.keep_other_members = compiled.keep_others
+        plan.collect_keys = not compiled.tuple_output or any(
+            f.name == KEY_FIELD for f in compiled.fields
+        )
+        plan.seed = self.seed
+        plan.on_error = handler_policy(engine_handler(self._stages, self.handler))
+        plan.num_threads = threads
+        plan.max_in_flight = in_flight
+        if hooks is not None:
+            plan.set_pin_hooks(*hooks)
+        return _core.IndexedEngine(plan)
+
+    def _submit(self, engine: Any, idx: np.ndarray) -> None:
+        engine.submit(idx, self._draw_epoch)
+
+    def _wait(self, engine: Any, timeout: float) -> Any:
+        batch = engine.next(timeout)
+        return _Native(batch, list(engine.take_skipped()))
+
+    def _assemble(self, arrays: Any, idx: np.ndarray) -> Any:
+        return arrays
+
+    def _pin(self, batch: Any) -> Any:
+        return batch  # engine batches: loader_batches pins what it makes of them
+
+    def _native_stats(self, state: ProcessState) -> dict[str, int]:
+        source = state.sources[0]
+        return {
+            "reads": int(source.reads),
+            "bytes_read": int(source.bytes_read),
+            "samples_skipped": self._skipped,
+        }
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def iter_batches(
+        self,
+        index_batches: Iterable[Sequence[int]],
+        num_threads: int,
+        prefetch: int,
+        timeout: float = 0,
+        pin_memory: bool = False,
+    ) -> Iterator[Any]:
+        """For each index batch, its samples collated as torch's default
+        collate does (see `IndexedDataset.iter_batches`)."""
+        copy_to_pinned = pin_memory and pin_hooks() is None and torch.cuda.is_available()
+        for native in self._native_batches(
+            index_batches, num_threads, prefetch, timeout, pin_memory
+        ):
+            stop = self._report(native.skipped)
+            if native.batch.size > 0:
+                out = self._collated(native.batch)
+                yield pin_copy(out) if copy_to_pinned else out
+            if stop:
+                return
+
+    def loader_batches(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
+    ) -> Iterator[Any]:
+        assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
+        self._draw_epoch = self._epoch
+        if not self._epoch_set:
+            self._epoch += 1
+        self._epoch_set = False
+        collate_fn = settings.collate_fn
+        if collate_fn is None:
+            yield from self.iter_batches(
+                index_batches,
+                settings.threads,
+                settings.prefetch,
+                settings.timeout,
+                settings.pin_memory,
+            )
+            return
+        # A custom collate_fn gets the samples, as torch's fetcher hands them over.
+        for native in self._native_batches(
+            index_batches, settings.threads, settings.prefetch, settings.timeout, False
+        ):
+            stop = self._report(native.skipped)
+            if native.batch.size > 0:
+                yield collate_fn(self._rows(native.batch))
+            if stop:
+                return
+
+    def _native_batches(
+        self,
+        index_batches: Iterable[Sequence[int]],
+        num_threads: int,
+        prefetch: int,
+        timeout: float,
+        pin_memory: bool,
+    ) -> Iterator[_Native]:
+        batches: Iterator[Any] = IndexedDataset.iter_batches(
+            self, index_batches, num_threads, prefetch, timeout, pin_memory
+        )
+        try:
+            yield from batches
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def _rows(self, batch: Any) -> list[Any]:
+        """The samples of an engine batch, as webdataset makes them."""
+        rows: Iterator[Any] = self._converter.rows(batch)
+        for stage in self._compiled.python_stages:
+            rows = apply_python_stage(stage, rows, lambda n: None)
+        if self._names is not None:
+            names = self._names
+            return [dict(zip(names, row, strict=True)) for row in rows]
+        return list(rows)
+
+    def _collated(self, batch: Any) -> Any:
+        """An engine batch as torch's default collate makes a batch of its
+        samples: stacked columns become tensors without a copy."""
+        columns = None if self._compiled.python_stages else self._columns_of(batch)
+        if columns is None:
+            return torch.utils.data.default_collate(self._rows(batch))
+        if self._names is not None:
+            return dict(zip(self._names, columns.values(), strict=True))
+        if self._compiled.tuple_output:
+            return list(columns.values())  # torch collates tuples into lists
+        return columns
+
+    def _columns_of(self, batch: Any) -> dict[str, Any] | None:
+        """Each output field collated across the batch, or None when a sample
+        lacks a member (torch's collate of such dicts is left to torch)."""
+        c = self._compiled
+        converter = self._converter
+        # torch collates a column of tuple samples as a tuple, of dict samples as a list.
+        container: type = tuple if c.tuple_output and self._names is None else list
+        out: dict[str, Any] = {}
+        if not c.tuple_output:
+            out[KEY_FIELD] = list(batch.keys())
+            out[URL_FIELD] = [self.urls[i] for i in batch.source_indices()]
+            if converter.local_paths[0] is not None:
+                out["__local_path__"] = [converter.local_paths[i] for i in batch.source_indices()]
+        for f in c.fields:
+            if f.name == KEY_FIELD:
+                out[f.name] = container(batch.keys())
+                continue
+            if f.name == URL_FIELD:
+                out[f.name] = container(self.urls[i] for i in batch.source_indices())
+                continue
+            column = batch.column(converter.native_index[f.name])
+            if isinstance(column, np.ndarray):
+                out[f.name] = torch.from_numpy(column)
+                continue
+            if any(v is None for v in column):
+                return None
+            values = [self._value(f, v) for v in column]
+            out[f.name] = torch.utils.data.default_collate(container(values))
+        # Members no field names (none when the fields cover the dataset's extensions).
+        if not c.tuple_output and c.keep_others and any(batch.other_members()):
+            return None
+        return out
+
+    def _value(self, f: OutputField, value: Any) -> Any:
+        """One sample's value of field `f` from an engine column, as
+        webdataset's decoder makes it."""
+        native = f.native
+        if native is None:
+            if f.decode_name is None:
+                return value
+            name = f.extensions[0] if f.decode_name == MEMBER else f.decode_name
+            return python_decode(name, value, self._compiled.image_spec)
+        if native.decoder == _core.FieldDecoder.INT:
+            return int(value)
+        return torch.from_numpy(value) if native.as_torch else value
+
+    def _report(self, errors: list[Exception]) -> bool:
+        """Hands the skipped samples' errors to the handler; True when it asks to stop."""
+        self._skipped += len(errors)
+        handler = engine_handler(self._stages, self.handler)
+        for error in errors:
+            if handler is ignore_and_continue:
+                continue
+            if handler is warn_and_continue:
+                warnings.warn(str(error), SkippedSampleWarning, stacklevel=3)
+            elif not handler(error):
+                return True
+        return False
+
+    def __repr__(self) -> str:
+        return f"TarDataset({len(self.urls)} shards, {len(self)} samples)"
+
+
+def _expand(urls: str | Sequence[str]) -> list[str]:
+    """Brace patterns and ``::`` groups as WebDataset expands them; globs sorted."""
+    out: list[str] = []
+    for url in expand_urls(urls):
+        if _GLOB_CHARS & set(url) and local_path(url) is not None:
+            matches = sorted(glob.glob(local_path(url) or url))
+            if not matches:
+                raise FileNotFoundError(2, "no shard matches the pattern", url)
+            out.extend(matches)
+        else:
+            out.append(url)
+    return out
+
+
+class _Recorder(Fluent):
+    """Records the stages that TarDataset's arguments stand for."""
+
+    def __init__(self) -> None:
+        self.stages: list[Stage] = []
+        self.epoch_items = 0
+
+
+def _stages(
+    decode: DecodeSpec,
+    fields: FieldsSpec,
+    handler: Handler,
+    decode_options: dict[str, Any],
+) -> tuple[list[Stage], list[str] | None]:
+    """The WebDataset stages (decode, to_tuple) TarDataset's arguments mean,
+    and the names of dict fields."""
+    recorder = _Recorder()
+    if decode is not None:
+        specs = (decode,) if isinstance(decode, str) else tuple(decode)
+        specs = tuple(s for s in specs if s != "")
+        recorder = recorder.decode(*specs, handler=handler, **decode_options)
+    elif decode_options:
+        raise ValueError(f"decode options {sorted(decode_options)} need decode=...")
+    names: list[str] | None = None
+    if fields is None:
+        return recorder.stages, None
+    if isinstance(fields, Mapping):
+        names = [str(k) for k in fields]
+        specs_ = [str(v) for v in fields.values()]
+    elif isinstance(fields, str):
+        specs_ = fields.split() if " " in fields else [fields]
+    else:
+        specs_ = [str(f) for f in fields]
+    if not specs_:
+        raise ValueError("fields names no field")
+    recorder = recorder.to_tuple(*specs_, handler=handler)
+    return recorder.stages, names
+
+
+@dataclass
+class _IndexColumns:
+    """The whole dataset's index as the engine's columns."""
+
+    sizes: list[int]
+    mtimes_ns: list[int]
+    extension_table: list[str]
+    extensions: list[str]  # in order of first appearance
+    everywhere: frozenset[str]  # extensions every sample has
+    shard_starts: np.ndarray
+    sample_offsets: np.ndarray
+    key_starts: np.ndarray
+    keys: np.ndarray  # uint8: the keys' bytes back to back
+    member_starts: np.ndarray
+    member_extensions: np.ndarray  # int32
+    member_offsets: np.ndarray
+    member_sizes: np.ndarray
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.sample_offsets.size)
+
+
+def _concatenate(shards: list[ShardColumns]) -> _IndexColumns:
+    table: dict[str, int] = {}
+    ext_ids: list[np.ndarray] = []
+    for s in shards:
+        ext_ids.append(
+            np.array([table.setdefault(e, len(table)) for e in s.extensions], dtype=np.int32)
+        )
+    counts = [s.num_samples for s in shards]
+    member_counts = np.concatenate([s.member_counts for s in shards]) if shards else np.zeros(0)
+    key_bytes = [k.encode("utf-8", "surrogateescape") for s in shards for k in s.keys]
+    member_extensions = np.concatenate(ext_ids) if ext_ids else np.zeros(0, dtype=np.int32)
+    total = int(sum(counts))
+    present = np.bincount(member_extensions, minlength=len(table))
+    return _IndexColumns(
+        sizes=[s.size for s in shards],
+        mtimes_ns=[s.mtime_ns for s in shards],
+        extension_table=list(table),
+        extensions=list(table),
+        everywhere=frozenset(e for e, i in table.items() if present[i] == total),
+        shard_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        sample_offsets=np.concatenate([s.offsets for s in shards]).astype(np.int64),
+        key_starts=np.concatenate([[0], np.cumsum([len(k) for k in key_bytes])]).astype(np.int64),
+        keys=np.frombuffer(b"".join(key_bytes), dtype=np.uint8),
+        member_starts=np.concatenate([[0], np.cumsum(member_counts)]).astype(np.int64),
+        member_extensions=member_extensions,
+        member_offsets=np.concatenate([s.member_offsets for s in shards]).astype(np.int64),
+        member_sizes=np.concatenate([s.member_sizes for s in shards]).astype(np.int64),
+    )
