@@ -442,3 +442,40 @@ def test_break_cancels_requests_in_flight(http: Store, tmp_path: Path):
     assert http.proxy.abandoned >= 1
     assert not stall.release.is_set()
     assert remote.get_session(opts).stats()["in_flight"] == 0
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_tar_dataset_over_a_store_equals_the_local_one(
+    proxied: Store, image_shards: list[str], tmp_path: Path, indexed: bool
+):
+    from chute.tarindex import write_index
+
+    proxied.upload(image_shards)
+    if indexed:  # indexes beside the objects: the shards are read only for samples
+        for path in image_shards:
+            index = write_index(path, output=tmp_path / (os.path.basename(path) + ".idx.json"))
+            proxied.put(f"data/{index.name}", index.read_bytes())
+    local = chute.TarDataset(image_shards, decode="rgb8", fields=("jpg;png", "cls"))
+    assert proxied.proxy is not None
+    before = len(proxied.proxy.requests)
+    ds = chute.TarDataset(
+        proxied.url("data/shard-{000000..000002}.tar"),
+        decode="rgb8",
+        fields=("jpg;png", "cls"),
+        storage_options=proxied.storage_options or None,
+        remote=options(),
+    )
+    opening = proxied.proxy.requests[before:]
+    assert len(ds) == len(local) == 120
+    rows = [3, 117, 40, 41, 42, 0, 79]
+    assert same(ds.__getitems__(rows), local.__getitems__(rows))
+    loader = chute.DataLoader(
+        ds, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(2)
+    )
+    reference = chute.DataLoader(
+        local, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(2)
+    )
+    assert same(list(loader), list(reference))
+    # Opening read every shard once to index it, unless it had an index.
+    opened = [r for r in opening if r.method == "GET" and r.path.endswith(".tar") and r.range]
+    assert (opened == []) if indexed else (len(opened) >= len(image_shards))

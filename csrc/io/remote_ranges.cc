@@ -212,4 +212,33 @@ void RemoteRanges::read(const Span* spans, size_t n) const {
   bytes_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+namespace {
+
+class RemoteRangeReader final : public RangeReader {
+ public:
+  RemoteRangeReader(const std::string& url, std::shared_ptr<FetchQueue> queue,
+                    const ShardIdentity& expected)
+      : ranges_(url, std::move(queue)) {
+    CHUTE_CHECK(expected.size < 0 || static_cast<uint64_t>(expected.size) == ranges_.size(), kData,
+                "shard '" << url << "' changed after it was indexed (" << ranges_.size()
+                          << " bytes, indexed with " << expected.size
+                          << "): its index no longer describes it; rebuild the index");
+  }
+  void read(uint64_t offset, size_t size, uint8_t* dst) const override {
+    ranges_.read(offset, size, dst);
+  }
+  const std::string& url() const override { return ranges_.url(); }
+
+ private:
+  RemoteRanges ranges_;
+};
+
+}  // namespace
+
+std::unique_ptr<RangeReader> open_remote_range_reader(const std::string& url,
+                                                      std::shared_ptr<FetchQueue> queue,
+                                                      const ShardIdentity& expected) {
+  return std::make_unique<RemoteRangeReader>(url, std::move(queue), expected);
+}
+
 }  // namespace chute

@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 
+#include "io/range_reader.h"
+
 namespace chute {
 
 class FetchQueue;
@@ -77,5 +79,13 @@ class RemoteRanges {
   mutable std::atomic<uint64_t> ranges_{0};
   mutable std::atomic<uint64_t> bytes_{0};
 };
+
+// A remote object as a RangeReader (what indexed tar shards read through).
+// Throws kIo when it cannot be read, kData when it is not the size that
+// `expected` names (another version than the one indexed); its modification
+// time is not checked (a store's upload time is not the indexed file's).
+std::unique_ptr<RangeReader> open_remote_range_reader(const std::string& url,
+                                                      std::shared_ptr<FetchQueue> queue,
+                                                      const ShardIdentity& expected);
 
 }  // namespace chute

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from typing import Any, TextIO
 
 from chute.cli import remote
@@ -23,11 +22,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if kind_of(p) != "tar":
             raise UsageError(f"{p}: not a tar shard (index works on tar shards)")
     status = EXIT_OK
-    workdir = tempfile.TemporaryDirectory(prefix="chute-index-")
     for p in paths:
         if remote.is_remote(p):
             try:
-                print(_index_remote(p, args.force, workdir.name), file=out)
+                print(_index_remote(p, args.force), file=out)
             except (_core.DataError, _core.ReadError, ValueError) as exc:
                 print(f"chute index: {p}: {exc}", file=sys.stderr)
                 status = EXIT_PROBLEMS
@@ -48,26 +46,20 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             continue
         doc = json.loads(written.read_text(encoding="utf-8"))
         print(f"{written}: {len(doc['samples'])} samples", file=out)
-    workdir.cleanup()
     return status
 
 
-def _index_remote(url: str, force: bool, workdir: str) -> str:
+def _index_remote(url: str, force: bool) -> str:
     """Indexes a remote shard and puts the index beside it (``<url>.idx.json``,
     where datasets look for it). The shard is read once, through the cache
-    (``--cache-dir``; else `workdir`, and the copy is removed afterwards)."""
-    import dataclasses
-
+    (``--cache-dir``; else a temporary copy)."""
     from chute import _core
     from chute.remote import get_session
-    from chute.tarindex import INDEX_SUFFIX, write_index
+    from chute.remote._datasets import build_remote_index
+    from chute.tarindex import INDEX_SUFFIX
 
     target = url + INDEX_SUFFIX
-    options = remote.options()
-    temporary = options.cache_dir is None
-    if temporary:
-        options = dataclasses.replace(options, cache_dir=workdir)
-    session = get_session(options)
+    session = get_session(remote.options())
     size = int(session.ranges(url).size)
     if not force:
         try:
@@ -76,18 +68,7 @@ def _index_remote(url: str, force: bool, workdir: str) -> str:
                 return f"{target}: up to date"
         except (_core.ReadError, ValueError):
             pass  # none yet, or not one of ours: write it
-    with session.open(url) as f:
-        f.drain()
-    copy = os.path.join(options.cache_dir, _core.tar_cache_file_name(url))
-    try:
-        written = write_index(copy, output=os.path.join(workdir, "index.json"))
-        document = json.loads(written.read_text(encoding="utf-8"))
-    finally:
-        if temporary:
-            os.unlink(copy)
-    # A remote object has no modification time a reader could compare: its
-    # size stands for its version.
-    document.update(shard=url.rsplit("/", 1)[-1], shard_mtime_ns=0)
+    document = build_remote_index(url, session)
     session.put(target, json.dumps(document, separators=(",", ":")).encode())
     return f"{target}: {len(document['samples'])} samples"
 
