@@ -479,3 +479,28 @@ def test_tar_dataset_over_a_store_equals_the_local_one(
     # Opening read every shard once to index it, unless it had an index.
     opened = [r for r in opening if r.method == "GET" and r.path.endswith(".tar") and r.range]
     assert (opened == []) if indexed else (len(opened) >= len(image_shards))
+
+
+def test_torch_workers_read_remote_shards_when_the_parent_did_not(
+    object_server: ObjectServer, tmp_path: Path
+):
+    # Each forked worker makes its own session (obstore's runtime does not
+    # survive a fork, so the parent must not have used it first).
+    shards = write_shards(tmp_path, tiny_samples(200), per_shard=50)
+    for path in shards:
+        object_server.objects[f"/b/{os.path.basename(path)}"] = Path(path).read_bytes()
+    script = textwrap.dedent(
+        f"""
+        import chute, torch
+        ds = chute.WebDataset({object_server.url + "/b/shard-{000000..000003}.tar"!r},
+                              shardshuffle=False).to_tuple("__key__")
+        keys = [k for (k,) in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)]
+        print(len(keys), len(set(keys)))
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["200", "200"]
