@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -86,6 +87,18 @@ def _remote_index_count(open_file: Any, url: str, size: int) -> int | None:
     return len(document["samples"])
 
 
+def _count_all(count: Any, urls: list[str]) -> dict[str, int]:
+    """count(url) for every url; remote ones several at once (each costs at
+    least a round trip: a HEAD, then an index or the shard)."""
+    remote = [u for u in dict.fromkeys(urls) if is_remote_url(u)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        counted = dict(zip(remote, pool.map(count, remote), strict=True))
+    for url in urls:
+        if url not in counted:
+            counted[url] = count(url)
+    return counted
+
+
 def even_batch_count(
     mode: str,
     batch_size: int,
@@ -105,16 +118,16 @@ def even_batch_count(
     rank, world_size = rank_and_world_size()
     if world_size <= 1 or mode == "off":
         return None
-    count = functools.partial(
-        shard_samples, cache_dir=cache_dir, timeout=pipe_timeout, remote=remote
-    )
+    one = functools.partial(shard_samples, cache_dir=cache_dir, timeout=pipe_timeout, remote=remote)
     reduce_max = mode == "repeat"
     if dist.is_available() and dist.is_initialized():
-        total = torch.tensor([sum(count(u) for u in urls)], dtype=torch.int64)
+        counted = _count_all(one, urls)
+        total = torch.tensor([sum(counted[u] for u in urls)], dtype=torch.int64)
         dist.all_reduce(total, op=dist.ReduceOp.MAX if reduce_max else dist.ReduceOp.MIN)
         samples = int(total.item())
     elif nodesplitter is split_by_node:
-        per_rank = [sum(count(u) for u in all_urls[r::world_size]) for r in range(world_size)]
+        counted = _count_all(one, all_urls)
+        per_rank = [sum(counted[u] for u in all_urls[r::world_size]) for r in range(world_size)]
         samples = max(per_rank) if reduce_max else min(per_rank)
     else:
         raise ValueError(
