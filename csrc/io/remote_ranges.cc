@@ -115,6 +115,13 @@ class RemoteRanges::Waiter final : public FetchTarget {
     abandoned_ = true;
   }
 
+  // No answer touches the spans after this returns (one being copied is
+  // finished first: it holds the lock).
+  void abandon() {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_ = true;
+  }
+
   uint64_t head_size() const { return head_size_; }
   const std::string& head_etag() const { return head_etag_; }
   const std::string& head_version() const { return head_version_; }
@@ -203,6 +210,9 @@ void RemoteRanges::read(const Span* spans, size_t n) const {
     }
     waiter->wait(submitted, *queue_, cancel_);
   } catch (...) {
+    // A submit that failed leaves earlier ranges in flight: their answers
+    // must not land in buffers the caller is about to free.
+    waiter->abandon();
     queue_->cancel_target(waiter.get());
     throw;
   }

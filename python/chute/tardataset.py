@@ -27,6 +27,7 @@ import glob
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,17 +161,25 @@ class TarDataset(IndexedDataset):
 
     def _load_indexes(self) -> list[ShardColumns]:
         """Every shard's index in order: local ones through load_indexes,
-        remote ones from beside the object (see remote_tar_index)."""
+        remote ones from beside the object (see remote_tar_index), several
+        at once (each costs round trips)."""
         local = [p for p in self._paths if not is_remote_url(p)]
         loaded = iter(load_indexes(local, self.index_dir, threads=default_threads()))
+        remote = [p for p in self._paths if is_remote_url(p)]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            documents = dict(
+                zip(
+                    remote,
+                    pool.map(lambda u: remote_tar_index(u, self._remote, self.index_dir), remote),
+                    strict=True,
+                )
+            )
         columns = []
         for path in self._paths:
             if is_remote_url(path):
-                document = remote_tar_index(path, self._remote, self.index_dir)
                 # Checked by size alone: a store keeps no modification time to compare.
-                columns.append(
-                    dataclasses.replace(ShardColumns.from_document(document), mtime_ns=-1)
-                )
+                indexed = ShardColumns.from_document(documents[path])
+                columns.append(dataclasses.replace(indexed, mtime_ns=-1))
             else:
                 columns.append(next(loaded))
         return columns
