@@ -94,7 +94,7 @@ run_tsan() {
   TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:die_after_fork=0" \
   CHUTE_SANITIZER=thread PYTHONPATH="$root/build/tsan/pkg" \
     "$python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" \
-    -k "not torch_dataloader and not users_training_pipeline and not empty_worker and not mapped_range_past_the_end" "$@"
+    -k "not torch_dataloader and not users_training_pipeline and not empty_worker and not mapped_range_past_the_end and not torch_workers" "$@"
 }
 
 case $which in
