@@ -326,6 +326,11 @@ def label(c: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--results-dir",
+        default=str(RESULTS.parent),
+        help="where to save the JSON (default: %(default)s)",
+    )
     ap.add_argument("--run", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
@@ -391,7 +396,7 @@ def main() -> None:
             summary[f"b_{order}_fraction_of_pagecache"] = round(ours[0] / page[0], 3)
     summary["total_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(summary, indent=1))
-    out_path = RESULTS.with_name("h5_quick.json") if args.quick else RESULTS
+    out_path = Path(args.results_dir) / ("h5_quick.json" if args.quick else RESULTS.name)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "w") as f:
         json.dump(

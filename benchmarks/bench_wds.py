@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import current_rss, run_config, save, table  # noqa: E402
+from common import RESULTS, current_rss, run_config, save, table  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -215,6 +215,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="a tenth of the data")
+    parser.add_argument(
+        "--results-dir", default=str(RESULTS), help="where to save the JSON (default: %(default)s)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--jobs", default="tiny,jpeg")
     parser.add_argument(
@@ -397,7 +400,7 @@ def main() -> None:
     payload: dict[str, Any] = {"rows": rows, "summary": summary, "decode_limit": limit}
     if scaling:
         payload["thread_scaling"] = scaling
-    path = save("wds_quick" if args.quick else "wds", payload)
+    path = save("wds_quick" if args.quick else "wds", payload, Path(args.results_dir))
     print(f"saved {path}")
 
 

@@ -68,9 +68,9 @@ def machine() -> dict[str, Any]:
     }
 
 
-def save(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def save(name: str, payload: dict[str, Any], directory: Path = RESULTS) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     payload = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"), **payload}
     path.write_text(json.dumps(payload, indent=2))
     return path

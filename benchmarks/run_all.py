@@ -4,6 +4,9 @@ TensorDataset), and prints the side-by-side tables.
 
     python benchmarks/run_all.py --quick   # a few minutes: what scripts/demo.sh runs
     python benchmarks/run_all.py --full    # the sizes quoted in the README
+
+Results are saved under benchmarks/results/local/ (ignored by git): a run of
+the demo never rewrites the published results in benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ def main() -> None:
     size.add_argument("--quick", action="store_true", help="small data (the default)")
     size.add_argument("--full", action="store_true", help="the README's sizes")
     args = parser.parse_args()
-    flags = [] if args.full else ["--quick"]
+    flags = ([] if args.full else ["--quick"]) + ["--results-dir", str(HERE / "results" / "local")]
     for script, title in (
         ("bench_wds.py", "Tar shards: chute vs torch DataLoader + webdataset"),
         ("bench_h5.py", "HDF5 rows and arrays: chute vs torch DataLoader + h5py / TensorDataset"),

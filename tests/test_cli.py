@@ -198,9 +198,20 @@ def test_inspect_problems(
     assert "key 'x' appears again" in out
 
     truncated = tmp_path / "cut.tar"
-    truncated.write_bytes(Path(tiny_shards[0]).read_bytes()[:5000])
+    data = Path(tiny_shards[0]).read_bytes()
+    truncated.write_bytes(data[:5000])
     code, out, _ = run(capsys, "inspect", str(truncated))
     assert code == 1 and "unreadable" in out and "cut.tar" in out
+    # The samples before the cut are reported, and good files around it too.
+    cut = tmp_path / "cut97.tar"
+    with tarfile.open(tiny_shards[0]) as tar:
+        offsets = {m.name: m.offset for m in tar}
+    cut.write_bytes(data[: offsets["sample0000097.cls"] + 700])  # inside sample 97's first member
+    code, out, _ = run(capsys, "inspect", "--json", tiny_shards[1], str(cut), tiny_shards[2])
+    reports = json.loads(out)
+    assert code == 1 and [r["samples"] for r in reports] == [250, 97, 250]
+    assert reports[1]["last_key"] == "sample0000096" and not reports[0]["problems"]
+    assert "[" not in reports[1]["problems"][0] and "cut97.tar" in reports[1]["problems"][0]
 
     empty = tmp_path / "empty.tar"
     with tarfile.open(empty, "w"):
@@ -231,15 +242,19 @@ def test_inspect_hdf5(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert {d["name"]: d["chunks"] for d in report["datasets"]}["/x"] == [10, 3]
 
 
-def test_inspect_bad_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    code, out, err = run(capsys, "inspect", str(tmp_path / "nope.tar"))
-    assert code == 2 and "nope.tar: no such file" in err and out == ""
-    code, _, err = run(capsys, "inspect", str(tmp_path))
-    assert code == 2 and "is a directory" in err
+def test_inspect_bad_paths(
+    tmp_path: Path, tiny_shards: list[str], capsys: pytest.CaptureFixture[str]
+):
+    # A bad path is a finding about it (exit 1): the paths around it are reported.
+    code, out, err = run(capsys, "inspect", tiny_shards[0], str(tmp_path / "nope.tar"))
+    assert code == 1 and "nope.tar: no such file" in out and err == ""
+    assert "samples: 250" in out
+    code, out, _ = run(capsys, "inspect", str(tmp_path), tiny_shards[1])
+    assert code == 1 and "is a directory" in out and "samples: 250" in out
     junk = tmp_path / "junk.h5"
     junk.write_bytes(b"\0" * 100)
-    code, _, err = run(capsys, "inspect", str(junk))
-    assert code == 2 and "neither a tar shard nor an HDF5 file" in err
+    code, out, _ = run(capsys, "inspect", "--json", str(junk))
+    assert code == 1 and "neither a tar shard nor an HDF5 file" in json.loads(out)[0]["problems"][0]
     code, _, err = run(capsys, "inspect")
     assert code == 2
     code, _, err = run(capsys, "frobnicate")
@@ -278,7 +293,8 @@ def test_bench_image_option_errors(image_shards: list[str], capsys: pytest.Captu
     spec = ["--decode", "torchrgb8"]
     code, _, err = run(capsys, "bench", shard, *spec, "--size", "32", "--normalize", "imagenet")
     assert code == 2 and "float output" in err
-    code, _, err = run(capsys, "bench", shard, *spec, "--size", "32", "--compare")
+    # --compare resizes webdataset's images as chute does for --size, and no more.
+    code, _, err = run(capsys, "bench", shard, *spec, "--size", "32", "--flip", "--compare")
     assert code == 2 and "--compare runs webdataset's own decode" in err
     code, _, err = run(capsys, "bench", shard, *spec, "--dtype", "float16", "--normalize", "1,2")
     assert code == 2 and "image options" in err
@@ -338,3 +354,41 @@ def test_bench_compare_subprocess(tiny_shards: list[str], tmp_path: Path):
     assert lines[0].split()[:3] == ["loader", "workers", "samples"]
     assert lines[1].split()[0] == "chute" and int(lines[1].split()[2]) == 128
     assert proc.stderr == ""
+
+
+@pytest.mark.slow
+def test_bench_takes_comma_separated_fields_and_a_size_for_mixed_images(tmp_path: Path):
+    from conftest import jpeg_bytes, write_shards
+
+    rng = np.random.default_rng(5)
+    samples: list[dict[str, object]] = [
+        {"__key__": f"m{i:03d}", "jpg": jpeg_bytes(rng, 20 + 4 * (i % 3), 24), "cls": i % 5}
+        for i in range(30)
+    ]
+    (shard,) = write_shards(tmp_path, samples, 30)
+
+    def bench(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "chute", "bench", shard, "--batch-size", "8",
+             "--workers", "1", "--decode", "rgb8", "--no-progress", "--json", *extra],
+            capture_output=True, text=True, env=_env(), timeout=300, check=False,
+        )  # fmt: skip
+
+    # Images of three sizes do not batch: the message names bench's own option.
+    proc = bench("--to-tuple", "jpg,cls")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "--size H W" in proc.stderr and "shard-000000.tar" in proc.stderr
+    proc = bench("--to-tuple", "jpg,cls", "--size", "16", "16", "--compare")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["samples"] for r in json.loads(proc.stdout)] == [30, 30]
+    proc = bench("--to-tuple", "jpg cls", "--size", "16", "16")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_bench_size_needs_an_image_spec(tiny_shards: list[str], capsys):
+    code, _, err = run(capsys, "bench", tiny_shards[0], "--size", "8", "8")
+    assert code == 2 and "need an image spec" in err
+    code, _, err = run(capsys, "bench", tiny_shards[0], "--decode", "rgb8", "--size", "0", "8")
+    assert code == 2 and "two positive numbers" in err
+    code, _, err = run(capsys, "bench", "--decode", "rgb8", "--size", "8", "8", tiny_shards[0])
+    assert code == 2 and "give the shard paths before --size" in err

@@ -26,8 +26,10 @@ import h5py
 import numpy as np
 import pytest
 
-# Each shutdown must finish well inside this (it is a hang detector, not a benchmark).
-PROMPT_S = 3.0
+# Each shutdown must finish inside this. It is a hang detector, not a
+# benchmark: generous, so that a loaded CI machine never trips it, while a
+# thread or command that does not stop (`sleep 30` pipes, say) still does.
+PROMPT_S = 25.0
 
 
 def tasks() -> int:
@@ -52,8 +54,9 @@ def children() -> list[str]:
 
 
 def settle(expected_tasks: int, expected_fds: int, limit: float = PROMPT_S) -> tuple[int, int]:
-    """Counts after gc, polling briefly: a joined thread leaves /proc/self/task
-    a moment after join() returns."""
+    """Counts after gc, polling until they match or `limit` passes: a joined
+    thread leaves /proc/self/task a moment after join() returns, later still
+    on a busy machine."""
     deadline = time.monotonic() + limit
     while True:
         gc.collect()
@@ -115,20 +118,31 @@ def thread_names() -> list[str]:
     return names
 
 
+def eventually(condition: Callable[[], bool], limit: float = PROMPT_S) -> bool:
+    """Whether `condition` holds within `limit` seconds (polled): a thread
+    names itself once it runs, which a busy machine may delay."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_engine_threads_are_named_for_top_and_profilers(baseline, tiny_shards, h5_file) -> None:
     before = thread_names()
-    it = iter(chute.DataLoader(stream(tiny_shards), batch_size=None, num_workers=3))
+    it = iter(chute.DataLoader(stream(tiny_shards, repeat=True), batch_size=None, num_workers=3))
     next(it)
+    assert eventually(lambda: thread_names().count("chute-decode") == 3), thread_names()
     names = thread_names()
-    assert names.count("chute-decode") == 3
     assert names.count("chute-stream") == 1 and names.count("chute-batch") == 1
     del it
     it2 = iter(chute.DataLoader(chute.H5Dataset(h5_file, {"x": "x"}), batch_size=8, num_workers=2))
     next(it2)
-    assert thread_names().count("chute-read") == 2
+    assert eventually(lambda: thread_names().count("chute-read") == 2), thread_names()
     del it2
     settle(*baseline)
-    assert not [n for n in thread_names() if n.startswith("chute-")], before
+    assert eventually(lambda: not [n for n in thread_names() if n.startswith("chute-")]), before
 
 
 # ---------------------------------------------------------------- ending early
@@ -312,15 +326,14 @@ def test_interpreter_exit_with_live_iterator(tiny_shards, h5_file, kind: str) ->
     script = textwrap.dedent(
         EXIT_SCRIPT.format(python=python_dir, kind=kind, urls=tiny_shards, h5=str(h5_file))
     )
-    start = time.monotonic()
+    # The `sleep 60` child must not hold the exit: the timeout says so, and
+    # leaves a busy machine room for starting Python and importing torch.
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=55
     )
-    elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "started"
     assert "Traceback" not in proc.stderr, proc.stderr
-    assert elapsed < 15  # a `sleep 60` child must not hold the exit
 
 
 # ---------------------------------------------------------------- stress
@@ -370,7 +383,7 @@ def test_many_loaders_concurrently_and_repeatedly(baseline, tiny_shards, h5_file
         threads = [threading.Thread(target=worker, args=(s, rounds)) for s in range(4)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240  # a deadlock detector, generous for busy machines
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
         assert not any(t.is_alive() for t in threads), "deadlock: loader threads did not finish"

@@ -79,7 +79,12 @@ def test_python_dash_m_chute():
     )  # fmt: skip
     assert proc.returncode == 0 and "SHARD" in proc.stdout
     proc = subprocess.run(
-        [sys.executable, "-m", "chute", "inspect", "/nonexistent/x.tar"],
+        [sys.executable, "-m", "chute", "index", "/nonexistent/x.tar"],
         capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "no such file" in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "inspect", "/nonexistent/x.tar"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "no such file" in proc.stdout  # a finding, reported

@@ -535,3 +535,85 @@ def test_options_refuse_images_only_python_decodes(tmp_path: Path) -> None:
     # Without image options the ppm member is Pillow's, as in webdataset.
     (row,) = list(chute.WebDataset(urls, shardshuffle=False).decode("rgb8"))
     assert row["ppm"].shape == (10, 10, 3) and row["jpg"].shape == (40, 40, 3)
+
+
+def test_refusal_is_not_a_decoding_failure_for_the_handler(tmp_path: Path) -> None:
+    # A skipping decode handler covers members that fail to decode, not a
+    # pipeline that cannot apply its options: every shape of output raises.
+    ppm = io.BytesIO()
+    Image.fromarray(photo(10, 10, 1)).save(ppm, format="PPM")
+    sample = {"__key__": "p0", "jpg": encode(photo(40, 40, 2)), "ppm": ppm.getvalue()}
+    urls = write_shards(tmp_path, [sample], per_shard=1)
+    for build in (
+        lambda ds: ds,
+        lambda ds: ds.to_tuple("jpg", "ppm"),
+        lambda ds: ds.to_tuple("jpg", "ppm").batched(2),
+        lambda ds: ds.batched(2),
+    ):
+        ds = chute.WebDataset(urls, shardshuffle=False).decode(
+            "rgb8", size=OUT, handler=chute.wds.ignore_and_continue
+        )
+        with pytest.raises(ValueError, match="'ppm'.*apply to jpeg, jpg, png members only"):
+            list(build(ds))
+
+
+def test_options_on_a_decode_that_runs_in_python_raise(shards: Any) -> None:
+    urls, payloads = shards
+    samples = [{"__key__": "s", "jpg": payloads["s1-0001"]}]
+    # A filter called on an iterator, and webdataset's pre/post handler lists.
+    with pytest.raises(ValueError, match="engine only"):
+        list(chute.wds.decode("torchrgb8", size=OUT)(samples))
+    ds = chute.WebDataset(urls, shardshuffle=False).decode(
+        "torchrgb8", pre=[lambda key, data: None], size=OUT
+    )
+    with pytest.raises(ValueError, match="pre/post handlers"):
+        next(iter(ds))
+
+
+def test_bfloat16_in_dict_samples_and_in_batches_that_lose_a_row(tmp_path: Path) -> None:
+    samples: list[dict[str, Any]] = [
+        {"__key__": f"b{i}", "jpg": encode(photo(40, 48, i)), "json": b'{"i": %d}' % i}
+        for i in range(6)
+    ]
+    samples[3]["json"] = b"{broken"
+    urls = write_shards(tmp_path, samples, per_shard=6)
+
+    def pipeline() -> Any:
+        return chute.WebDataset(urls, shardshuffle=False, seed=SEED).decode(
+            "torchrgb8",
+            size=OUT,
+            dtype=torch.bfloat16,
+            normalize=(MEAN, STD),
+            handler=chute.wds.ignore_and_continue,
+        )
+
+    rows = list(pipeline())
+    assert [r["__key__"] for r in rows] == ["b0", "b1", "b2", "b4", "b5"]
+    assert all(r["jpg"].dtype == torch.bfloat16 and r["jpg"].shape == (3, *OUT) for r in rows)
+    (batch,) = list(pipeline().to_tuple("jpg", "json").batched(6))
+    images, labels = batch
+    assert [j["i"] for j in labels] == [0, 1, 2, 4, 5]
+    assert images.dtype == torch.bfloat16 and images.shape == (5, 3, *OUT)
+    assert torch.equal(images, torch.stack([r["jpg"] for r in rows]))
+    (batch,) = list(pipeline().batched(6))
+    assert batch["__key__"] == ["b0", "b1", "b2", "b4", "b5"]
+    assert torch.equal(batch["jpg"], images)
+
+
+def test_tardataset_bfloat16_items_and_batches(shards: Any) -> None:
+    urls, _ = shards
+    opts: dict[str, Any] = {"size": OUT, "dtype": torch.bfloat16, "normalize": (MEAN, STD)}
+    expected = [
+        img
+        for img, _ in chute.WebDataset(urls, shardshuffle=False)
+        .decode("torchrgb8", **opts)
+        .to_tuple("jpg;png", "cls")
+    ]
+    for fields in (("jpg;png", "cls"), {"image": "jpg;png", "label": "cls"}):
+        ds = chute.TarDataset(urls, decode="torchrgb8", fields=fields, **opts)
+        item = ds[3]
+        image = item[0] if isinstance(item, tuple) else item["image"]
+        assert image.dtype == torch.bfloat16 and torch.equal(image, expected[3])
+        batch = next(iter(chute.DataLoader(ds, batch_size=8)))
+        images = batch[0] if isinstance(batch, list) else batch["image"]
+        assert images.dtype == torch.bfloat16 and torch.equal(images, torch.stack(expected[:8]))

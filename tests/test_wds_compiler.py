@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 from chute import _core
-from chute.handlers import reraise_exception, warn_and_continue
-from chute.wds.compiler import CompiledPipeline, compile_stages, engine_handler, native_torch_batch
-from chute.wds.stages import Fluent, Stage
+from chute.handlers import ignore_and_continue, reraise_exception, warn_and_continue
+from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
+from chute.wds.fluent import Fluent
+from chute.wds.stages import Stage
 
 IMAGE, NPY, INT = _core.FieldDecoder.IMAGE, _core.FieldDecoder.NPY, _core.FieldDecoder.INT
 
@@ -20,7 +21,6 @@ class Chain(Fluent):
 
     def __init__(self) -> None:
         self.stages = []
-        self.epoch_items = -1
 
 
 def never_peeked() -> list[str]:
@@ -84,6 +84,10 @@ def test_whole_chain_is_native() -> None:
         "normalize": None,
         "dtype": None,
         "layout": None,
+        "pre": None,
+        "post": None,
+        "only": None,
+        "partial": False,
     }
     assert (c.batch_size, c.partial, c.shuffle) == (32, False, (100, 10, 7))
     assert c.python_stages == [] and c.ends_in_native_batches
@@ -191,19 +195,57 @@ def test_alternatives_that_decode_differently_are_refused() -> None:
 
 def test_torch_batching_goes_native_only_at_the_end_of_native_stages() -> None:
     c = compile_stages(Chain().decode().to_tuple("npy", "cls").stages, never_peeked, seed=1)
-    batched = native_torch_batch(c, 16, True, epoch_items=-1)
+    batched = native_torch_batch(c, 16, True, single_pass=True)
     assert batched is not None and batched is not c
     assert (batched.batch_size, batched.partial, batched.torch_collate) == (16, False, True)
     assert (c.batch_size, c.torch_collate) == (None, False)
-    assert native_torch_batch(c, 16, True, epoch_items=5) is None
+    # torch's batches run on across the passes of a repeating epoch.
+    assert native_torch_batch(c, 16, True, single_pass=False) is None
     mapped = compile_stages(Chain().to_tuple("npy").map(str).stages, never_peeked, seed=1)
-    assert native_torch_batch(mapped, 16, False, epoch_items=-1) is None
+    assert native_torch_batch(mapped, 16, False, single_pass=True) is None
     rebatched = compile_stages(Chain().to_tuple("npy").batched(4).stages, never_peeked, seed=1)
-    assert native_torch_batch(rebatched, 16, False, epoch_items=-1) is None
+    assert native_torch_batch(rebatched, 16, False, single_pass=True) is None
 
 
-def test_the_engine_applies_the_decode_stages_handler() -> None:
+def test_each_failure_goes_to_the_handler_of_its_scope() -> None:
     plain = Chain().decode().to_tuple("npy")
-    assert engine_handler(plain.stages, warn_and_continue) is warn_and_continue
-    own = Chain().decode(handler=warn_and_continue).to_tuple("npy")
-    assert engine_handler(own.stages, reraise_exception) is warn_and_continue
+    h = error_handlers(plain.stages, warn_and_continue)
+    # Stages without a handler of their own leave their failures to the dataset's.
+    assert (h.read, h.member, h.field) == (warn_and_continue,) * 3
+    own = Chain().decode(handler=warn_and_continue).to_tuple("npy", handler=ignore_and_continue)
+    h = error_handlers(own.stages, reraise_exception)
+    assert (h.read, h.member, h.field) == (
+        reraise_exception,
+        warn_and_continue,
+        ignore_and_continue,
+    )
+    assert h.policy == _core.ErrorPolicy.SKIP
+    assert error_handlers(plain.stages, reraise_exception).policy == _core.ErrorPolicy.RAISE
+    tar = "truncated tar archive '/d/a.tar': the stream ends at offset 700 [tar_stream.cc:198]"
+    member = "shard '/d/a.tar', member 'k.jpg' at offset 0: not a JPEG [stream_engine.cc:82]"
+    field = "shard '/d/a.tar', sample 'k' at offset 0: field 'npy' not found (wanted one of npy)"
+    assert h.for_failure(tar) is reraise_exception
+    assert h.for_failure(member) is warn_and_continue
+    assert h.for_failure(field) is ignore_and_continue
+    assert h.for_failure("cannot open '/d/b.tar': No such file or directory") is reraise_exception
+
+
+def test_decode_only_leaves_the_other_members_undecoded() -> None:
+    chain = Chain().decode("rgb8", only=["jpg", "png"]).to_tuple("jpg;png", "cls")
+    c = compile_stages(chain.stages, never_peeked, seed=1)
+    assert fields(c) == [
+        ("jpg;png", ["jpg", "png"], "@member", True, IMAGE, "rgb8"),
+        ("cls", ["cls"], None, True, None, None),
+    ]
+    with pytest.raises(ValueError, match="only"):
+        compile_stages(
+            Chain().decode("rgb8", only="jpg").to_tuple("jpg;png").stages, never_peeked, seed=1
+        )
+
+
+def test_custom_pre_or_post_handlers_decode_in_python() -> None:
+    chain = Chain().decode("rgb8", post=[]).to_tuple("jpg")
+    assert kinds(compile_stages(chain.stages, peek("jpg"), seed=1).python_stages) == [
+        "decode",
+        "to_tuple",
+    ]

@@ -11,6 +11,7 @@ void register_stream(pybind11::module_& m);
 void register_tar(pybind11::module_& m);
 void register_decode(pybind11::module_& m);
 void register_indexed(pybind11::module_& m);
+void register_dropin(pybind11::module_& m);
 void register_image(pybind11::module_& m);
 void register_remote(pybind11::module_& m);
 

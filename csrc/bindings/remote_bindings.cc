@@ -98,7 +98,7 @@ class RemoteReader {
     SourceOptions options = remote_options(queue, cache_dir, cache_limit_bytes, cache_fsync);
     options.cancel = &cancel_;
     py::gil_scoped_release release;
-    source_ = open_source(url, options);
+    source_ = open_stored_source(url, options);  // the object's bytes, never inflated
   }
 
   ~RemoteReader() {

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "io/gzip_source.h"
 #include "io/object_cache.h"
 #include "io/remote_source.h"
 #include "io/sources.h"
@@ -150,7 +151,8 @@ std::string cache_file_name(const std::string& url) {
   return std::string(hash) + "-" + base;
 }
 
-std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options) {
+std::unique_ptr<ByteSource> open_stored_source(const std::string& url,
+                                               const SourceOptions& options) {
   if (starts_with(url, "pipe:")) {
     const std::string command = url.substr(5);
     CHUTE_CHECK(command.find_first_not_of(" \t\n") != std::string::npos, kUsage,
@@ -190,6 +192,10 @@ std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOpti
   }
   CHUTE_CHECK(!path.empty(), kUsage, "empty file path in url '" << url << "'");
   return open_file_source(url, path, options.readahead_bytes);
+}
+
+std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options) {
+  return open_decompressed(open_stored_source(url, options));
 }
 
 std::unique_ptr<ByteSource> open_caching_source(std::unique_ptr<ByteSource> inner,

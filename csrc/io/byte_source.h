@@ -79,7 +79,11 @@ struct SourceOptions {
 // How often a blocked pipe read looks at SourceOptions::cancel.
 constexpr int kCancelPollMs = 50;
 
+// A gzip-compressed source is inflated as it is read (see io/gzip_source.h).
 std::unique_ptr<ByteSource> open_source(const std::string& url, const SourceOptions& options);
+// The bytes of `url` as stored, compressed or not (for readers of raw objects).
+std::unique_ptr<ByteSource> open_stored_source(const std::string& url,
+                                               const SourceOptions& options);
 
 // The file name (no directory) under which a `pipe:` or remote url is cached; see above.
 std::string cache_file_name(const std::string& url);

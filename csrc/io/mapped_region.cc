@@ -69,9 +69,15 @@ void write_slot(ZeroFillSlot& slot, uintptr_t begin, uintptr_t end,
   slot.seq.store(seq + 2, std::memory_order_release);
 }
 
-struct sigaction g_previous;
-std::once_flag g_installed;
-uintptr_t g_page_size = 4096;  // set before the handler is installed
+// The handler that was installed before ours, called for faults that are not
+// ours. Other code (faulthandler.enable(), a JVM, a debugger's agent) may
+// install its own handler after ours; ensure_handler() then puts ours back
+// and keeps theirs as the previous one. The handler reads the slot that
+// g_previous_slot names; a writer fills the other slot, then flips it.
+struct sigaction g_previous[2];
+std::atomic<int> g_previous_slot{0};
+std::mutex g_handler_mutex;  // serialises the writers of g_previous
+const uintptr_t g_page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
 
 void lower_to(std::atomic<uint64_t>& value, uint64_t bound) {
   uint64_t current = value.load(std::memory_order_relaxed);
@@ -109,29 +115,64 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   // A page past the end of a file that shrank (not a memory error): the
   // faulting load is retried on return and now reads zeros.
   if (info->si_code == BUS_ADRERR && zero_fill(reinterpret_cast<uintptr_t>(info->si_addr))) return;
-  // Not ours: do what would have happened without us.
-  if ((g_previous.sa_flags & SA_SIGINFO) != 0 && g_previous.sa_sigaction != nullptr) {
-    g_previous.sa_sigaction(sig, info, context);
+  if (info->si_code <= 0 && info->si_pid == ::getpid()) {
+    // Sent by this process to itself: a handler that ran before ours was
+    // back in place passing a fault on (faulthandler reports a fault, puts
+    // the previous handler, ours, back and raises). Returning lets the load
+    // be retried; its fault then reaches us with its address.
     return;
   }
-  if (g_previous.sa_handler == SIG_IGN) return;
-  if (g_previous.sa_handler == SIG_DFL) {
+  // Not ours: do what would have happened without us.
+  const struct sigaction& previous = g_previous[g_previous_slot.load(std::memory_order_acquire)];
+  const bool with_info = (previous.sa_flags & SA_SIGINFO) != 0 && previous.sa_sigaction != nullptr;
+  const bool is_default = !with_info && previous.sa_handler == SIG_DFL;
+  const bool is_ignored = !with_info && previous.sa_handler == SIG_IGN;
+  if (with_info) {
+    previous.sa_sigaction(sig, info, context);
+  } else if (!is_default && !is_ignored) {
+    previous.sa_handler(sig);
+  }
+  if (info->si_code > 0) {
+    // A real fault recurs when the load is retried on return: it takes the
+    // default action then, rather than loop through handlers that return
+    // (faulthandler's does, once it has reported). Ours comes back with the
+    // next mapping or size check.
+    ::signal(sig, SIG_DFL);
+  } else if (is_default) {
     ::signal(sig, SIG_DFL);
     ::raise(sig);
-    return;
   }
-  g_previous.sa_handler(sig);
 }
 
-void install_handler() {
-  g_page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+struct sigaction our_action() {
   struct sigaction action {};
   action.sa_sigaction = on_sigbus;
   // SA_NODEFER: leaving the handler by siglongjmp then needs no signal mask
   // restore, so sigsetjmp(..., 0) (no syscall) is enough.
   action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
   sigemptyset(&action.sa_mask);
-  ::sigaction(SIGBUS, &action, &g_previous);
+  return action;
+}
+
+// Makes our handler the one the kernel calls, keeping whichever was there as
+// the previous one. Called before every mapping is registered, every guarded
+// copy and every size check, so that a handler installed after ours (e.g.
+// faulthandler.enable()) leaves us unprotected for one piece of work at most.
+// Costs one sigaction() call when ours is in place.
+void ensure_handler() {
+  struct sigaction current {};
+  if (::sigaction(SIGBUS, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) != 0 &&
+      current.sa_sigaction == on_sigbus) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_handler_mutex);
+  const struct sigaction action = our_action();
+  const int next = 1 - g_previous_slot.load(std::memory_order_relaxed);
+  struct sigaction replaced {};
+  if (::sigaction(SIGBUS, &action, &replaced) != 0) return;
+  if ((replaced.sa_flags & SA_SIGINFO) != 0 && replaced.sa_sigaction == on_sigbus) return;
+  g_previous[next] = replaced;
+  g_previous_slot.store(next, std::memory_order_release);
 }
 
 // Only trivially destructible locals between sigsetjmp and the copies: the
@@ -159,7 +200,7 @@ size_t guarded_copy(const CopySpan* spans, size_t count) {
 }  // namespace
 
 size_t copy_from_mapping(const CopySpan* spans, size_t count) {
-  std::call_once(g_installed, install_handler);
+  ensure_handler();
   return guarded_copy(spans, count);
 }
 
@@ -169,7 +210,7 @@ std::shared_ptr<MappedFile> MappedFile::map(int fd, uint64_t size) {
   // check_size() must still look at this file (not whatever the path names).
   UniqueFd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
   if (!own.valid()) return nullptr;
-  std::call_once(g_installed, install_handler);
+  ensure_handler();
   void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return nullptr;
   // Sequential readahead for the faults, as for read().
@@ -200,6 +241,7 @@ MappedFile::~MappedFile() {
 }
 
 bool MappedFile::check_size() {
+  ensure_handler();
   struct stat st {};
   // A file we cannot even stat any more is treated as gone.
   const uint64_t now = ::fstat(fd_.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
@@ -208,7 +250,7 @@ bool MappedFile::check_size() {
 }
 
 void MappedFile::release(uint64_t begin, uint64_t end) const {
-  const uint64_t page = g_page_size;  // set by map(), before this file existed
+  const uint64_t page = g_page_size;
   const uint64_t first = (begin + page - 1) / page * page;
   const uint64_t last = std::min(end, size_) / page * page;
   if (first >= last) return;

@@ -46,9 +46,17 @@ struct CopySpan {
 };
 
 // Copies every span in order. Returns `count` when all were copied, or
-// the index of the span whose source page no longer exists (SIGBUS). Installs
-// a process-wide SIGBUS handler on first use; signals that do not come from
-// inside this function go on to the handler that was there before.
+// the index of the span whose source page no longer exists (SIGBUS).
+//
+// The SIGBUS handler is process-wide. It is installed on first use and put
+// back whenever another handler replaced it (faulthandler.enable() does)
+// before each guarded copy, mapping and size check; the replaced handler is
+// kept and gets every signal that is not ours, so other code's handler still
+// reports the faults it is there for. A handler installed in the middle of a
+// read may see one fault of ours first: faulthandler then prints its report,
+// hands the signal back, and the read goes on under ours (the process lives).
+// A SIGBUS this process sends itself is taken as such a handing back and
+// ignored.
 size_t copy_from_mapping(const CopySpan* spans, size_t count);
 
 // A whole file mapped so that tar shards are parsed and decoded where they lie

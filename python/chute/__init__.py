@@ -3,7 +3,7 @@
 from chute._core import DataError, ReadError
 from chute.arrays import ArrayDataset
 from chute.curriculum import Curriculum, MixedDataset
-from chute.dataloader import DataLoader
+from chute.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
@@ -30,7 +30,9 @@ __all__ = [
     "ValidationError",
     "WebDataset",
     "WebLoader",
+    "WorkerInitFnWarning",
     "create_loader",
+    "set_epoch",
     "validate_batch",
     "validate_first_batch",
 ]

@@ -1038,6 +1038,28 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+class _MappedFile:
+    """
+    A whole file mapped read-only; pages past a new end read as zeros (see check_size).
+    """
+    def check_size(self) -> bool:
+        """
+        Looks at the file's size now; True when it is shorter than when mapped.
+        """
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def valid_size(self) -> int:
+        ...
+def _batch_keys(arg0: Batch) -> list[typing.Any]:
+    """
+    Batch.keys() with tar names decoded as webdataset decodes them (UTF-8, surrogateescape).
+    """
+def _batch_other_members(arg0: Batch) -> list[typing.Any]:
+    """
+    Batch.other_members() with extensions decoded as webdataset decodes them.
+    """
 def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, resize: typing.SupportsInt | typing.SupportsIndex, crop_h: typing.SupportsInt | typing.SupportsIndex, crop_w: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
     """
     Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
@@ -1054,6 +1076,10 @@ def _image_placement(spec: ImageOutputSpec, color: ColorMode, height: typing.Sup
     """
     Diagnostic: the ((y, x, h, w) region, (y0, x0, y1, x1) box, flip) that an image field decoded by `spec` resamples for the row at (seed, epoch, batch, row, field) of a height x width image (source pixels).
     """
+def _map_file(path: str) -> _MappedFile:
+    """
+    The file mapped whole, or None when it is empty or cannot be mapped (too many at once).
+    """
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """
     Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
@@ -1069,6 +1095,10 @@ def _rrc_params(height: typing.SupportsInt | typing.SupportsIndex, width: typing
 def _simd_level() -> str:
     """
     Diagnostic: the resampler's SIMD level on this CPU.
+    """
+def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
+    """
+    StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout'; stray bytes of tar names in a message shown as \\xNN.
     """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """

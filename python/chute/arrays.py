@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import numpy as np
 import torch
 
 from chute import _core
+from chute.errors import EngineReadError
 from chute.indexed import IndexedDataset
 
 ArrayLike = np.ndarray | torch.Tensor | str | os.PathLike[str]
@@ -22,6 +24,10 @@ class ArrayDataset(IndexedDataset):
     Each value is a numpy array, a CPU torch tensor, or the path of a `.npy`
     file (opened with `np.load(mmap_mode="r")`, so rows are paged in on
     demand and the file is never loaded whole).
+
+    A `.npy` path is mapped by chute rather than numpy: if the file is cut
+    while mapped, the rows past its new end fail with ``chute.ReadError``
+    naming it (the process does not die of SIGBUS, nor are zeros delivered).
 
     Memory: the dataset reads the caller's memory directly and keeps it alive.
     A copy is made once, at construction, only when the engine cannot read
@@ -36,10 +42,13 @@ class ArrayDataset(IndexedDataset):
             raise ValueError("ArrayDataset needs at least one array")
         self._paths: dict[str, str] = {}
         self._arrays: dict[str, np.ndarray] = {}
+        self._mapped: dict[str, _MappedNpy] = {}
         for name, value in arrays.items():
             if isinstance(value, str | os.PathLike):
                 self._paths[name] = str(Path(value))
-                self._arrays[name] = _load_npy(self._paths[name])
+                self._arrays[name], mapped = _load_npy(self._paths[name])
+                if mapped is not None:
+                    self._mapped[name] = mapped
             else:
                 self._arrays[name] = _as_rows(name, value)
         lengths = {name: int(a.shape[0]) for name, a in self._arrays.items()}
@@ -61,30 +70,94 @@ class ArrayDataset(IndexedDataset):
     def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
         return [_core.ArraySource(name, a) for name, a in self._arrays.items()], {}
 
+    def _check_rows(self, idx: np.ndarray) -> None:
+        for mapped in self._mapped.values():
+            mapped.check_rows(idx)
+
     def __getstate__(self) -> dict[str, Any]:
         # Memory-mapped files are reopened by path in the receiving process
         # rather than pickled as a full copy.
         state = super().__getstate__()
         state["_arrays"] = {k: v for k, v in self._arrays.items() if k not in self._paths}
         state["_order"] = list(self._arrays)
+        state["_mapped"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         order = state.pop("_order")
         arrays = state.pop("_arrays")
         super().__setstate__(state)
-        self._arrays = {k: arrays[k] if k in arrays else _load_npy(self._paths[k]) for k in order}
+        self._arrays = {}
+        for k in order:
+            if k in arrays:
+                self._arrays[k] = arrays[k]
+                continue
+            self._arrays[k], mapped = _load_npy(self._paths[k])
+            if mapped is not None:
+                self._mapped[k] = mapped
 
     def __repr__(self) -> str:
         shapes = {k: (tuple(v.shape), str(v.dtype)) for k, v in self._arrays.items()}
         return f"ArrayDataset({shapes})"
 
 
-def _load_npy(path: str) -> np.ndarray:
+class _MappedNpy:
+    """A .npy file mapped by chute (see ``chute._core._map_file``): where its
+    rows lie, to tell whether the rows of a batch were still in the file."""
+
+    def __init__(self, path: str, mapped: Any, offset: int, row_bytes: int) -> None:
+        self.path = path
+        self.mapped = mapped
+        self.offset = offset
+        self.row_bytes = row_bytes
+
+    def check_rows(self, idx: np.ndarray) -> None:
+        if idx.size == 0 or not self.mapped.check_size():
+            return
+        valid = int(self.mapped.valid_size)
+        last = int(idx.max())
+        if self.offset + (last + 1) * self.row_bytes > valid:
+            first_lost = max(0, (valid - self.offset) // max(1, self.row_bytes))
+            raise EngineReadError(
+                f"'{self.path}' was cut while mapped: it now ends at byte {valid}, so rows "
+                f"{first_lost} and on are gone (this batch asked for row {last})"
+            )
+
+
+def _load_npy(path: str) -> tuple[np.ndarray, _MappedNpy | None]:
     if not os.path.isfile(path):
         raise FileNotFoundError(2, "npy file not found", path)
-    a = np.load(path, mmap_mode="r")
-    return _as_rows(path, a)
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            # No public reader of later headers: numpy maps those itself.
+            return _as_rows(path, np.load(path, mmap_mode="r")), None
+        offset = f.tell()
+    count = math.prod(shape)
+    size = os.path.getsize(path)
+    if offset + count * dtype.itemsize > size:
+        raise ValueError(
+            f"{path}: truncated .npy: its header declares {count * dtype.itemsize} bytes of "
+            f"data after byte {offset}, the file has {size - offset}"
+        )
+    if dtype.hasobject:
+        raise ValueError(f"ArrayDataset: {path!r} has unsupported dtype {dtype}")
+    # (typed Any: it exports the buffer protocol, which the stub cannot say)
+    mapped: Any = _core._map_file(path) if count else None
+    if mapped is None:  # empty, or too many files mapped at once
+        return _as_rows(path, np.load(path, mmap_mode="r")), None
+    array = np.frombuffer(memoryview(mapped), dtype=dtype, count=count, offset=offset).reshape(
+        shape, order="F" if fortran else "C"
+    )
+    rows = _as_rows(path, array)
+    if rows.base is None or not np.shares_memory(rows, array):
+        return rows, None  # copied at load (not C-contiguous or byte-swapped)
+    row_bytes = int(rows.strides[0]) if rows.ndim else rows.itemsize
+    return rows, _MappedNpy(path, mapped, offset, row_bytes)
 
 
 def _as_rows(name: str, given: Any) -> np.ndarray:

@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.utils.data
@@ -35,6 +35,13 @@ from chute.shards import rank_and_world_size
 logger = logging.getLogger("chute")
 _told_fallback = False
 
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class WorkerInitFnWarning(UserWarning):
+    """``worker_init_fn`` was given for a dataset chute runs on native threads,
+    where there are no worker processes to call it in."""
+
 
 def _state_kind(native: EngineDataset | None) -> str | None:
     """The tag of a loader's state dict: whose position it holds."""
@@ -43,8 +50,11 @@ def _state_kind(native: EngineDataset | None) -> str | None:
     return "indexed" if native.index_driven else "stream"
 
 
-class DataLoader:
-    """Same arguments as ``torch.utils.data.DataLoader``, plus:
+class DataLoader(torch.utils.data.DataLoader[_T_co]):
+    """Same arguments as ``torch.utils.data.DataLoader`` (and a subclass of
+    it: argument checks, attributes, ``len()`` and the ValueError on
+    assigning ``batch_size``, ``sampler``... after construction are
+    torch's), plus:
 
     - ``distributed``: partition a map-style dataset across ranks exactly as
       ``torch.utils.data.DistributedSampler(shuffle=shuffle, seed=seed,
@@ -53,8 +63,18 @@ class DataLoader:
     - ``seed``: the DistributedSampler seed.
     - ``progress``: show a progress bar with samples/s (tqdm when installed).
 
+    For chute's datasets ``num_workers`` is the number of native threads and
+    no worker process is started, so ``worker_init_fn`` is not called: it is
+    accepted with a one-time ``WorkerInitFnWarning`` (calling it in this
+    process would apply per-worker set-up, such as ``torch.set_num_threads(1)``
+    or ``get_worker_info()`` splitting, to the main process). Other datasets
+    go through torch's own iterator, worker processes and ``worker_init_fn``
+    included.
+
     ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
     batch: the next iteration replays the same order and skips what was seen.
+    A state from another dataset, batch size or loader kind is refused with a
+    ValueError naming the difference.
     """
 
     def __init__(
@@ -102,13 +122,12 @@ class DataLoader:
                 drop_last=drop_last,
             )
             shuffle = None
-        self.distributed = distributed
         with warnings.catch_warnings():
             if native is not None:
                 # For chute's datasets num_workers counts native threads, not
                 # processes: torch's "too many worker processes" advice is moot.
                 warnings.filterwarnings("ignore", message="This DataLoader will create")
-            self._torch = torch.utils.data.DataLoader(
+            super().__init__(
                 dataset,
                 batch_size=batch_size,
                 shuffle=shuffle,
@@ -127,19 +146,17 @@ class DataLoader:
                 pin_memory_device=pin_memory_device,
                 in_order=in_order,
             )
-        self.dataset = dataset
-        self.batch_size = self._torch.batch_size
-        self.num_workers = num_workers
-        self.collate_fn = collate_fn
-        self.pin_memory = pin_memory
-        self.drop_last = drop_last
-        self.timeout = timeout
-        self.generator = generator
-        self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
+        self.distributed = distributed
         self.progress = progress
+        # torch replaces a missing collate_fn by its default; chute batches
+        # natively exactly when none was given.
+        self._user_collate_fn = collate_fn
         self._native = native
-        self._position: dict[str, Any] | None = None  # the running iteration's
+        self._position: dict[str, Any] | None = None  # the running indexed iteration's
+        self._running: Iterator[Any] | None = None  # the running stream iteration
         self._resume: dict[str, Any] | None = None
+        if native is not None and worker_init_fn is not None and num_workers > 0:
+            _warn_worker_init_fn(type(dataset).__name__)
         if native is None and not _told_fallback:
             _told_fallback = True
             logger.info(
@@ -148,51 +165,35 @@ class DataLoader:
             )
 
     @property
-    def sampler(self) -> Any:
-        return self._torch.sampler
-
-    @property
-    def batch_sampler(self) -> Any:
-        return self._torch.batch_sampler
-
-    @property
     def threads(self) -> int:
         """Native threads: num_workers, and at least one."""
         return max(1, self.num_workers)
 
-    def __len__(self) -> int:
-        return len(self._torch)
-
     def set_epoch(self, epoch: int) -> None:
         """Reaches the sampler and the dataset, whichever of them has ``set_epoch``."""
-        reached: list[object] = []
-        for target in (self.sampler, getattr(self.batch_sampler, "sampler", None), self.dataset):
-            fn = getattr(target, "set_epoch", None)
-            if callable(fn) and not any(target is r for r in reached):
-                reached.append(target)
-                fn(epoch)
+        _reach_set_epoch(self, epoch)
 
     def _settings(self) -> LoaderSettings:
         return LoaderSettings(
             batch_size=self.batch_size,
             drop_last=self.drop_last,
-            collate_fn=self.collate_fn,
+            collate_fn=self._user_collate_fn,
             threads=self.threads,
-            prefetch=self.threads * self.prefetch_factor,
+            prefetch=self.threads * (self.prefetch_factor or 2),
             timeout=float(self.timeout),
             pin_memory=self.pin_memory,
         )
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         native = self._native
         if native is not None and not native.index_driven:
             items = self._iterate_self_driven(native)
-        elif native is not None and self._torch._auto_collation:
+        elif native is not None and self._auto_collation:
             items = self._iterate_indexed(native)
         else:
             if self._resume is not None:
                 raise ValueError("load_state_dict() resumes chute datasets only")
-            items = iter(self._torch)
+            items = super().__iter__()
         return (
             with_progress(items, len(self) if self._has_len() else None) if self.progress else items
         )
@@ -208,7 +209,16 @@ class DataLoader:
         if self._resume is not None:
             native.load_loader_state(self._resume["dataset"])
             self._resume = None
-        yield from native.loader_batches(self._settings(), None)
+        batches = native.loader_batches(self._settings(), None)
+        self._running = batches
+        try:
+            yield from batches
+        finally:
+            if self._running is batches:
+                self._running = None
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
     def _iterate_indexed(self, native: EngineDataset) -> Iterator[Any]:
         resume, self._resume = self._resume, None
@@ -216,17 +226,18 @@ class DataLoader:
         if resume is not None:
             _set_rng_state(generator, resume["rng_state"])
             if resume.get("sampler_epoch") is not None:
-                self.sampler.set_epoch(resume["sampler_epoch"])
+                self.sampler.set_epoch(resume["sampler_epoch"])  # type: ignore[attr-defined]
         position: dict[str, Any] = {
             "kind": "indexed",
             "rng_state": _get_rng_state(generator),
             "sampler_epoch": getattr(self.sampler, "epoch", None),
             "batches": resume["batches"] if resume is not None else 0,
+            "loader": self._fingerprint(),
         }
         # torch's iterator creates the sampler iterator, then draws its base
         # seed from `generator`, and only then runs the sampler: same here.
-        index_batches: Iterator[Any] = array_index_batches(self._torch._index_sampler) or iter(
-            self._torch._index_sampler
+        index_batches: Iterator[Any] = array_index_batches(self._index_sampler) or iter(
+            self._index_sampler
         )
         torch.empty((), dtype=torch.int64).random_(generator=generator)
         if position["batches"]:
@@ -243,13 +254,28 @@ class DataLoader:
             if close is not None:
                 close()
 
+    def _fingerprint(self) -> dict[str, Any]:
+        """What a state of this loader must match when loaded."""
+        out: dict[str, Any] = {"batch_size": self.batch_size, "drop_last": self.drop_last}
+        native = self._native
+        if native is not None and native.index_driven:
+            out["rows"] = len(self.dataset)  # type: ignore[arg-type]
+            names = getattr(native, "field_names", None)
+            if callable(names):
+                out["fields"] = list(names())
+        return out
+
     def state_dict(self) -> dict[str, Any]:
         """The running iteration's position (or the start of the next epoch)."""
         native = self._native
         if native is None:
             raise ValueError("state_dict() covers chute datasets only")
         if not native.index_driven:
-            return {"kind": "stream", "dataset": native.loader_state()}
+            return {
+                "kind": "stream",
+                "dataset": native.loader_state(self._running),
+                "loader": self._fingerprint(),
+            }
         if self._position is not None:
             return dict(self._position)
         return {
@@ -257,21 +283,117 @@ class DataLoader:
             "rng_state": _get_rng_state(self.generator),
             "sampler_epoch": getattr(self.sampler, "epoch", None),
             "batches": 0,
+            "loader": self._fingerprint(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The next iteration resumes where `state` was taken."""
+        """The next iteration resumes where `state` was taken. ValueError when
+        `state` is malformed or was taken from another kind of dataset,
+        another dataset (its rows or shards) or another batch size."""
+        if not isinstance(state, dict):
+            raise ValueError(f"a loader state must be a dict, not {type(state).__name__}")
         expected = _state_kind(self._native)
         if state.get("kind") != expected:
             raise ValueError(
                 f"state of a {state.get('kind')!r} loader given to a {expected!r} loader"
             )
+        recorded = state.get("loader")
+        if recorded is not None:
+            _check_loader_fingerprint(recorded, self._fingerprint())
+        native = self._native
+        assert native is not None
+        if native.index_driven:
+            _check_indexed_state(state, self.generator)
+        else:
+            if not isinstance(state.get("dataset"), dict):
+                raise ValueError("loader state: 'dataset' must be the dataset's state dict")
+            # The dataset checks its part now, not at the next iteration.
+            native.load_loader_state(state["dataset"])
         self._resume = dict(state)
 
     def stats(self) -> dict[str, Any]:
-        """The dataset's engine figures (see README, "Stats")."""
-        fn = getattr(self.dataset, "stats", None)
+        """The engine figures of this loader's running iteration, else the
+        dataset's (see README, "Stats")."""
+        running = self._running
+        fn = getattr(running, "stats", None) if running is not None else None
+        if not callable(fn):
+            fn = getattr(self.dataset, "stats", None)
         return fn() if callable(fn) else {}
+
+
+def set_epoch(loader: Any, epoch: int) -> None:
+    """Tells every part of `loader` that has a ``set_epoch`` (its sampler, its
+    batch sampler's sampler, its dataset) the epoch; works on chute's and
+    torch's loaders alike."""
+    _reach_set_epoch(loader, epoch)
+
+
+def _reach_set_epoch(loader: Any, epoch: int) -> None:
+    reached: list[object] = []
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for target in (
+        getattr(loader, "sampler", None),
+        getattr(batch_sampler, "sampler", None),
+        getattr(loader, "dataset", None),
+    ):
+        fn = getattr(target, "set_epoch", None)
+        if callable(fn) and not any(target is r for r in reached):
+            reached.append(target)
+            fn(epoch)
+
+
+_warned_worker_init_fn = False
+
+
+def _warn_worker_init_fn(dataset: str) -> None:
+    global _warned_worker_init_fn
+    if _warned_worker_init_fn:
+        return
+    _warned_worker_init_fn = True
+    warnings.warn(
+        f"chute.DataLoader runs {dataset} on native threads (num_workers counts threads) and "
+        "starts no worker process, so worker_init_fn is not called; do per-process set-up "
+        "before creating the loader",
+        WorkerInitFnWarning,
+        stacklevel=3,
+    )
+
+
+def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
+    if not isinstance(recorded, dict):
+        raise ValueError(f"loader state: 'loader' must be a dict, not {recorded!r}")
+    for key in ("rows", "fields", "batch_size", "drop_last"):
+        if key in recorded and key in expected and recorded[key] != expected[key]:
+            what = {
+                "rows": "another dataset (its row count)",
+                "fields": "another dataset (its fields)",
+                "batch_size": "another batch size",
+                "drop_last": "another drop_last",
+            }[key]
+            raise ValueError(
+                f"loader state is from {what}: {key}={recorded[key]!r} in the state, "
+                f"{expected[key]!r} in this loader"
+            )
+
+
+def _check_indexed_state(state: dict[str, Any], generator: torch.Generator | None) -> None:
+    batches = state.get("batches")
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+        raise ValueError(f"loader state: 'batches' must be a count (an int >= 0), not {batches!r}")
+    epoch = state.get("sampler_epoch")
+    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
+        raise ValueError(f"loader state: 'sampler_epoch' must be an int or None, not {epoch!r}")
+    rng = state.get("rng_state")
+    expected = _get_rng_state(generator)
+    if (
+        not isinstance(rng, torch.Tensor)
+        or rng.dtype != expected.dtype
+        or rng.shape != expected.shape
+    ):
+        raise ValueError(
+            "loader state: 'rng_state' must be the generator state a state_dict() recorded "
+            f"(a {expected.dtype} tensor of shape {tuple(expected.shape)})"
+        )
 
 
 def _get_rng_state(generator: torch.Generator | None) -> torch.Tensor:

@@ -10,6 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from chute import _core
+from chute.errors import engine_errors
 
 
 def default_threads() -> int:
@@ -28,8 +29,9 @@ def default_threads() -> int:
 def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
     """The indexed engine's next batch, as its columns. The native wait
     handles Ctrl-C between short slices and raises TimeoutError after
-    `timeout` > 0 seconds."""
-    batch = engine.next(timeout)
+    `timeout` > 0 seconds; a failure as ``chute.errors`` maps it."""
+    with engine_errors():
+        batch = engine.next(timeout)
     return [batch.column(i) for i in range(batch.num_columns)]
 
 

@@ -95,6 +95,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     def _native_stats(self, state: ProcessState) -> dict[str, int]:
         return {}
 
+    def _check_rows(self, idx: np.ndarray) -> None:
+        """Raises when the rows `idx` the engine just read were not really
+        there (a mapped file cut meanwhile reads as zeros)."""
+
     # -- process-local native state -------------------------------------------------
 
     def _state(self) -> ProcessState:
@@ -188,6 +192,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         return {k: v.pin_memory() for k, v in batch.items()}
 
     def _assemble(self, arrays: Any, idx: np.ndarray) -> Any:
+        self._check_rows(idx)
         native = dict(zip(self._native_field_names(), arrays, strict=True))
         out: Batch = {}
         for name in self.field_names():

@@ -40,9 +40,10 @@ class EngineDataset(ABC):
         yield them. `index_batches` are the sampler's batches when the dataset
         is index-driven, else None."""
 
-    def loader_state(self) -> dict[str, Any]:
-        """The dataset's own position in the running epoch, for a loader's
-        ``state_dict()`` (datasets that are not index-driven)."""
+    def loader_state(self, running: Iterator[Any] | None = None) -> dict[str, Any]:
+        """For a loader's ``state_dict()`` (datasets that are not
+        index-driven): the position of `running`, the iterator a
+        ``loader_batches`` call returned, or of the next epoch when None."""
         raise ValueError(f"{type(self).__name__} keeps no position of its own")
 
     def load_loader_state(self, state: dict[str, Any]) -> None:

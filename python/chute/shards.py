@@ -19,14 +19,28 @@ import torch.utils.data
 
 Splitter = Callable[[Iterator[dict[str, Any]]], Iterator[dict[str, Any]]]
 
-_BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+_ENV = re.compile(r"\$\{(\w+)\}")
+
+
+def _env_lookup(match: re.Match[str]) -> str:
+    name = "WDS_" + match.group(1)
+    if name not in os.environ:
+        raise ValueError(f"url names ${{{match.group(1)}}} but the environment has no {name}")
+    return os.environ[name]
 
 
 def expand_urls(urls: str | Iterable[str]) -> list[str]:
-    """Expand ``shard-{000000..000127}.tar`` patterns; ``::`` separates url groups."""
+    """Expand ``shard-{000000..000127}.tar`` ranges and ``{train,val}``
+    alternatives; ``::`` separates url groups; ``${NAME}`` is replaced by the
+    environment variable ``WDS_NAME`` (all as webdataset does)."""
     if isinstance(urls, str):
         out: list[str] = []
         for part in urls.split("::"):
+            for _ in range(10):  # substitutions may name further variables
+                substituted = _ENV.sub(_env_lookup, part)
+                if substituted == part:
+                    break
+                part = substituted
             out.extend(_expand_braces(part))
         return out
     result: list[str] = []
@@ -35,19 +49,61 @@ def expand_urls(urls: str | Iterable[str]) -> list[str]:
     return result
 
 
+def _brace_group(url: str) -> tuple[int, int] | None:
+    """The span of the first top-level ``{...}`` of `url`, or None."""
+    start = url.find("{")
+    while start >= 0:
+        depth = 0
+        for i in range(start, len(url)):
+            if url[i] == "{":
+                depth += 1
+            elif url[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return start, i + 1
+        start = url.find("{", start + 1)
+    return None
+
+
+def _split_top_level(body: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        depth += (ch == "{") - (ch == "}")
+        current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+_RANGE = re.compile(r"\A(\d+)\.\.(\d+)\Z")
+
+
 def _expand_braces(url: str) -> list[str]:
-    match = _BRACE.search(url)
-    if match is None:
+    span = _brace_group(url)
+    if span is None:
         return [url]
-    first, last = match.group(1), match.group(2)
-    width = len(first) if first.startswith("0") or len(first) == len(last) else 0
-    lo, hi = int(first), int(last)
-    if hi < lo:
-        raise ValueError(f"empty brace range {{{first}..{last}}} in {url!r}")
-    prefix, suffix = url[: match.start()], url[match.end() :]
+    prefix, body, suffix = url[: span[0]], url[span[0] + 1 : span[1] - 1], url[span[1] :]
+    match = _RANGE.match(body)
+    if match is not None:
+        first, last = match.group(1), match.group(2)
+        width = len(first) if first.startswith("0") or len(first) == len(last) else 0
+        lo, hi = int(first), int(last)
+        if hi < lo:
+            raise ValueError(f"empty brace range {{{first}..{last}}} in {url!r}")
+        choices = [f"{i:0{width}d}" for i in range(lo, hi + 1)]
+    else:
+        choices = _split_top_level(body)
+        if len(choices) == 1:
+            # Not a brace expression (as in braceexpand): keep it literally.
+            return [prefix + "{" + body + "}" + rest for rest in _expand_braces(suffix)]
     out: list[str] = []
-    for i in range(lo, hi + 1):
-        out.extend(_expand_braces(f"{prefix}{i:0{width}d}{suffix}"))
+    for choice in choices:
+        out.extend(_expand_braces(prefix + choice + suffix))
     return out
 
 

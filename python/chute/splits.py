@@ -50,7 +50,7 @@ def create_loader(
     epoch: int = 0,
     drop_last: bool | None = None,
     pin_memory: bool = True,
-) -> DataLoader:
+) -> DataLoader[Any]:
     """A `chute.DataLoader` over the rows of `split` (see the module doc for the layout).
 
     - `split == "train"` shuffles (a permutation per epoch from the config's
@@ -93,7 +93,7 @@ def create_loader(
         sampler = torch.utils.data.DistributedSampler(
             view, num_replicas=1, rank=0, shuffle=train, seed=seed, drop_last=False
         )
-    loader = DataLoader(
+    loader: DataLoader[Any] = DataLoader(
         view,
         batch_size=batch_size,
         sampler=sampler,

@@ -38,6 +38,7 @@ import torch.utils.data
 from chute import _core
 from chute.decoders import python_decode
 from chute.engine import default_threads
+from chute.errors import translate
 from chute.extensions import KEY_FIELD, URL_FIELD
 from chute.handlers import (
     Handler,
@@ -53,11 +54,12 @@ from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote._datasets import expand_remote_globs, merge_options, remote_tar_index
 from chute.shards import expand_urls, local_path
 from chute.tarindex import ShardColumns, load_indexes
-from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, engine_handler
-from chute.wds.convert import BatchConverter, pin_copy
-from chute.wds.native import field_plan, handler_policy
+from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers
+from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
+from chute.wds.fluent import Fluent
+from chute.wds.native import ErrorHandlers, field_plan
 from chute.wds.pystages import apply_python_stage
-from chute.wds.stages import Fluent, Stage
+from chute.wds.stages import Stage
 
 _GLOB_CHARS = set("*?[")
 
@@ -155,7 +157,8 @@ class TarDataset(IndexedDataset):
         self._compiled: CompiledPipeline = compile_stages(
             self._stages, lambda: self._columns.extensions, seed=self.seed
         )
-        self._converter = BatchConverter(self._compiled, self.urls)
+        self._handlers: ErrorHandlers = error_handlers(self._stages, handler)
+        self._converter = BatchConverter(self._compiled, self.urls, self._member_failure)
         self._skipped = 0
         self._init_indexed(num_threads)
 
@@ -283,7 +286,7 @@ class TarDataset(IndexedDataset):
             f.name == KEY_FIELD for f in compiled.fields
         )
         plan.seed = self.seed
-        plan.on_error = handler_policy(engine_handler(self._stages, self.handler))
+        plan.on_error = self._handlers.policy
         plan.num_threads = threads
         plan.max_in_flight = in_flight
         if hooks is not None:
@@ -382,7 +385,7 @@ class TarDataset(IndexedDataset):
 
     def _rows(self, batch: Any) -> list[Any]:
         """The samples of an engine batch, as webdataset makes them."""
-        rows: Iterator[Any] = self._converter.rows(batch)
+        rows: Iterator[Any] = (r for r in self._converter.rows(batch) if r is not DROPPED)
         for stage in self._compiled.python_stages:
             rows = apply_python_stage(stage, rows, lambda n: None)
         if self._names is not None:
@@ -424,7 +427,11 @@ class TarDataset(IndexedDataset):
                 continue
             column = batch.column(converter.native_index[f.name])
             if isinstance(column, np.ndarray):
-                out[f.name] = torch.from_numpy(column)
+                out[f.name] = (
+                    converter.image_tensor(column)
+                    if _is_torch_image(f)
+                    else torch.from_numpy(column)
+                )
                 continue
             if any(v is None for v in column):
                 return None
@@ -443,26 +450,51 @@ class TarDataset(IndexedDataset):
             if f.decode_name is None:
                 return value
             name = f.extensions[0] if f.decode_name == MEMBER else f.decode_name
+            if self._converter.transforms:
+                refuse_python_image(name, self._compiled.image_spec)
             return python_decode(name, value, self._compiled.image_spec)
         if native.decoder == _core.FieldDecoder.INT:
             return int(value)
+        if _is_torch_image(f):
+            return self._converter.image_tensor(value)
         return torch.from_numpy(value) if native.as_torch else value
 
     def _report(self, errors: list[Exception]) -> bool:
-        """Hands the skipped samples' errors to the handler; True when it asks to stop."""
+        """Hands the skipped samples' errors to the handlers of their scopes
+        (see ``chute.wds.native.ErrorHandlers``); True when one asks to stop."""
         self._skipped += len(errors)
-        handler = engine_handler(self._stages, self.handler)
-        for error in errors:
+        for raw in errors:
+            error = translate(raw)
+            handler = self._handlers.for_failure(str(error))
             if handler is ignore_and_continue:
                 continue
             if handler is warn_and_continue:
                 warnings.warn(str(error), SkippedSampleWarning, stacklevel=3)
+            elif handler is reraise_exception:
+                raise error
             elif not handler(error):
                 return True
         return False
 
+    def _member_failure(self, error: BaseException) -> bool:
+        """A member that failed to decode in Python, for the decode handler:
+        True skips its sample, False stops; reraise raises it."""
+        self._skipped += 1
+        handler = self._handlers.member
+        if handler is reraise_exception:
+            raise error
+        if handler is warn_and_continue:
+            warnings.warn(str(error), SkippedSampleWarning, stacklevel=2)
+            return True
+        return bool(handler(error))
+
     def __repr__(self) -> str:
         return f"TarDataset({len(self.urls)} shards, {len(self)} samples)"
+
+
+def _is_torch_image(f: OutputField) -> bool:
+    native = f.native
+    return native is not None and native.decoder == _core.FieldDecoder.IMAGE and native.as_torch
 
 
 def _expand(urls: str | Sequence[str]) -> list[str]:

@@ -108,10 +108,18 @@ def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
     """Scans a shard once (headers only) and returns its index document.
 
     Raises ``chute.DataError`` for a corrupt or truncated shard or a sample
-    that repeats an extension (the engine refuses such shards too).
+    that repeats an extension (the engine refuses such shards too), and
+    ``ValueError`` for a gzip-compressed shard.
     """
     path = os.fspath(shard)
     st = os.stat(path)
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            # Offsets into the inflated stream say nothing about the file.
+            raise ValueError(
+                f"{path} is gzip-compressed: an index needs a plain tar for random access "
+                "(gunzip it; streaming it as a WebDataset shard reads it as it is)"
+            )
     keys, offsets, counts, extensions, member_offsets, member_sizes = _core.scan_tar_index(path)
     samples: list[dict[str, Any]] = []
     j = 0

@@ -84,6 +84,38 @@ def _known_sample_count(paths: list[str]) -> int | None:
     return total
 
 
+class ResizeCrop:
+    """What ``decode(spec, size=(h, w))`` does in chute, for the webdataset
+    side of ``--compare``: each decoded image (a torch CHW or numpy HWC
+    array) resized on its shorter side and cropped to (h, w) at the centre,
+    antialiased bilinear, so that both loaders do the same work."""
+
+    def __init__(self, size: tuple[int, int]) -> None:
+        self.size = size
+
+    def _image(self, value: Any) -> Any:
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+
+        if isinstance(value, np.ndarray) and value.ndim == 3:
+            return self._image(torch.from_numpy(value).permute(2, 0, 1)).permute(1, 2, 0).numpy()
+        if not isinstance(value, torch.Tensor) or value.ndim != 3:
+            return value
+        h, w = self.size
+        scale = max(h / value.shape[1], w / value.shape[2])
+        rh, rw = max(h, round(value.shape[1] * scale)), max(w, round(value.shape[2] * scale))
+        out = F.interpolate(value[None].float(), size=(rh, rw), mode="bilinear", antialias=True)[0]
+        top, left = (rh - h) // 2, (rw - w) // 2
+        out = out[:, top : top + h, left : left + w]
+        return out.round().clamp(0, 255).to(value.dtype) if value.dtype == torch.uint8 else out
+
+    def __call__(self, sample: Any) -> Any:
+        if isinstance(sample, dict):
+            return {k: self._image(v) for k, v in sample.items()}
+        return tuple(self._image(v) for v in sample)
+
+
 def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
     remote_kwargs: dict[str, Any] = {}
     if config["loader"] == "chute" and config["storage_options"]:
@@ -93,7 +125,16 @@ def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
     ds = module.WebDataset(config["paths"], shardshuffle=False, **remote_kwargs)
     decode = config["decode"]
     if decode != "raw":
-        ds = ds.decode(decode, **config["image_options"]) if decode else ds.decode()
+        specs = (decode,) if decode else ()
+        opts = config["image_options"]
+        if module.__name__.startswith("chute"):
+            ds = ds.decode(*specs, **opts)
+        else:
+            # --compare takes --size alone (see _image_options): webdataset's
+            # decode, then the same resize and centre crop.
+            ds = ds.decode(*specs)
+            if "size" in opts:
+                ds = ds.map(ResizeCrop(tuple(opts["size"])))
     if config["to_tuple"]:
         ds = ds.to_tuple(*config["to_tuple"])
     return ds.batched(config["batch_size"])
@@ -174,8 +215,7 @@ def _image_options(args: argparse.Namespace, decode: str) -> dict[str, Any]:
     opts: dict[str, Any] = {}
     try:
         if args.size:
-            parts = [int(v) for v in args.size.replace("x", ",").split(",")]
-            opts["size"] = parts[0] if len(parts) == 1 else tuple(parts)
+            opts["size"] = _size(args.size)
         if args.crop:
             opts["crop"] = args.crop
         if args.resize:
@@ -202,19 +242,49 @@ def _image_options(args: argparse.Namespace, decode: str) -> dict[str, Any]:
             image_options(decode, **opts)
     except ValueError as exc:
         raise UsageError(f"image options: {exc}") from None
-    if opts and args.compare:
+    if set(opts) - {"size"} and args.compare:
         raise UsageError(
-            "--compare runs webdataset's own decode, which has none of chute's image options; "
+            "--compare runs webdataset's own decode, which has none of chute's image options "
+            "but --size (resized and centre-cropped after it); "
             "benchmarks/bench_transforms.py compares them with Pillow-based transforms"
         )
     # JSON carries tuples as lists; decode() takes either.
     return opts
 
 
+def _size(words: list[str]) -> tuple[int, int]:
+    """--size as (height, width): ``H W``, ``H,W``, ``HxW`` or ``N`` (square)."""
+    text = " ".join(words).replace(",", " ").replace("x", " ")
+    try:
+        parts = [int(v) for v in text.split()]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 1:
+        raise ValueError(
+            f"--size needs one or two positive numbers (H W, H,W or N), not {' '.join(words)!r}"
+        )
+    return (parts[0], parts[-1])
+
+
 def run(args: argparse.Namespace, out: TextIO) -> int:
     if args._config:
-        print(json.dumps(_run_one(json.loads(args._config))))
+        import chute
+
+        try:
+            print(json.dumps(_run_one(json.loads(args._config))))
+        except (chute.DataError, chute.ReadError) as exc:
+            message = str(exc)
+            if "set an output size" in message:
+                message += "; with chute bench: --size H W"
+            print(f"chute bench: {message}", file=sys.stderr)
+            return EXIT_PROBLEMS
         return EXIT_OK
+    if len(args.size) > 2:
+        # argparse gives --size every word up to the next option.
+        raise UsageError(
+            f"--size takes H W, H,W or N, not {' '.join(args.size)!r}: "
+            "give the shard paths before --size"
+        )
     if not args.paths:
         raise UsageError("bench needs at least one tar shard")
     from chute.decoders import IMAGE_SPECS
@@ -247,8 +317,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
                 f"{unread[0]}: webdataset reads http(s) urls only (through curl); compare "
                 "it on http(s) urls, or give both loaders pipe: urls"
             )
+    # Fields as webdataset's to_tuple takes them in one string ("jpg cls"),
+    # or comma-separated ("jpg,cls"); ";" separates alternatives ("jpg;png").
+    to_tuple = args.to_tuple.replace(",", " ").split()
     image_opts = _image_options(args, decode.lower())
-    to_tuple = args.to_tuple.split() if args.to_tuple else []
     config: dict[str, Any] = {
         "image_options": image_opts,
         "paths": [p if remote.is_remote(p) else str(Path(p).resolve()) for p in paths],
@@ -310,9 +382,19 @@ def register(sub: Any) -> None:
         " decoding, 'raw' for no decode stage at all",
     )
     p.add_argument(
-        "--to-tuple", default="", metavar="KEYS", help="space-separated fields, e.g. 'jpg cls'"
+        "--to-tuple",
+        default="",
+        metavar="KEYS",
+        help="fields, space- or comma-separated ('jpg;png cls' or jpg,cls)",
     )
-    p.add_argument("--size", default="", metavar="H,W", help="decode(size=...): output size")
+    p.add_argument(
+        "--size",
+        nargs="+",
+        default=[],
+        metavar="H W",
+        help="decode(size=(H, W)) (also H,W or N for a square): resize (shorter side) and"
+        " crop decoded images to H x W, so that images of different sizes batch",
+    )
     p.add_argument(
         "--crop",
         default="",

@@ -10,6 +10,7 @@ from typing import Any, TextIO
 
 from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
+from chute.errors import translate
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         try:
             written = write_index(p)
         except (_core.DataError, _core.ReadError, ValueError) as exc:
-            print(f"chute index: {p}: {exc}", file=sys.stderr)
+            print(f"chute index: {p}: {translate(exc)}", file=sys.stderr)
             status = EXIT_PROBLEMS
             continue
         doc = json.loads(written.read_text(encoding="utf-8"))

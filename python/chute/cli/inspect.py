@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tarfile
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from chute.cli import remote
-from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, expand, human_size, kind_of
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size, kind_of
+from chute.errors import engine_errors, translate
 from chute.extensions import (
     INT_EXTENSIONS,
     JSON_EXTENSIONS,
@@ -109,11 +112,17 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
                     members.append((f"{s['key']}.{ext}", s["key"], ext, header, offset, size))
     if report.index is None:
         try:
-            listed = _core.list_tar_payloads(path, source=remote.source_for(path))
+            with engine_errors():
+                listed = _core.list_tar_payloads(path, source=remote.source_for(path))
         except (_core.DataError, _core.ReadError) as exc:
             report.problems.append(f"unreadable: {exc}")
-            # Keep what came before the damage: the engine stops at the same place.
-            return report
+            # Report what comes before the damage: readers deliver those samples.
+            listed = [] if remote.is_remote(path) else _members_before_damage(path)
+            if listed:
+                report.notes.append(
+                    f"the {len(listed)} members before the damage are reported; the last"
+                    " sample may be missing members that lay past it"
+                )
         for name, header_offset, data_offset, size in listed:
             split = split_member_name(name)
             key, ext = split if split is not None else (None, "")
@@ -175,6 +184,24 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     return report
 
 
+def _members_before_damage(path: str) -> list[tuple[str, int, int, int]]:
+    """(name, header offset, payload offset, size) of the regular members
+    whose payload lies wholly in the file before the point where it stops
+    parsing (Python's tarfile, which reads a cut archive up to the cut)."""
+    size = os.path.getsize(path)
+    out: list[tuple[str, int, int, int]] = []
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for member in tar:
+                if member.offset_data + member.size > size:
+                    break
+                if member.isreg():
+                    out.append((member.name, member.offset, member.offset_data, member.size))
+    except (tarfile.TarError, OSError):
+        pass  # what was listed before the damage stands
+    return out
+
+
 def _peek_sample(
     path: str, key: str, members: list[tuple[str, int, int]], report: TarReport
 ) -> dict[str, Any]:
@@ -186,8 +213,9 @@ def _peek_sample(
             try:
                 fields[ext] = _describe_payload(ext, data, where)
             except Exception as exc:  # any decoder error is a finding, not a crash
-                fields[ext] = {"bytes": size, "error": str(exc)}
-                report.problems.append(f"sample {key!r} member {ext!r} does not decode: {exc}")
+                message = str(translate(exc))
+                fields[ext] = {"bytes": size, "error": message}
+                report.problems.append(f"sample {key!r} member {ext!r} does not decode: {message}")
     return {"key": key, "fields": fields}
 
 
@@ -331,10 +359,20 @@ def _print_problems(problems: list[str], out: TextIO) -> None:
 def run(args: argparse.Namespace, out: TextIO) -> int:
     remote.configure(args)
     paths = expand(args.paths)
-    kinds = [(p, kind_of(p)) for p in paths]  # all usage errors before any output
     reports: list[dict[str, Any]] = []
     status = EXIT_OK
-    for path, kind in kinds:
+    for path in paths:
+        # A path that is missing or of no known kind is a finding about that
+        # path: the others are still reported.
+        try:
+            kind = kind_of(path)
+        except UsageError as exc:
+            reports.append({"path": path, "kind": None, "problems": [str(exc)]})
+            if not args.json:
+                print(f"{path}:", file=out)
+                _print_problems(reports[-1]["problems"], out)
+            status = EXIT_PROBLEMS
+            continue
         if kind == "tar":
             tar = inspect_tar(path, first=args.first, scan=args.scan)
             reports.append(tar.as_json())

@@ -19,6 +19,7 @@ from chute.collate import default_collate
 from chute.decoders import NativeDecode, native_decode_for
 from chute.extensions import SAMPLE_FIELDS
 from chute.handlers import Handler, reraise_exception
+from chute.wds.native import ErrorHandlers
 from chute.wds.stages import Stage
 
 # A field decoded under the name of whichever member it holds (dict samples,
@@ -51,8 +52,10 @@ class CompiledPipeline:
     partial: bool
     python_stages: list[Stage]
     shuffle: tuple[int, int, int] | None  # capacity, initial, seed
-    decode_opts: dict[str, Any] = field(default_factory=dict)  # size, crop, flip of the decode
+    decode_opts: dict[str, Any] = field(default_factory=dict)  # the decode stage's keywords
     torch_collate: bool = False  # batches shaped as torch's default collate makes them
+    decode_only: set[str] | None = None  # the decode stage's `only`: members it decodes
+    native_stages: list[Stage] = field(default_factory=list)  # the prefix the engine runs
 
     @property
     def ends_in_native_batches(self) -> bool:
@@ -83,6 +86,7 @@ def compile_stages(
     tuple_output = False
     batch_size: int | None = None
     partial = True
+    decode_only: set[str] | None = None
     while position < len(stages):
         stage = stages[position]
         if stage.kind == "shuffle" and not decoded and fields is None and shuffle is None:
@@ -105,10 +109,13 @@ def compile_stages(
             and not tuple_output
             and all(isinstance(s, str) for s in stage.args)
             and len(stage.args) <= 1
+            and stage.kwargs.get("pre") is None
+            and stage.kwargs.get("post") is None
         ):
             decoded = True
             image_spec = stage.args[0].lower() if stage.args else None
             decode_opts = stage.kwargs
+            decode_only = stage.kwargs.get("only")
             # Fields renamed before decoding are decoded under their new name,
             # as webdataset's Decoder sees it (often: not at all).
             for f in fields or []:
@@ -120,7 +127,13 @@ def compile_stages(
             and stage.kwargs["keep"]
         ):
             fields = rename_fields(fields or [], stage.kwargs["names"], decoded, renamed_away)
-        elif stage.kind == "to_tuple" and batch_size is None and not tuple_output:
+        elif (
+            stage.kind == "to_tuple"
+            and batch_size is None
+            and not tuple_output
+            and stage.kwargs.get("missing_is_error", True)
+            and stage.kwargs.get("none_is_error") in (None, True)
+        ):
             fields = [resolve_field(spec, fields or [], decoded) for spec in stage.args]
             tuple_output = True
         elif (
@@ -143,6 +156,8 @@ def compile_stages(
         ]
     assert fields is not None
     for f in fields:
+        if decode_only is not None:
+            restrict_to_only(f, decode_only)
         f.native = native_decoder(f, image_spec)
     return CompiledPipeline(
         fields=fields,
@@ -156,7 +171,24 @@ def compile_stages(
         python_stages=list(stages[position:]),
         shuffle=shuffle,
         decode_opts=dict(decode_opts),
+        decode_only=decode_only,
+        native_stages=list(stages[:position]),
     )
+
+
+def restrict_to_only(f: OutputField, only: set[str]) -> None:
+    """Leaves `f` undecoded when the decode stage's `only` does not name it."""
+    if f.decode_name is None:
+        return
+    names = f.extensions if f.decode_name == MEMBER else [f.decode_name]
+    inside = {name in only for name in names}
+    if inside == {False}:
+        f.decode_name = None
+    elif len(inside) > 1:
+        raise ValueError(
+            f"field {f.name!r}: decode(only=...) names some of its alternatives "
+            f"({';'.join(f.extensions)}) but not all; list them separately"
+        )
 
 
 def resolve_field(spec: str, fields: list[OutputField], decoded: bool) -> OutputField:
@@ -211,21 +243,32 @@ def native_decoder(f: OutputField, image_spec: str | None) -> NativeDecode | Non
 
 
 def native_torch_batch(
-    compiled: CompiledPipeline, batch_size: int, drop_last: bool, epoch_items: int
+    compiled: CompiledPipeline, batch_size: int, drop_last: bool, *, single_pass: bool
 ) -> CompiledPipeline | None:
     """`compiled` with torch's default batching done by the engine, or None
-    when a Python stage, a ``.batched`` or an epoch cap comes first."""
-    if compiled.batch_size is not None or compiled.python_stages or epoch_items > 0:
+    when a Python stage or a ``.batched`` comes first, or when an epoch makes
+    several passes (torch's batches run on across them)."""
+    if compiled.batch_size is not None or compiled.python_stages or not single_pass:
         return None
     return dataclasses.replace(
         compiled, batch_size=batch_size, partial=not drop_last, torch_collate=True
     )
 
 
-def engine_handler(stages: Sequence[Stage], default: Handler) -> Handler:
-    """The handler of bad samples the engine applies: a decode stage's own,
-    else the dataset's."""
-    for stage in stages:
-        if stage.kind == "decode" and stage.kwargs["handler"] is not reraise_exception:
-            return stage.kwargs["handler"]  # type: ignore[no-any-return]
-    return default
+def error_handlers(native_stages: Sequence[Stage], default: Handler) -> ErrorHandlers:
+    """Who handles a failure in the native part, by webdataset's scopes: the
+    dataset's handler for reading and tar structure; a decode stage's own
+    handler for members that do not decode, a ``to_tuple``/``rename``
+    stage's own for samples that lack a field. A stage without a handler of
+    its own leaves its failures to the dataset's handler (chute's rule,
+    documented: webdataset raises there)."""
+    member = field_ = default
+    for stage in native_stages:
+        own = stage.kwargs.get("handler", reraise_exception)
+        if own is reraise_exception:
+            continue
+        if stage.kind == "decode" and member is default:
+            member = own
+        elif stage.kind in ("to_tuple", "rename") and field_ is default:
+            field_ = own
+    return ErrorHandlers(read=default, member=member, field=field_)

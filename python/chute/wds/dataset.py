@@ -8,6 +8,10 @@ shuffles, decodes and collates on native threads, and Python only receives
 finished batches. Stages after that prefix (``map``, ``select``, a custom
 collation, ...) run in Python per sample or per batch: the documented slow
 path, counted in ``stats()["python_items"]``.
+
+Each ``iter()`` is an iteration of its own (its own engine, position and
+figures), so a dataset can be iterated by two loops, threads or loaders at
+once; ``state_dict()`` and ``stats()`` describe the oldest one still running.
 """
 
 from __future__ import annotations
@@ -15,19 +19,18 @@ from __future__ import annotations
 import copy
 import os
 import random
-import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import islice
 from typing import Any, ClassVar
 
-import torch
-from torch.utils.data import IterableDataset, default_convert
+from torch.utils.data import IterableDataset
+from typing_extensions import Self
 
 from chute import _core
 from chute.engine import default_threads
-from chute.extensions import KEY_FIELD
+from chute.errors import engine_errors
+from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions
@@ -41,38 +44,40 @@ from chute.shards import (
     Splitter,
     apply_splitter,
     expand_urls,
-    rank_and_world_size,
+    local_path,
     single_node_only,
     split_by_worker,
     worker_and_num_workers,
 )
 from chute.wds.compiler import (
     CompiledPipeline,
-    compile_stages,
-    engine_handler,
-    native_torch_batch,
 )
-from chute.wds.convert import BatchConverter, pin_copy
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
+from chute.wds.fluent import Fluent
 from chute.wds.native import (
     EngineSettings,
-    apply_pin_hooks,
+    ErrorHandlers,
     field_plan,
-    handler_policy,
-    report_skips,
 )
-from chute.wds.pystages import apply_python_stage, python_batched
-from chute.wds.stages import STATEFUL_PYTHON_STAGES, Fluent, Stage
+from chute.wds.resume import StreamPosition, fingerprint, position_from_state
+from chute.wds.run import STREAM_STATS_KEYS, EpochIteration, EpochRun
+from chute.wds.stages import Stage
 
-# torch ships default_convert without annotations.
-_default_convert: Callable[[Any], Any] = default_convert
+# Members a dict sample may have that the engine decodes, whether or not the
+# first sample has them (pipe: and remote shards are not opened to look).
+NATIVE_MEMBER_EXTENSIONS = [
+    *sorted(NATIVE_IMAGE_EXTENSIONS),
+    NPY_EXTENSION,
+    *sorted(INT_EXTENSIONS),
+]
 
 
-def engine_seed(base_seed: int, rank: int, worker: int) -> int:
-    """The engine's seed for a rank's torch worker: ranks and workers read
-    different shards, so their shuffles and per-image draws (crops, flips)
+def engine_seed(base_seed: int, rank: int, worker: int, pass_index: int = 0) -> int:
+    """The engine's seed for a rank's torch worker in one pass of an epoch:
+    ranks and workers read different shards, and the passes of an epoch are
+    shuffled anew, so their shuffles and per-image draws (crops, flips)
     differ too."""
-    return (base_seed * 1_000_003 + rank * 1009 + worker) & ((1 << 63) - 1)
+    return (base_seed * 1_000_003 + rank * 1009 + worker + pass_index * 7_919_009) & ((1 << 63) - 1)
 
 
 class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
@@ -112,6 +117,14 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       samples once (a header scan, cached per shard) and agree through
       ``torch.distributed`` when it is initialised, else by splitting the
       shard list as ``split_by_node`` does.
+
+    ``repeat=True`` (webdataset accepts and ignores it) makes the engine read
+    the shard list again and again: one endless pass.
+
+    ``handler`` handles failures to open or read a shard and malformed
+    archives; a ``decode``, ``to_tuple`` or ``rename`` stage's own handler
+    handles its members that do not decode or samples that lack a field,
+    and where such a stage has none, the dataset's handler does.
     """
 
     index_driven: ClassVar[bool] = False
@@ -190,7 +203,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         )
         self.handler = handler
         self.resampled = resampled
-        self.repeat = repeat
+        self.repeat_shards = repeat
         self.shardshuffle = bool(shardshuffle) and not resampled
         self.cache_dir = cache_dir
         self.nodesplitter = nodesplitter
@@ -210,27 +223,58 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self.shuffle_max_bytes = shuffle_max_bytes
         self.timeout = timeout
         self.stages: list[Stage] = []
-        self.epoch_items = -1  # with_epoch
-        self.nominal_length: int | None = None  # with_length
         self._epoch = 0
         self._epoch_set = False
-        self._finished_stats: dict[str, Any] = {}
-        self._live: _LiveIteration | None = None
-        self._position: _Position | None = None  # of the current iteration
-        self._resume: _Position | None = None
-        self._python_stages: list[Stage] = []
+        self._resume: StreamPosition | None = None
+        self._reset_runtime()
 
-    def with_length(self, n: int | None = None, silent: bool = False) -> WebDataset:
-        """``len()`` of the pipeline is `n`; without it, the items its stages
-        make of every sample, counted from the shards' sidecar indexes."""
+    def _reset_runtime(self) -> None:
+        """Per-object runtime state, never shared with copies or pickled."""
+        self._iterations: list[weakref.ref[EpochIteration]] = []
+        self.finished_stats: dict[str, Any] = {}
+
+    def _copy(self) -> Self:
         result = copy.copy(self)
-        result.nominal_length = n if n is not None else indexed_length(self.urls, self.stages)
+        result._reset_runtime()
         return result
+
+    def with_length(self, n: int | None = None, silent: bool = False) -> Self:
+        """``len()`` of the pipeline is `n` (webdataset's, which warns that it
+        does not change the epoch unless `silent`); without `n`, the items
+        its stages make of every sample, counted from the shards' sidecar
+        indexes. Changes this pipeline and returns it, as webdataset does."""
+        if n is None:
+            self.nominal_length = indexed_length(self.urls, self.stages)
+            return self
+        return super().with_length(n, silent=silent)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A dataset pickles for spawn/forkserver worker processes even while
+        # this process iterates it: engines and live iterations stay here.
+        state = self.__dict__.copy()
+        state["_iterations"] = []
+        state["finished_stats"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         if self.nominal_length is None:
             raise TypeError("this WebDataset has no length; use .with_length(n)")
         return self.nominal_length
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops every running iteration of this dataset (their engines and
+        threads end; a later ``next()`` on them raises StopIteration)."""
+        for it in self._live_iterations():
+            it.close()
 
     def set_epoch(self, epoch: int) -> None:
         """Seeds of the shard shuffle and the shuffle buffers derive from the
@@ -238,70 +282,81 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self._epoch = epoch
         self._epoch_set = True
 
+    def _live_iterations(self) -> list[EpochIteration]:
+        live = [it for ref in self._iterations if (it := ref()) is not None and it.running]
+        self._iterations = [weakref.ref(it) for it in live]
+        return live
+
     def stats(self) -> dict[str, Any]:
-        """Figures of the running (else the latest) iteration: the engine's
-        counters (samples read, skipped, yielded; busy seconds of the read and
-        decode stages; bytes; shuffle-buffer and batch-memory bytes, current
-        and peak; batches waiting), plus ``python_items`` (items through
-        Python stages, the slow path) and ``wait_seconds`` (time the consumer
-        spent waiting for the engine)."""
-        live = self._live
-        if live is None:
-            return dict(self._finished_stats)
-        return {
-            **live.engine.stats(),
-            "python_items": live.python_items,
-            "wait_seconds": live.wait_seconds,
-        }
+        """Figures of the oldest running iteration (else the latest one):
+        the engine's counters (samples read, skipped, yielded; busy seconds of
+        the read and decode stages; bytes; shuffle-buffer and batch-memory
+        bytes, current and peak; batches waiting), plus ``python_items``
+        (items through Python stages, the slow path) and ``wait_seconds``
+        (time the consumer spent waiting for the engine). Zeros before any
+        iteration in this process: inside torch DataLoader worker processes
+        each worker's copy of the dataset counts its own."""
+        live = self._live_iterations()
+        if live:
+            return live[0].stats()
+        if self.finished_stats:
+            return dict(self.finished_stats)
+        return dict.fromkeys(STREAM_STATS_KEYS, 0)
+
+    def state_fingerprint(self) -> dict[str, Any]:
+        return fingerprint(self.urls, self.stages)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the current iteration stands; ``load_state_dict`` makes the
-        next iteration resume right after it, with the same order. Before any
-        iteration, or after one ended, it names the start of the next epoch."""
-        p = self._position
-        if p is None:
-            return {"epoch": self._epoch, "batches": 0, "rows": 0, "shuffle_seed": None}
-        stateful = [s.kind for s in self._python_stages if s.kind in STATEFUL_PYTHON_STAGES]
-        if stateful:
-            raise ValueError(
-                f"cannot checkpoint mid-epoch: stages {stateful} run in Python and keep state; "
-                "put .batched()/.shuffle() where the engine runs them (before any .map)"
-            )
-        return {
-            "epoch": p.epoch,
-            "batches": p.batches,
-            "rows": p.rows,
-            "shuffle_seed": p.shuffle_seed,
-        }
+        """Where the oldest running iteration stands; ``load_state_dict``
+        makes the next iteration resume right after it, with the same order.
+        With no iteration running it names the start of the next epoch."""
+        live = self._live_iterations()
+        if live:
+            return live[0].state()
+        return self._next_epoch_state()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._resume = _Position(
-            epoch=int(state["epoch"]),
-            shuffle_seed=state.get("shuffle_seed"),
-            batches=int(state["batches"]),
-            rows=int(state["rows"]),
+    def _next_epoch_state(self) -> dict[str, Any]:
+        return StreamPosition(epoch=self._epoch, shuffle_seed=None).as_state(
+            self.state_fingerprint()
         )
 
-    def loader_state(self) -> dict[str, Any]:
-        return self.state_dict()
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Makes the next iteration resume at `state` (from ``state_dict``);
+        ValueError when it is malformed or comes from another dataset or
+        pipeline (shard list, stages, batch size)."""
+        self._resume = position_from_state(state, self.state_fingerprint())
+
+    def loader_state(self, running: Iterator[Any] | None = None) -> dict[str, Any]:
+        if isinstance(running, EpochIteration) and running.running:
+            return running.state()
+        return self._next_epoch_state()
 
     def load_loader_state(self, state: dict[str, Any]) -> None:
         self.load_state_dict(state)
 
     # ------------------------------------------------------------------ iteration
 
-    def _first_sample_extensions(self, urls: list[str]) -> list[str]:
-        """Extensions of the first sample of the first shard that has one."""
-        source = native_source(urls, self.remote)
+    def first_sample_extensions(self, urls: list[str]) -> list[str]:
+        """Member extensions dict samples get native fields for: those of the
+        first sample of the first local shard that has one (a cheap look;
+        any failure is left for the engine to report in its place), then the
+        extensions the engine decodes. pipe: and remote shards are not opened
+        twice."""
+        found: list[str] = []
         for url in urls:
-            samples = _core.peek_tar_sample(
-                url, self.cache_dir or "", self.pipe_timeout, source=source
-            )
-            if samples is not None:
-                return list(samples)
-        return []
+            if local_path(url) is None:
+                continue
+            try:
+                with engine_errors():
+                    members = _core.peek_tar_sample(url, self.cache_dir or "", self.pipe_timeout)
+            except (_core.DataError, _core.ReadError):
+                continue
+            if members is not None:
+                found = list(members)
+                break
+        return found + [e for e in NATIVE_MEMBER_EXTENSIONS if e not in found]
 
-    def _shard_urls(self) -> tuple[list[str], int]:
+    def shard_urls(self) -> tuple[list[str], int]:
         if any(is_remote_glob(u) for u in self.urls):
             self.urls = expand_remote_globs(self.urls, self.remote)
         urls = apply_splitter(self.nodesplitter, list(self.urls))
@@ -321,25 +376,17 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         prefetch: int | None = None,
         timeout: float | None = None,
         pin_memory: bool = False,
-        torch_batch: tuple[int, bool] | None = None,
+        loader: LoaderSettings | None = None,
     ) -> Iterator[Any]:
         """One epoch, with the engine settings overridden for this iteration
         (``chute.DataLoader`` passes its ``num_workers`` here as threads).
 
-        ``torch_batch=(batch_size, drop_last)`` yields what torch's DataLoader
-        with that batch size and the default collate would: batches of the
-        items this pipeline yields, collated by torch's rules. When the
-        pipeline ends in native stages without a ``.batched``, the engine
-        batches and the columns become tensors without a copy; otherwise the
-        items are collated in Python."""
-        urls, worker = self._shard_urls()
-        if not urls:
-            if self.empty_check:
-                raise ValueError(
-                    "No samples found in dataset; perhaps you have fewer shards than workers.\n"
-                    "Turn off using empty_check=False in the WebDataset constructor."
-                )
-            return iter(())
+        `loader`: yield what torch's DataLoader with these settings would
+        (``batch_size=None``: items through torch's ``default_convert``; a
+        batch size with the default collate: batches collated by torch's
+        rules, by the engine when the pipeline ends in native stages without
+        a ``.batched``, else in Python; a ``collate_fn``: it is called on
+        lists of items)."""
         resume, self._resume = self._resume, None
         if resume is not None:
             self._epoch = resume.epoch
@@ -354,91 +401,31 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             timeout=timeout if timeout is not None else self.timeout,
             pin_memory=pin_memory,
         )
-        compiled = compile_stages(
-            self.stages,
-            lambda: self._first_sample_extensions(urls),
-            seed=self.seed,
-            shuffle_seed=resume.shuffle_seed if resume is not None else None,
-        )
-        torch_batched = (
-            native_torch_batch(compiled, *torch_batch, self.epoch_items)
-            if torch_batch is not None
-            else None
-        )
-        if torch_batched is not None:
-            compiled = torch_batched
-        self._python_stages = compiled.python_stages
-        # The position exists from here, before the engine starts, so a
-        # checkpoint taken before the first item names this epoch.
-        self._position = _Position(
-            epoch=epoch,
-            shuffle_seed=compiled.shuffle[2] if compiled.shuffle else None,
-            batches=resume.batches if resume is not None else 0,
-        )
-        rank, _ = rank_and_world_size()
-        items: Iterator[Any] = self._native_items(
-            compiled, urls, worker, rank, epoch, settings, resume
-        )
-        for stage in compiled.python_stages:
-            items = apply_python_stage(stage, items, self._python_counter)
-        if self.epoch_items > 0 and not compiled.ends_in_native_batches:
-            items = islice(items, self.epoch_items)
-        if torch_batch is not None and torch_batched is None:
-            size, drop_last = torch_batch
-            items = python_batched(items, size, torch.utils.data.default_collate, not drop_last)
-        return items
+        it = EpochIteration(EpochRun(self, epoch, settings, loader, resume))
+        self._iterations.append(weakref.ref(it))
+        return it
 
     def loader_batches(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
     ) -> Iterator[Any]:
-        # With the default collate the dataset batches (natively when it can);
-        # a custom collate_fn gets lists of items (the slow path).
-        torch_batch = (
-            (settings.batch_size, settings.drop_last)
-            if settings.batch_size is not None and settings.collate_fn is None
-            else None
-        )
-        items = self.iterate(
+        return self.iterate(
             threads=settings.threads,
             prefetch=settings.prefetch,
             timeout=settings.timeout,
             pin_memory=settings.pin_memory,
-            torch_batch=torch_batch,
+            loader=settings,
         )
-        try:
-            if settings.batch_size is None:
-                for item in items:
-                    yield _default_convert(item)
-            elif torch_batch is not None:
-                yield from items
-            else:
-                collate_fn = settings.collate_fn
-                assert collate_fn is not None
-                batch: list[Any] = []
-                for item in items:
-                    batch.append(item)
-                    if len(batch) == settings.batch_size:
-                        yield collate_fn(batch)
-                        batch = []
-                if batch and not settings.drop_last:
-                    yield collate_fn(batch)
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
 
-    def _python_counter(self, n: int) -> None:
-        if self._live is not None:
-            self._live.python_items += n
-
-    def _make_plan(
+    def make_plan(
         self,
         compiled: CompiledPipeline,
         urls: list[str],
         worker: int,
         rank: int,
         epoch: int,
+        pass_index: int,
         settings: EngineSettings,
+        handlers: ErrorHandlers,
     ) -> Any:
         plan = _core.StreamPlan()
         plan.urls = urls
@@ -452,8 +439,15 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             plan.cache_fsync = remote_source.cache_fsync
         batched = compiled.batch_size is not None
         native_fields = [f for f in compiled.fields if f.extensions]
+        # A field some samples may lack is never stacked: a list column says
+        # which rows have it (dict samples are collated from rows anyway).
         plan.fields = [
-            field_plan(f, stack=batched, optional=not f.required, decode_opts=compiled.decode_opts)
+            field_plan(
+                f,
+                stack=batched and f.required,
+                optional=not f.required,
+                decode_opts=compiled.decode_opts,
+            )
             for f in native_fields
         ]
         plan.keep_other_members = compiled.keep_others
@@ -475,7 +469,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         )
         plan.resampled = self.resampled
         plan.shuffle_shards = self.shardshuffle
-        plan.repeat = self.repeat or self.epoch_items > 0
+        plan.repeat = self.repeat_shards
         if compiled.shuffle is not None:
             capacity, initial, shuffle_seed = compiled.shuffle
             plan.shuffle_capacity = capacity
@@ -484,14 +478,11 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             base_seed = shuffle_seed
         else:
             base_seed = self.seed
-        plan.seed = engine_seed(base_seed, rank, worker)
+        plan.seed = engine_seed(base_seed, rank, worker, pass_index)
         plan.epoch = epoch
         plan.batch_size = compiled.batch_size or 64
         plan.partial = compiled.partial if batched else True
-        plan.max_batches = (
-            self.epoch_items if (self.epoch_items > 0 and compiled.ends_in_native_batches) else -1
-        )
-        plan.on_error = handler_policy(engine_handler(self.stages, self.handler))
+        plan.on_error = handlers.policy
         even = self._even_batch_count(compiled, urls)
         if even is not None:
             plan.max_batches = even
@@ -500,12 +491,12 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
 
     def _even_batch_count(self, compiled: CompiledPipeline, urls: list[str]) -> int | None:
         """The batch count every rank yields this epoch, or None when ranks
-        need not agree (see even_batch_count; a Python stage, an epoch cap or
-        resampling leave the count to the pipeline)."""
+        need not agree (see even_batch_count; a Python stage, several passes
+        per epoch or resampling leave the count to the pipeline)."""
         if (
             compiled.batch_size is None
             or compiled.python_stages
-            or self.epoch_items > 0
+            or self.repetitions != 1
             or self.resampled
         ):
             return None
@@ -520,86 +511,3 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             self.pipe_timeout,
             remote=self.remote,
         )
-
-    def _native_items(
-        self,
-        compiled: CompiledPipeline,
-        urls: list[str],
-        worker: int,
-        rank: int,
-        epoch: int,
-        settings: EngineSettings,
-        resume: _Position | None,
-    ) -> Iterator[Any]:
-        plan = self._make_plan(compiled, urls, worker, rank, epoch, settings)
-        position = self._position
-        assert position is not None
-        skip_rows = 0
-        if resume is not None:
-            plan.skip_batches = resume.batches
-            skip_rows = resume.rows
-        copy_to_pinned = settings.pin_memory and not apply_pin_hooks(plan)
-        handler = engine_handler(self.stages, self.handler)
-        engine = _core.StreamEngine(plan)
-        self._live = _LiveIteration(engine)
-        converter = BatchConverter(compiled, urls)
-        try:
-            live = self._live
-            while True:
-                started = time.perf_counter()
-                batch = engine.next(settings.timeout)
-                live.wait_seconds += time.perf_counter() - started
-                stop = report_skips(engine, handler)
-                if batch is None:
-                    break
-                if compiled.batch_size is not None:
-                    position.batches += 1
-                    if batch.size == 0:  # the handler skipped every row of it
-                        if stop:
-                            break
-                        continue
-                    out = converter.batch(batch)
-                    # While the next batch is awaited only the caller keeps
-                    # this one alive: once it lets go, its buffer is free for
-                    # the batches being decoded.
-                    del batch
-                    yield pin_copy(out) if copy_to_pinned else out
-                    del out
-                else:
-                    for i, row in enumerate(converter.rows(batch)):
-                        if i < skip_rows:
-                            continue
-                        position.rows = i + 1
-                        yield row
-                    skip_rows = 0
-                    position.batches += 1
-                    position.rows = 0
-                if stop:
-                    break
-        finally:
-            engine.close()
-            live = self._live
-            self._finished_stats = {
-                **engine.stats(),
-                "python_items": live.python_items,
-                "wait_seconds": live.wait_seconds,
-            }
-            self._live = None
-            self._position = None
-
-
-@dataclass
-class _Position:
-    """Where an iteration stands: enough to replay it up to here."""
-
-    epoch: int
-    shuffle_seed: int | None
-    batches: int = 0  # engine batches fully handed out
-    rows: int = 0  # rows handed out of the next one (unbatched pipelines)
-
-
-@dataclass
-class _LiveIteration:
-    engine: Any
-    python_items: int = 0
-    wait_seconds: float = 0.0

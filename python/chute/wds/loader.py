@@ -8,33 +8,34 @@ from typing import Any
 
 import torch.utils.data
 
-from chute.wds.pystages import apply_python_stage
-from chute.wds.stages import Fluent
+from chute.wds.fluent import Fluent
 
 
 class WebLoader(Fluent, torch.utils.data.DataLoader):  # type: ignore[type-arg]
     """webdataset's WebLoader: torch's DataLoader with the fluent methods
-    (``.batched``, ``.unbatched``, ``.shuffle``, ``.map``, ``.with_epoch``...)
-    applied in Python to what it yields."""
+    (``.batched``, ``.unbatched``, ``.shuffle``, ``.map``, ``.with_epoch``,
+    ``.repeat``...) applied in Python to what it yields. As in webdataset,
+    the stages restart with each pass over the DataLoader, and an epoch of
+    ``with_epoch(n)`` passes over it as often as it takes to yield `n`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stages = []
-        self.epoch_items = -1
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        def repeated() -> Iterator[Any]:
-            while True:
-                count = 0
-                for item in super(WebLoader, self).__iter__():
-                    count += 1
-                    yield item
-                if count == 0 or self.epoch_items <= 0:
-                    return
-
-        items: Iterator[Any] = repeated()
-        for stage in self.stages:
-            items = apply_python_stage(stage, items, lambda n: None)
-        if self.epoch_items > 0:
+        items = self._passes()
+        if self.repetitions != 1 and self.epoch_items > 0:
             items = islice(items, self.epoch_items)
         return items
+
+    def _passes(self) -> Iterator[Any]:
+        for _ in range(self.repetitions):
+            items: Iterator[Any] = super().__iter__()
+            for stage in self.stages:
+                items = stage(items)
+            count = 0
+            for item in items:
+                count += 1
+                yield item
+            if count == 0:
+                return

@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from chute import _core
 from chute.decoders import IMAGE_SPECS
-from chute.handlers import Handler, ignore_and_continue, reraise_exception, warn_and_continue
+from chute.errors import failure_scope, from_engine_failure, split_where
+from chute.handlers import (
+    Handler,
+    SkippedSampleWarning,
+    ignore_and_continue,
+    reraise_exception,
+    warn_and_continue,
+)
 from chute.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.pinning import pin_hooks
-from chute.wds.compiler import OutputField
+
+if TYPE_CHECKING:
+    from chute.wds.compiler import OutputField
 
 
 @dataclass(frozen=True)
@@ -27,9 +36,31 @@ class EngineSettings:
     pin_memory: bool = False
 
 
-def handler_policy(handler: Handler) -> Any:
-    """The engine's error policy for `handler`: raise, or skip and report."""
-    return _core.ErrorPolicy.RAISE if handler is reraise_exception else _core.ErrorPolicy.SKIP
+@dataclass(frozen=True)
+class ErrorHandlers:
+    """The handlers of the failures in the native part of a pipeline, by
+    scope (see ``chute.errors.failure_scope``)."""
+
+    read: Handler  # opening, reading, tar structure, compression; anything else
+    member: Handler  # a member that does not decode
+    field: Handler  # a sample without the member a field needs
+
+    @property
+    def policy(self) -> Any:
+        """The engine's error policy: skip and report when any handler may
+        skip, else raise at the first failure."""
+        handlers = (self.read, self.member, self.field)
+        if all(h is reraise_exception for h in handlers):
+            return _core.ErrorPolicy.RAISE
+        return _core.ErrorPolicy.SKIP
+
+    def for_failure(self, message: str) -> Handler:
+        scope = failure_scope(split_where(message)[0])
+        if scope == "member":
+            return self.member
+        if scope == "field":
+            return self.field
+        return self.read
 
 
 _CROP_MODES = {
@@ -102,15 +133,18 @@ def apply_pin_hooks(plan: Any) -> bool:
     return not torch.cuda.is_available()
 
 
-def report_skips(engine: Any, handler: Handler) -> bool:
-    """Hands the errors of skipped samples (each of its own kind) to the
-    handler; True when it asks to stop."""
-    errors = engine.take_skipped()
-    if handler is ignore_and_continue or not errors:
-        return False
-    for error in errors:
+def report_skips(engine: Any, handlers: ErrorHandlers) -> bool:
+    """Hands the samples the engine skipped to their handlers; True when one
+    asks to stop. A failure whose handler raises is raised here (the engine
+    skipped it because another scope's handler may skip)."""
+    for kind, message in _core._take_skipped(engine):
+        handler = handlers.for_failure(message)
+        if handler is ignore_and_continue:
+            continue
         if handler is warn_and_continue:
-            warnings.warn(str(error), stacklevel=3)
-        elif not handler(error):
+            warnings.warn(split_where(message)[0], SkippedSampleWarning, stacklevel=3)
+        elif handler is reraise_exception:
+            raise from_engine_failure(kind, message)
+        elif not handler(from_engine_failure(kind, message)):
             return True
     return False

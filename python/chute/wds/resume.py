@@ -1,0 +1,126 @@
+"""Where a WebDataset iteration stands, as a state dict, and the checks that
+keep a state from resuming the wrong pipeline.
+
+A state names the epoch, the shuffle seed, the pass over the shards (epochs
+of ``with_epoch``/``repeat`` make several), the engine batches and rows
+handed out in that pass, and the items the epoch has yielded. It also
+carries a fingerprint of the pipeline it came from (the shard list and the
+stages, batch sizes included): resuming another dataset, another pipeline or
+another batch size raises ValueError naming the difference, never a silent
+wrong position. States without a fingerprint (taken before chute recorded
+one) still load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chute.wds.stages import Stage
+
+
+@dataclass
+class StreamPosition:
+    epoch: int
+    shuffle_seed: int | None
+    pass_index: int = 0
+    batches: int = 0  # engine batches of this pass fully handed out
+    rows: int = 0  # rows handed out of the next one (unbatched pipelines)
+    items: int = 0  # items the epoch has yielded (for its cap)
+
+    def next_pass(self) -> None:
+        self.pass_index += 1
+        self.batches = 0
+        self.rows = 0
+
+    def as_state(self, pipeline: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "shuffle_seed": self.shuffle_seed,
+            "pass": self.pass_index,
+            "batches": self.batches,
+            "rows": self.rows,
+            "items": self.items,
+            "pipeline": pipeline,
+        }
+
+
+def describe_stage(stage: Stage) -> str:
+    if stage.kind in ("batched", "shuffle"):
+        return f"{stage.kind}({stage.args[0]})"
+    return stage.kind
+
+
+def fingerprint(urls: Sequence[str], stages: Sequence[Stage]) -> dict[str, Any]:
+    """What a state must match: the shard list (count and digest) and the stages."""
+    digest = hashlib.sha256("\n".join(urls).encode("utf-8", "surrogateescape")).hexdigest()
+    return {
+        "num_shards": len(urls),
+        "shards": digest[:16],
+        "stages": [describe_stage(s) for s in stages],
+    }
+
+
+def _count(state: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = state.get(key, default)
+    if value is None:
+        raise ValueError(f"WebDataset state: {key!r} is missing")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"WebDataset state: {key!r} must be a count (an int >= 0), not {value!r}")
+    return value
+
+
+def check_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
+    """ValueError naming the first difference between the pipeline a state
+    was taken from (`recorded`) and this one (`expected`)."""
+    if not isinstance(recorded, dict):
+        raise ValueError(f"WebDataset state: 'pipeline' must be a dict, not {recorded!r}")
+    if (recorded.get("num_shards"), recorded.get("shards")) != (
+        expected["num_shards"],
+        expected["shards"],
+    ):
+        raise ValueError(
+            "WebDataset state is from another dataset: its shard list differs "
+            f"({recorded.get('num_shards')} shards, digest {recorded.get('shards')}; "
+            f"this one has {expected['num_shards']} shards, digest {expected['shards']})"
+        )
+    theirs, ours = recorded.get("stages"), expected["stages"]
+    if theirs == ours:
+        return
+    if not isinstance(theirs, list):
+        raise ValueError(f"WebDataset state: 'stages' must be a list, not {theirs!r}")
+    for a, b in zip(theirs, ours, strict=False):
+        if a != b and a.startswith("batched(") and b.startswith("batched("):
+            raise ValueError(
+                f"WebDataset state was taken with another batch size: {a} in the state, "
+                f"{b} in this pipeline"
+            )
+    raise ValueError(
+        f"WebDataset state is from another pipeline: stages {theirs} in the state, "
+        f"{ours} in this one"
+    )
+
+
+def position_from_state(state: Any, expected: dict[str, Any]) -> StreamPosition:
+    """The position `state` names, after checking it belongs to the pipeline
+    whose fingerprint is `expected`."""
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"WebDataset state must be a dict from state_dict(), not {type(state).__name__}"
+        )
+    seed = state.get("shuffle_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"WebDataset state: 'shuffle_seed' must be an int or None, not {seed!r}")
+    position = StreamPosition(
+        epoch=_count(state, "epoch"),
+        shuffle_seed=seed,
+        pass_index=_count(state, "pass", 0),
+        batches=_count(state, "batches"),
+        rows=_count(state, "rows"),
+        items=_count(state, "items", 0),
+    )
+    if "pipeline" in state:
+        check_fingerprint(state["pipeline"], expected)
+    return position

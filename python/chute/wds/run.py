@@ -1,0 +1,349 @@
+"""One epoch of a ``WebDataset`` being iterated: its passes over the shards
+(one engine each), the Python stages after the native prefix, the figures
+of the passes, and torch's batching when a DataLoader asked for it."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import default_convert
+
+from chute import _core
+from chute.errors import engine_errors
+from chute.handlers import SkippedSampleWarning, reraise_exception, warn_and_continue
+from chute.loading import LoaderSettings
+from chute.shards import rank_and_world_size
+from chute.wds.compiler import compile_stages, error_handlers, native_torch_batch
+from chute.wds.convert import DROPPED, BatchConverter, pin_copy
+from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
+from chute.wds.pystages import apply_python_stage, python_batched
+from chute.wds.resume import StreamPosition
+from chute.wds.stages import STATEFUL_PYTHON_STAGES
+
+if TYPE_CHECKING:
+    from chute.wds.dataset import WebDataset
+
+# torch ships default_convert without annotations.
+_default_convert: Callable[[Any], Any] = default_convert
+
+# Engine figures that add up over the passes of an epoch; the "peak" ones
+# are maxima, the others describe the running pass.
+_ADDITIVE_STATS = frozenset(
+    {
+        "shards_opened",
+        "samples_read",
+        "samples_skipped",
+        "samples_batched",
+        "batches",
+        "samples_yielded",
+        "encoded_bytes",
+        "read_seconds",
+        "decode_seconds",
+        "arenas_created",
+    }
+)
+# What stats() reports before any iteration (and in a process that never
+# iterated, such as a DataLoader's parent when the workers do).
+STREAM_STATS_KEYS = (
+    "shards_opened",
+    "samples_read",
+    "samples_skipped",
+    "samples_batched",
+    "batches",
+    "samples_yielded",
+    "encoded_bytes",
+    "read_seconds",
+    "decode_seconds",
+    "shuffle_bytes",
+    "shuffle_peak_bytes",
+    "shuffle_peak_samples",
+    "queued_batches",
+    "arenas_created",
+    "batch_bytes_reserved",
+    "batch_bytes_in_use",
+    "batch_peak_bytes_reserved",
+    "batch_peak_bytes_in_use",
+    "batch_bytes_pinned",
+    "python_items",
+    "wait_seconds",
+)
+
+EMPTY_MESSAGE = (
+    "No samples found in dataset; perhaps you have fewer shards than workers.\n"
+    "Turn off using empty_check=False in the WebDataset constructor."
+)
+
+
+@dataclass
+class Figures:
+    """The consumer's side of an iteration's figures."""
+
+    python_items: int = 0
+    python_skipped: int = 0  # samples dropped for members Python could not decode
+    wait_seconds: float = 0.0
+    finished: dict[str, Any] = field(default_factory=dict)  # engines of earlier passes
+
+
+def combine_figures(finished: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """Figures over the passes so far: counters added, peaks the largest,
+    the rest as the running pass has them."""
+    out = dict(current)
+    for key, value in finished.items():
+        if key in _ADDITIVE_STATS:
+            out[key] = out.get(key, 0) + value
+        elif "peak" in key:
+            out[key] = max(out.get(key, 0), value)
+        else:
+            out.setdefault(key, value)
+    return out
+
+
+class EpochIteration(Iterator[Any]):
+    """One epoch of a WebDataset, as its user holds it. The work is done by a
+    `EpochRun` that this iterator owns and that holds no reference back to it, so
+    dropping the iterator ends the run at once: its engine and threads stop."""
+
+    def __init__(self, run: EpochRun) -> None:
+        self.run = run
+        self.running = True
+
+    def __next__(self) -> Any:
+        if not self.running:
+            raise StopIteration
+        try:
+            return next(self.run.items)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Ends this iteration now: its engine and threads stop."""
+        if not self.running:
+            return
+        self.running = False
+        # Closing the innermost generator ends its engine (the stages
+        # wrapping it are dropped with it).
+        self.run.source.close()
+        self.run.dataset.finished_stats = self.run.stats()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        return self.run.stats()
+
+    def state(self) -> dict[str, Any]:
+        return self.run.state()
+
+
+class EpochRun:
+    """The passes of one epoch over the shards (one engine each), the Python
+    stages, the epoch's item cap, and torch's batching when a DataLoader
+    asked for it. Holds no batch while it waits for the next one."""
+
+    def __init__(
+        self,
+        dataset: WebDataset,
+        epoch: int,
+        settings: EngineSettings,
+        loader: LoaderSettings | None,
+        resume: StreamPosition | None,
+    ) -> None:
+        self.dataset = dataset
+        self.settings = settings
+        self.figures = Figures()
+        self.engine: Any = None
+        self.urls, self.worker = dataset.shard_urls()
+        self.rank, _ = rank_and_world_size()
+        start = resume if resume is not None else StreamPosition(epoch=epoch, shuffle_seed=None)
+        torch_batch = (
+            (loader.batch_size, loader.drop_last)
+            if loader is not None and loader.batch_size is not None and loader.collate_fn is None
+            else None
+        )
+        self.compiled = compile_stages(
+            dataset.stages,
+            lambda: dataset.first_sample_extensions(self.urls),
+            seed=dataset.seed,
+            shuffle_seed=start.shuffle_seed,
+        )
+        native_batch = (
+            native_torch_batch(self.compiled, *torch_batch, single_pass=dataset.repetitions == 1)
+            if torch_batch is not None
+            else None
+        )
+        if native_batch is not None:
+            self.compiled = native_batch
+        self.handlers = error_handlers(self.compiled.native_stages, dataset.handler)
+        self.position = StreamPosition(
+            epoch=epoch,
+            shuffle_seed=self.compiled.shuffle[2] if self.compiled.shuffle else None,
+            pass_index=start.pass_index,
+            batches=start.batches,
+            rows=start.rows,
+            items=start.items,
+        )
+        self.fingerprint = dataset.state_fingerprint()
+        self.pass_samples: int | None = None  # samples the engine read in the last pass
+        self.source: Generator[Any, None, None] = self._passes(start)
+        items: Iterator[Any] = self.source
+        if dataset.repetitions != 1 and dataset.epoch_items > 0:
+            items = islice(items, max(0, dataset.epoch_items - start.items))
+        if loader is not None:
+            items = as_torch_loader(items, loader, native_batch is not None)
+        self.items = items
+
+    def stats(self) -> dict[str, Any]:
+        engine = self.engine
+        current = engine.stats() if engine is not None else {}
+        out: dict[str, Any] = dict.fromkeys(STREAM_STATS_KEYS, 0)
+        out.update(combine_figures(self.figures.finished, current))
+        out["samples_skipped"] += self.figures.python_skipped
+        out["python_items"] = self.figures.python_items
+        out["wait_seconds"] = self.figures.wait_seconds
+        return out
+
+    def state(self) -> dict[str, Any]:
+        stateful = [s.kind for s in self.compiled.python_stages if s.kind in STATEFUL_PYTHON_STAGES]
+        if stateful:
+            raise ValueError(
+                f"cannot checkpoint mid-epoch: stages {stateful} run in Python and keep state; "
+                "put .batched()/.shuffle() where the engine runs them (before any .map)"
+            )
+        return self.position.as_state(self.fingerprint)
+
+    def _count(self, n: int) -> None:
+        self.figures.python_items += n
+
+    def _member_failure(self, error: BaseException) -> bool:
+        """A member that failed to decode in Python, for the decode stage's
+        handler: True skips its sample, False stops; reraise raises it."""
+        self.figures.python_skipped += 1
+        handler = self.handlers.member
+        if handler is reraise_exception:
+            raise error
+        if handler is warn_and_continue:
+            warnings.warn(str(error), SkippedSampleWarning, stacklevel=2)
+            return True
+        return bool(handler(error))
+
+    def _passes(self, start: StreamPosition) -> Generator[Any, None, None]:
+        """The epoch's passes over the shards, each through the Python stages
+        on its own (webdataset restarts its pipeline for every pass)."""
+        dataset = self.dataset
+        if not self.urls:
+            if dataset.empty_check:
+                raise ValueError(EMPTY_MESSAGE)
+            return
+        for pass_index in range(start.pass_index, dataset.repetitions):
+            resumed = pass_index == start.pass_index
+            items: Iterator[Any] = self._native_items(
+                pass_index, start.batches if resumed else 0, start.rows if resumed else 0
+            )
+            for stage in self.compiled.python_stages:
+                items = apply_python_stage(stage, items, self._count, dataset.handler)
+            self.pass_samples = None
+            count = 0
+            for item in items:
+                count += 1
+                self.position.items += 1
+                yield item
+                # Hold no batch while the next one is awaited.
+                del item
+            if self.pass_samples == 0 and dataset.empty_check:
+                raise ValueError(EMPTY_MESSAGE)
+            if count == 0:
+                return  # a pass that yields nothing would repeat forever
+            self.position.next_pass()
+
+    def _native_items(self, pass_index: int, skip_batches: int, skip_rows: int) -> Iterator[Any]:
+        dataset = self.dataset
+        compiled = self.compiled
+        settings = self.settings
+        with engine_errors():
+            plan = dataset.make_plan(
+                compiled,
+                self.urls,
+                self.worker,
+                self.rank,
+                self.position.epoch,
+                pass_index,
+                settings,
+                self.handlers,
+            )
+            plan.skip_batches = skip_batches
+            copy_to_pinned = settings.pin_memory and not apply_pin_hooks(plan)
+            engine = _core.StreamEngine(plan)
+        self.engine = engine
+        converter = BatchConverter(compiled, self.urls, self._member_failure)
+        position = self.position
+        try:
+            while True:
+                started = time.perf_counter()
+                with engine_errors():
+                    batch = engine.next(settings.timeout)
+                self.figures.wait_seconds += time.perf_counter() - started
+                stop = report_skips(engine, self.handlers)
+                if batch is None:
+                    break
+                if compiled.batch_size is not None:
+                    position.batches += 1
+                    # Rows the handler skipped (in the engine or here) leave
+                    # a smaller batch, or none.
+                    out = converter.batch(batch) if batch.size else None
+                    # While the next batch is awaited only the caller keeps
+                    # this one alive: once it lets go, its buffer is free for
+                    # the batches being decoded.
+                    del batch
+                    if out is not None:
+                        yield pin_copy(out) if copy_to_pinned else out
+                    del out
+                else:
+                    # Rows are counted as the engine numbered them, so that a
+                    # resumed run skips the same ones whatever Python dropped.
+                    for i, row in enumerate(converter.rows(batch)):
+                        if i < skip_rows:
+                            continue
+                        position.rows = i + 1
+                        if row is not DROPPED:
+                            yield row
+                        del row
+                    del batch
+                    skip_rows = 0
+                    position.batches += 1
+                    position.rows = 0
+                if stop or converter.stopped:
+                    break
+        finally:
+            engine.close()
+            final = engine.stats()
+            self.pass_samples = int(final["samples_read"])
+            self.figures.finished = combine_figures(self.figures.finished, final)
+            self.engine = None
+
+
+def as_torch_loader(items: Iterator[Any], loader: LoaderSettings, native: bool) -> Iterator[Any]:
+    """`items` as torch's DataLoader with `loader`'s settings yields them;
+    `native`: the engine already made torch's batches."""
+    if loader.batch_size is None:
+        return converted_items(items)
+    if native:
+        return items
+    collate = loader.collate_fn or torch.utils.data.default_collate
+    return python_batched(items, loader.batch_size, collate, not loader.drop_last)
+
+
+def converted_items(items: Iterator[Any]) -> Iterator[Any]:
+    """Each item through torch's ``default_convert``, holding none while the
+    next is awaited."""
+    for item in items:
+        converted = _default_convert(item)
+        del item
+        yield converted
+        del converted
