@@ -21,7 +21,7 @@ import os
 import random
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from torch.utils.data import IterableDataset
@@ -33,6 +33,13 @@ from chute.errors import engine_errors
 from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
+from chute.remote import RemoteOptions
+from chute.remote._datasets import (
+    expand_remote_globs,
+    is_remote_glob,
+    merge_options,
+    native_source,
+)
 from chute.shards import (
     Splitter,
     apply_splitter,
@@ -90,6 +97,19 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
     - ``shuffle_max_bytes``: byte budget of each shuffle buffer (the memory
       its samples hold).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
+    - Remote shards (``http(s)://``, ``s3://``, ``gs://``, ``az://``,
+      ``abfs://``, ``hf://``; ``pip install 'chute[remote]'``) are read by
+      the engine in large ranges, several ahead, while they arrive.
+      ``storage_options`` (the store's own keys, e.g. ``endpoint``,
+      ``region``) adds to the credentials, region and endpoint of the
+      standard environment; ``cache_dir`` (shared by the node's processes)
+      keeps every remote shard once, bounded by ``cache_limit_bytes`` (by
+      default webdataset's ``cache_size`` when positive); ``prefetch_bytes``
+      bounds the bytes fetched ahead of the parser, over all shards;
+      ``remote`` (a ``chute.remote.RemoteOptions``) sets the rest (range
+      size, requests in flight, retries, timeouts). A glob on a bucket
+      (``s3://bucket/train/*.tar``) is listed when the dataset is first
+      iterated (webdataset takes none).
     - ``even_batches``: under DDP (world size > 1) every rank must yield the
       same number of batches, or the collective ops of the short rank's
       peers hang. ``"cap"`` (default) stops every rank after the batch count
@@ -138,6 +158,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         shuffle_max_bytes: int = 1 << 30,
         timeout: float = 0.0,
         even_batches: str = "cap",
+        storage_options: Mapping[str, Any] | None = None,
+        cache_limit_bytes: int | None = None,
+        prefetch_bytes: int | None = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
         super().__init__()
         if even_batches not in EVEN_BATCH_MODES:
@@ -170,6 +194,15 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("no shards given")
+        if cache_limit_bytes is None and cache_size > 0:
+            cache_limit_bytes = cache_size
+        self.remote = merge_options(
+            remote,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit_bytes=cache_limit_bytes,
+            prefetch_bytes=prefetch_bytes,
+        )
         self.handler = handler
         self.resampled = resampled
         self.repeat_shards = repeat
@@ -326,6 +359,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         return found + [e for e in NATIVE_MEMBER_EXTENSIONS if e not in found]
 
     def shard_urls(self) -> tuple[list[str], int]:
+        if any(is_remote_glob(u) for u in self.urls):
+            self.urls = expand_remote_globs(self.urls, self.remote)
         urls = apply_splitter(self.nodesplitter, list(self.urls))
         worker_urls = apply_splitter(self.workersplitter, urls)
         worker, _ = worker_and_num_workers()
@@ -398,6 +433,12 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.urls = urls
         plan.cache_dir = self.cache_dir or ""
         plan.pipe_timeout = float(self.pipe_timeout)
+        remote_source = native_source(urls, self.remote)
+        if remote_source is not None:
+            plan.remote = remote_source.remote
+            plan.cache_dir = remote_source.cache_dir
+            plan.cache_limit_bytes = remote_source.cache_limit_bytes
+            plan.cache_fsync = remote_source.cache_fsync
         batched = compiled.batch_size is not None
         native_fields = [f for f in compiled.fields if f.extensions]
         # A field some samples may lack is never stacked: a list column says
@@ -420,6 +461,11 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         # Upcoming shards parsed at once: parsing is the bottleneck of tiny
         # samples, and one parser per decode thread keeps both fed.
         plan.parse_ahead = min(settings.threads, 4)
+        if remote_source is not None:
+            # The next shards arrive while this one is parsed (their bytes
+            # bounded by prefetch_bytes), so a shard boundary never waits
+            # for a round trip.
+            plan.parse_ahead = max(plan.parse_ahead, 3)
         plan.prefetch_batches = (
             settings.prefetch if settings.prefetch is not None else 2 * settings.threads
         )
@@ -467,4 +513,5 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             self.nodesplitter,
             self.cache_dir or "",
             self.pipe_timeout,
+            remote=self.remote,
         )
