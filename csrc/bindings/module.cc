@@ -11,4 +11,5 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_dropin(m);
   chute::bindings::register_image(m);
   chute::bindings::register_remote(m);
+  chute::bindings::register_elastic(m);
 }
