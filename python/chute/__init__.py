@@ -2,11 +2,13 @@
 
 from chute._core import DataError, ReadError
 from chute.arrays import ArrayDataset
-from chute.curriculum import Curriculum, MixedDataset
+from chute.curriculum import Curriculum
 from chute.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
+from chute.mix import MixedDataset, mix
+from chute.mix_stream import MixedStream
 from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
@@ -23,6 +25,7 @@ __all__ = [
     "H5Dataset",
     "IndexedDataset",
     "MixedDataset",
+    "MixedStream",
     "ReadError",
     "SkippedSampleWarning",
     "TarDataset",
@@ -32,6 +35,7 @@ __all__ = [
     "WebLoader",
     "WorkerInitFnWarning",
     "create_loader",
+    "mix",
     "set_epoch",
     "validate_batch",
     "validate_first_batch",

@@ -118,7 +118,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     ) -> None:
         global _told_fallback
         native = dataset if isinstance(dataset, EngineDataset) else None
-        if distributed and (native is None or native.index_driven):
+        ordered = _own_order(dataset, sampler, batch_sampler, shuffle, distributed, drop_last)
+        if ordered is not None:
+            sampler, shuffle = ordered, None
+        elif distributed and (native is None or native.index_driven):
             # The partition of torch's DistributedSampler, by construction: rank
             # and world size from torch.distributed, else RANK/WORLD_SIZE.
             if sampler is not None or batch_sampler is not None:
@@ -262,7 +265,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             order = sampler.global_order()
             recorded = resume.get("elastic") if resume is not None else None
             segment, position["batches"] = segment_after(
-                recorded, order.size, sampler.num_replicas, int(self.batch_size or 1), self.drop_last
+                recorded,
+                order.size,
+                sampler.num_replicas,
+                int(self.batch_size or 1),
+                self.drop_last,
             )
             if recorded is None and resume is not None:
                 position["batches"] = resume["batches"]  # a state from before elastic positions
@@ -389,6 +396,32 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if not callable(fn):
             fn = getattr(self.dataset, "stats", None)
         return fn() if callable(fn) else {}
+
+
+def _own_order(
+    dataset: Any,
+    sampler: Any,
+    batch_sampler: Any,
+    shuffle: bool | None,
+    distributed: bool,
+    drop_last: bool,
+) -> torch.utils.data.Sampler[Any] | None:
+    """The sampler of a dataset that orders its samples itself (a weighted
+    ``chute.mix``), dealt to this rank when `distributed`; None for others
+    or when the caller brought a sampler."""
+    own = getattr(dataset, "order_sampler", None)
+    if not callable(own) or sampler is not None or batch_sampler is not None:
+        return None
+    rank, world_size = rank_and_world_size() if distributed else (0, 1)
+    ordered: torch.utils.data.Sampler[Any] | None = own(
+        num_replicas=world_size, rank=rank, drop_last=drop_last
+    )
+    if ordered is not None and shuffle is not None:
+        raise ValueError(
+            f"{type(dataset).__name__} orders its samples itself (shuffle is its own "
+            "setting): leave the DataLoader's shuffle unset"
+        )
+    return ordered
 
 
 def set_epoch(loader: Any, epoch: int) -> None:

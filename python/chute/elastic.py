@@ -224,3 +224,19 @@ def check_elastic_state(state: Any, num_samples: int, fingerprint: dict[str, Any
             f"loader state was taken with another order ({state.get('order')!r}); this loader's "
             f"sampler is {fingerprint!r}"
         )
+
+
+def per_rank_count(num_samples: int, num_replicas: int, drop_last: bool) -> int:
+    """Indices each rank gets of an order of `num_samples`, as DistributedSampler counts."""
+    if drop_last:
+        return num_samples // num_replicas
+    return math.ceil(num_samples / num_replicas)
+
+
+def deal(order: np.ndarray, num_replicas: int, rank: int, drop_last: bool) -> np.ndarray:
+    """Rank `rank`'s part of `order`, as DistributedSampler deals it: padded
+    by repeating from the start (or cut, with `drop_last`) to a multiple of
+    `num_replicas`, then positions rank::num_replicas."""
+    total = per_rank_count(order.size, num_replicas, drop_last) * num_replicas
+    padded = np.resize(order, total) if total > order.size else order[:total]
+    return padded[rank::num_replicas]

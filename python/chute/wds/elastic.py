@@ -325,8 +325,10 @@ def flat(intervals: Intervals) -> list[int]:
 
 def unflat(values: Any, what: str) -> Intervals:
     """Intervals from a state's flat list, checked."""
-    if not isinstance(values, list) or len(values) % 2 or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values
+    if (
+        not isinstance(values, list)
+        or len(values) % 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
     ):
         raise ValueError(f"WebDataset state: elastic {what!r} must be a flat list of [begin, end)")
     out = np.array(values, dtype=np.int64).reshape(-1, 2)
@@ -460,7 +462,9 @@ def _check_pipeline(dataset: WebDataset, compiled: CompiledPipeline) -> None:
             "batch_size with the default collation)"
         )
     if dataset.resampled or dataset.repeat_shards or dataset.repetitions != 1:
-        problems.append("an epoch must be one pass over the shards (no resampled/repeat/with_epoch)")
+        problems.append(
+            "an epoch must be one pass over the shards (no resampled/repeat/with_epoch)"
+        )
     if dataset.streams != 1:
         problems.append("streams must be 1")
     if worker_and_num_workers()[1] > 1:

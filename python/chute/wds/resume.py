@@ -63,7 +63,9 @@ def describe_stage(stage: Stage) -> str:
     return stage.kind
 
 
-def fingerprint(urls: Sequence[str], stages: Sequence[Stage], elastic: bool = False) -> dict[str, Any]:
+def fingerprint(
+    urls: Sequence[str], stages: Sequence[Stage], elastic: bool = False
+) -> dict[str, Any]:
     """What a state must match: the shard list (count and digest), the
     stages, and whether positions are global (elastic)."""
     digest = hashlib.sha256("\n".join(urls).encode("utf-8", "surrogateescape")).hexdigest()
