@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.utils.data
@@ -302,7 +302,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             or getattr(self.batch_sampler, "sampler", None) is not sampler
         ):
             return None
-        return sampler
+        return cast(GlobalOrderSampler, sampler)
 
     def _elastic_part(self, batches: int) -> dict[str, Any]:
         """The state's global position: the running segment's, else the

@@ -123,7 +123,8 @@ def _encoded_sizes(columns: ShardColumns) -> np.ndarray:
     keys = np.array(
         [len(k.encode("utf-8", "surrogateescape")) for k in columns.keys], dtype=np.int64
     )
-    return (payload + keys + 64 * counts).astype(np.uint64)
+    sizes: np.ndarray = (payload + keys + 64 * counts).astype(np.uint64)
+    return sizes
 
 
 class EpochOrder:
