@@ -25,7 +25,8 @@ tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test
        tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py
        tests/test_transforms.py tests/test_train_transforms.py tests/test_tar_dataset.py
        tests/test_remote.py tests/test_remote_faults.py tests/test_remote_cache.py
-       tests/test_remote_queue.py tests/test_compressed.py tests/test_sigbus.py)
+       tests/test_remote_queue.py tests/test_compressed.py tests/test_sigbus.py
+       tests/test_elastic.py tests/test_mix.py)
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1

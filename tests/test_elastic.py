@@ -185,6 +185,23 @@ def test_map_style_drop_last_drops_the_tail_and_repeats_nothing(monkeypatch):
         assert set(seen.values()) == {1} and len(seen) == 40 + full_rounds * world * B
 
 
+def test_curriculum_resumes_elastically(monkeypatch):
+    ds = chute.ArrayDataset(y=np.arange(N, dtype=np.int64))
+    ids = lambda b: b["y"].tolist()  # noqa: E731
+
+    def make() -> Any:
+        groups = {"low": np.arange(40), "high": np.arange(40, N)}
+        sampler = chute.Curriculum(groups, {"low": 1, "high": 3}, 80, replacement=False, seed=2)
+        return chute.DataLoader(ds, batch_size=4, sampler=sampler)
+
+    first, states = run_ranks(monkeypatch, 4, make, ids, batches=2)
+    second, _ = run_ranks(monkeypatch, 3, make, ids, state=states[0])
+    seen = counts(first, second)
+    assert len(seen) == 80 and set(seen.values()) == {1}
+    assert sum(i >= 40 for i in seen) == 60
+    assert_equal_batch_counts(second, -(-(80 - 32) // 12))
+
+
 def test_map_style_state_refusals(monkeypatch):
     ds = chute.ArrayDataset(y=np.arange(N, dtype=np.int64))
     monkeypatch.setenv("WORLD_SIZE", "4")
@@ -315,6 +332,20 @@ def test_stream_epoch_finished_before_the_resume(monkeypatch, shards):
     rest, _ = run_ranks(monkeypatch, 3, make, keys, state=states[0])
     assert rest == [[], [], []]
     assert len(counts(whole)) == SAMPLES
+
+
+def test_stream_in_a_dataloader_resumes_elastically(monkeypatch, shards):
+    def make() -> Any:
+        ds = chute.WebDataset(shards, shardshuffle=True, seed=5, elastic=True).shuffle(10)
+        return chute.DataLoader(ds.to_tuple("__key__"), batch_size=4, num_workers=2)
+
+    ids = lambda b: list(b[0])  # noqa: E731
+    first, states = run_ranks(monkeypatch, 2, make, ids, batches=5)
+    assert states[0]["dataset"]["elastic"] == states[1]["dataset"]["elastic"]
+    second, _ = run_ranks(monkeypatch, 3, make, ids, state=states[0])
+    seen = counts(first, second)
+    assert len(seen) == SAMPLES and set(seen.values()) == {1}
+    assert_equal_batch_counts(second, -(-(SAMPLES - 40) // 12))
 
 
 def test_stream_elastic_builds_missing_indexes(monkeypatch, tmp_path):
