@@ -94,6 +94,15 @@ class MixedStream(IterableDataset[Any], EngineDataset):
         self._iterations: list[weakref.ref[MixIteration]] = []
         self.counts(0)  # a bad schedule fails here
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Live iterations stay in the process that runs them.
+        state = self.__dict__.copy()
+        state["_iterations"] = []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     def counts(self, epoch: int) -> list[int]:
         """Batches per period of the schedule from each source in `epoch`."""
         shares = normalized_weights(self.weights, self.names, epoch, "source")
