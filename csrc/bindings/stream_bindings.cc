@@ -93,6 +93,7 @@ void register_stream(py::module_& m) {
   py::class_<StreamRequest> plan(m, "StreamPlan");
   plan.def(py::init<>());
   forward(plan, "urls", &StreamRequest::plan, &StreamPlan::urls);
+  forward(plan, "sample_ranges", &StreamRequest::plan, &StreamPlan::sample_ranges);
   forward(plan, "cache_dir", &StreamRequest::source, &SourceOptions::cache_dir);
   forward(plan, "pipe_timeout", &StreamRequest::source, &SourceOptions::pipe_timeout_s);
   forward(plan, "readahead_bytes", &StreamRequest::source, &SourceOptions::readahead_bytes);

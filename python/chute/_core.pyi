@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -660,6 +660,12 @@ class StreamPlan:
     def readahead_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def sample_ranges(self) -> list[list[int]]:
+        ...
+    @sample_ranges.setter
+    def sample_ranges(self, arg1: collections.abc.Sequence[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]) -> None:
+        ...
+    @property
     def seed(self) -> int:
         ...
     @seed.setter
@@ -1137,6 +1143,10 @@ def max_image_pixels() -> int | None:
     """
     The decompression bomb guard's limit in pixels; None when there is none.
     """
+def mix_schedule(counts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], begin: typing.SupportsInt | typing.SupportsIndex, end: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int32]:
+    """
+    The source (an index into `counts`) of each position in [begin, end) of a mix that takes counts[i] of every sum(counts) positions from source i, each prefix of a period within one position of its share (Tijdeman's chairman assignment).
+    """
 def parse_int_label(data: bytes, where: str = '<bytes>') -> int:
     """
     Python's int(bytes), limited to int64.
@@ -1164,6 +1174,10 @@ def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
 def remote_schemes() -> list[str]:
     """
     The url schemes read through a FetchQueue.
+    """
+def replay_shuffle(capacity: typing.SupportsInt | typing.SupportsIndex, initial: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, plan_seed: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex, bytes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64], outputs: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int64]:
+    """
+    Positions (into `bytes`, the encoded size of each sample a stream reads, in order) of the first `outputs` samples its shuffle buffer lets out, in the order they leave: the engine's own buffer (StreamPlan shuffle settings and seed), replayed.
     """
 def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]:
     """

@@ -119,6 +119,15 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       samples once (a header scan, cached per shard) and agree through
       ``torch.distributed`` when it is initialised, else by splitting the
       shard list as ``split_by_node`` does.
+    - ``elastic``: the epoch's samples in one global order from (seed,
+      epoch), dealt to the ranks (world size from torch.distributed or
+      RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
+      ``state_dict()`` then holds the global position and resumes on any
+      world size (``chute.wds.elastic``). Needs a current sidecar index per
+      shard (built and saved beside it when missing), local shards, the same
+      ``seed`` on every rank, a native batch size, ``streams=1`` and one pass
+      per epoch; ``nodesplitter``, ``workersplitter`` and ``even_batches``
+      are not used.
 
     ``repeat=True`` (webdataset accepts and ignores it) makes the engine read
     the shard list again and again: one endless pass.
@@ -162,11 +171,13 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         cache_limit_bytes: int | None = None,
         prefetch_bytes: int | None = None,
         remote: RemoteOptions | None = None,
+        elastic: bool = False,
     ) -> None:
         super().__init__()
         if even_batches not in EVEN_BATCH_MODES:
             raise ValueError(f"even_batches must be 'cap', 'repeat' or 'off', not {even_batches!r}")
         self.even_batches = even_batches
+        self.elastic = bool(elastic)
         unsupported = {
             "url_to_name": url_to_name,
             "select_files": select_files,
@@ -306,7 +317,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         return dict.fromkeys(STREAM_STATS_KEYS, 0)
 
     def state_fingerprint(self) -> dict[str, Any]:
-        return fingerprint(self.urls, self.stages)
+        return fingerprint(self.urls, self.stages, self.elastic)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the oldest running iteration stands; ``load_state_dict``
@@ -361,6 +372,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
     def shard_urls(self) -> tuple[list[str], int]:
         if any(is_remote_glob(u) for u in self.urls):
             self.urls = expand_remote_globs(self.urls, self.remote)
+        if self.elastic:
+            return list(self.urls), 0  # the elastic segment deals the samples to ranks
         urls = apply_splitter(self.nodesplitter, list(self.urls))
         worker_urls = apply_splitter(self.workersplitter, urls)
         worker, _ = worker_and_num_workers()
@@ -487,7 +500,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.samples_one_by_one = not batched
         plan.partial = compiled.partial if batched else True
         plan.on_error = handlers.policy
-        even = self._even_batch_count(compiled, urls)
+        even = None if self.elastic else self._even_batch_count(compiled, urls)
         if even is not None:
             plan.max_batches = even
             plan.repeat = True  # a rank short of batches reads its shards again

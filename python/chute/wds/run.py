@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from chute.loading import LoaderSettings
 from chute.shards import rank_and_world_size
 from chute.wds.compiler import compile_stages, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy
+from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.pystages import apply_python_stage, python_batched
 from chute.wds.resume import StreamPosition
@@ -181,6 +182,13 @@ class EpochRun:
         if native_batch is not None:
             self.compiled = native_batch
         self.handlers = error_handlers(self.compiled.native_stages, dataset.handler)
+        self.elastic: ElasticRun | None = None
+        if dataset.elastic:
+            self.elastic = ElasticRun(
+                dataset, self.compiled, epoch, start.recorded_elastic, start.batches
+            )
+            self.urls = self.elastic.urls
+            start = replace(start, batches=self.elastic.skip)
         self.position = StreamPosition(
             epoch=epoch,
             shuffle_seed=self.compiled.shuffle[2] if self.compiled.shuffle else None,
@@ -188,6 +196,7 @@ class EpochRun:
             batches=start.batches,
             rows=start.rows,
             items=start.items,
+            elastic=self.elastic,
         )
         self.fingerprint = dataset.state_fingerprint()
         self.pass_samples: int | None = None  # samples the engine read in the last pass
@@ -237,6 +246,8 @@ class EpochRun:
         """The epoch's passes over the shards, each through the Python stages
         on its own (webdataset restarts its pipeline for every pass)."""
         dataset = self.dataset
+        if self.elastic is not None and self.elastic.segment.num_batches == 0:
+            return  # the epoch's samples were all delivered before this run
         if not self.urls:
             if dataset.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
@@ -277,6 +288,8 @@ class EpochRun:
                 settings,
                 self.handlers,
             )
+            if self.elastic is not None:
+                self.elastic.configure(plan)
             plan.skip_batches = skip_batches
             copy_to_pinned = settings.pin_memory and not apply_pin_hooks(plan)
             engine = _core.StreamEngine(plan)
