@@ -272,7 +272,7 @@ class MixedDataset(IndexedDataset):
             n, split = submitted
             parts = [(pos, readers[d].collect(local, float(timeout))) for d, pos, local in split]
             self._totals["batches"] += 1
-            self._totals["rows"] += n
+            self._totals["samples_yielded"] += n
             batch = self._gather(n, parts)
             if pin_memory and torch.cuda.is_available():
                 batch = {k: v.pin_memory() for k, v in batch.items()}
@@ -282,7 +282,7 @@ class MixedDataset(IndexedDataset):
             yield from submitted_ahead(index_batches, prefetch, submit, collect)
         finally:
             for reader in readers.values():
-                self._totals["bytes"] += reader.bytes_delivered()
+                self._totals["bytes_yielded"] += reader.bytes_delivered()
                 reader.close()
 
     def stats(self) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from chute.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
+from chute.stats import empty_stats
 from chute.wds.compiler import (
     CompiledPipeline,
 )
@@ -61,7 +62,7 @@ from chute.wds.native import (
     field_plan,
 )
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
-from chute.wds.run import STREAM_STATS_KEYS, EpochIteration, EpochRun
+from chute.wds.run import EpochIteration, EpochRun
 from chute.wds.stages import Stage
 
 # Members a dict sample may have that the engine decodes, whether or not the
@@ -314,7 +315,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             return live[0].stats()
         if self.finished_stats:
             return dict(self.finished_stats)
-        return dict.fromkeys(STREAM_STATS_KEYS, 0)
+        return empty_stats()
 
     def state_fingerprint(self) -> dict[str, Any]:
         return fingerprint(self.urls, self.stages, self.elastic)

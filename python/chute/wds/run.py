@@ -19,6 +19,7 @@ from chute.errors import engine_errors
 from chute.handlers import SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.loading import LoaderSettings
 from chute.shards import rank_and_world_size
+from chute.stats import add_figures, empty_stats
 from chute.wds.compiler import compile_stages, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
@@ -32,48 +33,6 @@ if TYPE_CHECKING:
 
 # torch ships default_convert without annotations.
 _default_convert: Callable[[Any], Any] = default_convert
-
-# Engine figures that add up over the passes of an epoch; the "peak" ones
-# are maxima, the others describe the running pass.
-_ADDITIVE_STATS = frozenset(
-    {
-        "shards_opened",
-        "samples_read",
-        "samples_skipped",
-        "samples_batched",
-        "batches",
-        "samples_yielded",
-        "encoded_bytes",
-        "read_seconds",
-        "decode_seconds",
-        "arenas_created",
-    }
-)
-# What stats() reports before any iteration (and in a process that never
-# iterated, such as a DataLoader's parent when the workers do).
-STREAM_STATS_KEYS = (
-    "shards_opened",
-    "samples_read",
-    "samples_skipped",
-    "samples_batched",
-    "batches",
-    "samples_yielded",
-    "encoded_bytes",
-    "read_seconds",
-    "decode_seconds",
-    "shuffle_bytes",
-    "shuffle_peak_bytes",
-    "shuffle_peak_samples",
-    "queued_batches",
-    "arenas_created",
-    "batch_bytes_reserved",
-    "batch_bytes_in_use",
-    "batch_peak_bytes_reserved",
-    "batch_peak_bytes_in_use",
-    "batch_bytes_pinned",
-    "python_items",
-    "wait_seconds",
-)
 
 EMPTY_MESSAGE = (
     "No samples found in dataset; perhaps you have fewer shards than workers.\n"
@@ -89,20 +48,6 @@ class Figures:
     python_skipped: int = 0  # samples dropped for members Python could not decode
     wait_seconds: float = 0.0
     finished: dict[str, Any] = field(default_factory=dict)  # engines of earlier passes
-
-
-def combine_figures(finished: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """Figures over the passes so far: counters added, peaks the largest,
-    the rest as the running pass has them."""
-    out = dict(current)
-    for key, value in finished.items():
-        if key in _ADDITIVE_STATS:
-            out[key] = out.get(key, 0) + value
-        elif "peak" in key:
-            out[key] = max(out.get(key, 0), value)
-        else:
-            out.setdefault(key, value)
-    return out
 
 
 class EpochIteration(Iterator[Any]):
@@ -211,8 +156,8 @@ class EpochRun:
     def stats(self) -> dict[str, Any]:
         engine = self.engine
         current = engine.stats() if engine is not None else {}
-        out: dict[str, Any] = dict.fromkeys(STREAM_STATS_KEYS, 0)
-        out.update(combine_figures(self.figures.finished, current))
+        out: dict[str, Any] = empty_stats()
+        out.update(add_figures(self.figures.finished, current))
         out["samples_skipped"] += self.figures.python_skipped
         out["python_items"] = self.figures.python_items
         out["wait_seconds"] = self.figures.wait_seconds
@@ -337,7 +282,7 @@ class EpochRun:
             engine.close()
             final = engine.stats()
             self.pass_samples = int(final["samples_read"])
-            self.figures.finished = combine_figures(self.figures.finished, final)
+            self.figures.finished = add_figures(self.figures.finished, final, gauges=False)
             self.engine = None
 
 
