@@ -44,7 +44,7 @@ from chute import _core
 from chute.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote._datasets import expand_remote_globs, is_remote_glob, merge_options
+from chute.remote.datasets import expand_remote_globs, is_remote_glob, merge_options
 
 # 256 MiB holds the decompressed chunks of a typical working set (e.g. 200k
 # rows of 64 float32 is 51 MB) so a shuffled epoch inflates each chunk once;

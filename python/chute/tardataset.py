@@ -51,7 +51,7 @@ from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.pinning import pin_hooks
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote._datasets import expand_remote_globs, merge_options, remote_tar_index
+from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar_index
 from chute.shards import expand_urls, local_path
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers

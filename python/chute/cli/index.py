@@ -56,7 +56,7 @@ def _index_remote(url: str, force: bool) -> str:
     (``--cache-dir``; else a temporary copy)."""
     from chute import _core
     from chute.remote import get_session
-    from chute.remote._datasets import build_remote_index
+    from chute.remote.datasets import build_remote_index
     from chute.tarindex import INDEX_SUFFIX
 
     target = url + INDEX_SUFFIX

@@ -34,7 +34,7 @@ from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS,
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions
-from chute.remote._datasets import (
+from chute.remote.datasets import (
     expand_remote_globs,
     is_remote_glob,
     merge_options,
