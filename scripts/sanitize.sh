@@ -25,8 +25,10 @@ tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test
        tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py
        tests/test_transforms.py tests/test_train_transforms.py tests/test_tar_dataset.py
        tests/test_remote.py tests/test_remote_faults.py tests/test_remote_cache.py
-       tests/test_remote_queue.py tests/test_compressed.py tests/test_sigbus.py
-       tests/test_tar_names.py tests/test_npy_dtypes.py tests/test_limits.py)
+       tests/test_remote_queue.py tests/test_remote_datasets.py tests/test_remote_h5.py
+       tests/test_compressed.py tests/test_sigbus.py tests/test_tar_names.py
+       tests/test_npy_dtypes.py tests/test_limits.py
+       tests/test_elastic.py tests/test_mix.py)
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1
@@ -95,7 +97,7 @@ run_tsan() {
   TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:die_after_fork=0" \
   CHUTE_SANITIZER=thread PYTHONPATH="$root/build/tsan/pkg" \
     "$python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" \
-    -k "not torch_dataloader and not users_training_pipeline and not empty_worker and not mapped_range_past_the_end" "$@"
+    -k "not torch_dataloader and not users_training_pipeline and not empty_worker and not mapped_range_past_the_end and not torch_workers" "$@"
 }
 
 case $which in

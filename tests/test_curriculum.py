@@ -241,4 +241,4 @@ def test_mixed_dataset_of_array_and_h5(tmp_path):
     assert len(ours) == len(theirs) == 13
     for o, t in zip(ours, theirs, strict=True):
         assert torch.equal(o["x"], t["x"]) and torch.equal(o["y"], t["y"])
-    assert mixed.stats()["rows"] == 200
+    assert mixed.stats()["samples_yielded"] == 200

@@ -79,7 +79,28 @@ def test_indexed_stats(tmp_path: Any) -> None:
     for _ in chute.DataLoader(ds, batch_size=100, num_workers=2):
         pass
     s = ds.stats()
-    assert s["batches"] == 10 and s["rows"] == 1000 and s["bytes"] == 4000
+    assert s["batches"] == 10 and s["samples_yielded"] == 1000 and s["bytes_yielded"] == 4000
+    assert s["wait_seconds"] > 0 and s["python_items"] == 0
+
+
+def test_streams_and_map_style_datasets_report_one_schema(tiny_shards: list[str]) -> None:
+    from chute.stats import STATS_KEYS
+
+    stream = chute.WebDataset(tiny_shards, shardshuffle=False).decode().to_tuple("npy").batched(50)
+    table = chute.ArrayDataset(x=np.arange(1000, dtype=np.float32))
+    loaders = [
+        chute.DataLoader(stream, batch_size=None, num_workers=2),
+        chute.DataLoader(table, batch_size=50, num_workers=2),
+    ]
+    for loader in loaders:
+        assert set(STATS_KEYS) <= set(loader.dataset.stats())  # before any iteration too
+        it = iter(loader)
+        next(it)
+        live = loader.stats()
+        assert set(STATS_KEYS) <= set(live)
+        assert live["batches"] == 1 and live["samples_yielded"] == 50
+        assert live["batch_bytes_in_use"] > 0  # the running engine's gauges
+        del it
 
 
 def test_partial_last_batch_reuses_a_full_batch_buffer(tmp_path: Any) -> None:

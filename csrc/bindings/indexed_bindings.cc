@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@
 #include "compose/stream_request.h"
 #include "core/error.h"
 #include "hdf5/h5_row_source.h"
+#include "io/fetch_queue.h"
+#include "io/remote_ranges.h"
+#include "io/remote_source.h"
 #include "io/mapped_region.h"
 #include "io/unique_fd.h"
 #include "pipeline/indexed_engine.h"
@@ -137,7 +141,8 @@ std::shared_ptr<IndexedTarSource> make_tar_source(
     const Column<int64_t>& sample_offsets, const Column<int64_t>& key_starts,
     const Column<uint8_t>& keys, const Column<int64_t>& member_starts,
     const Column<int32_t>& member_extensions, const Column<int64_t>& member_offsets,
-    const Column<int64_t>& member_sizes, uint64_t max_gap, uint64_t max_read, size_t max_open) {
+    const Column<int64_t>& member_sizes, uint64_t max_gap, uint64_t max_read, size_t max_open,
+    const std::optional<std::shared_ptr<FetchQueue>>& remote) {
   CHUTE_CHECK(paths.size() == urls.size() && sizes.size() == urls.size() &&
                   mtimes_ns.size() == urls.size(),
               kUsage, "tar index: urls, paths, sizes and modification times differ in length");
@@ -164,7 +169,15 @@ std::shared_ptr<IndexedTarSource> make_tar_source(
   options.max_gap = max_gap;
   options.max_read = max_read;
   options.max_open = max_open;
-  return std::make_shared<IndexedTarSource>(std::move(index), options);
+  IndexedTarSource::ReaderFactory open;
+  if (remote && *remote != nullptr) {
+    // Remote urls are read with ranged requests through chute.remote's queue.
+    open = [queue = *remote](const TarIndex::Shard& s) {
+      return is_remote_url(s.path) ? open_remote_range_reader(s.path, queue, s.identity)
+                                   : open_local_range_reader(s.url, s.path, s.identity);
+    };
+  }
+  return std::make_shared<IndexedTarSource>(std::move(index), options, std::move(open));
 }
 
 py::tuple scan_tar_index_py(const std::string& path) {
@@ -220,6 +233,8 @@ void register_indexed(py::module_& m) {
       m, "H5Context", "Open-file pool and decompressed-chunk cache shared by HDF5 sources.")
       .def(py::init<size_t, size_t, bool>(), py::arg("chunk_cache_bytes"),
            py::arg("max_open_files"), py::arg("map_files") = true)
+      .def("set_remote", &H5Context::set_remote, py::arg("queue"),
+           "Layouts whose path is a remote url are read through this FetchQueue.")
       .def("stats", [](H5Context& c) {
         const h5::ChunkCacheStats s = c.cache().stats();
         py::dict d;
@@ -302,7 +317,9 @@ void register_indexed(py::module_& m) {
           "One element in the file's byte order; unallocated storage reads as it.")
       .def_readwrite("file_size", &H5Layout::file_size)
       .def_readwrite("mtime_ns", &H5Layout::mtime_ns)
-      .def_readwrite("inode", &H5Layout::inode);
+      .def_readwrite("inode", &H5Layout::inode)
+      .def_readwrite("version", &H5Layout::version,
+                     "A remote object's ETag (else modification time) when described.");
 
   py::class_<H5RowSource, RowSource, std::shared_ptr<H5RowSource>>(
       m, "H5Source", "One HDF5 dataset over one or more files, read natively.")
@@ -334,7 +351,7 @@ void register_indexed(py::module_& m) {
            py::arg("member_starts"), py::arg("member_extensions"), py::arg("member_offsets"),
            py::arg("member_sizes"), py::arg("max_gap") = IndexedTarOptions{}.max_gap,
            py::arg("max_read") = IndexedTarOptions{}.max_read,
-           py::arg("max_open") = IndexedTarOptions{}.max_open)
+           py::arg("max_open") = IndexedTarOptions{}.max_open, py::arg("remote") = py::none())
       .def_property_readonly("reads", &IndexedTarSource::reads, "Range reads made so far.")
       .def_property_readonly("bytes_read", &IndexedTarSource::bytes_read,
                              "Bytes those reads brought in.");

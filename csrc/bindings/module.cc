@@ -3,6 +3,8 @@
 PYBIND11_MODULE(_core, m) {
   m.doc() = "chute's native engine";
   chute::bindings::register_errors(m);
+  // First: the other files' functions take its types (FetchQueue, SourceOptions).
+  chute::bindings::register_remote(m);
   chute::bindings::register_batch(m);
   chute::bindings::register_stream(m);
   chute::bindings::register_tar(m);
@@ -10,5 +12,5 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_indexed(m);
   chute::bindings::register_dropin(m);
   chute::bindings::register_image(m);
-  chute::bindings::register_remote(m);
+  chute::bindings::register_elastic(m);
 }

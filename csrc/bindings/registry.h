@@ -14,5 +14,6 @@ void register_indexed(pybind11::module_& m);
 void register_dropin(pybind11::module_& m);
 void register_image(pybind11::module_& m);
 void register_remote(pybind11::module_& m);
+void register_elastic(pybind11::module_& m);
 
 }  // namespace chute::bindings

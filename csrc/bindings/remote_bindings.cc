@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "io/byte_source.h"
 #include "io/fetch_queue.h"
+#include "io/remote_ranges.h"
 #include "io/remote_source.h"
 #include "tar/sample_reader.h"
 
@@ -144,10 +145,49 @@ class RemoteReader {
     source_.reset();
   }
 
+  // Reads the rest without keeping it: with a cache directory, what makes
+  // the object a complete cache entry. Returns the bytes read.
+  uint64_t drain() {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    CHUTE_CHECK(source_ != nullptr, kUsage, "read from a closed remote reader");
+    std::vector<uint8_t> buffer(size_t{1} << 20);
+    uint64_t total = 0;
+    while (const size_t got = source_->read(buffer.data(), buffer.size())) total += got;
+    return total;
+  }
+
  private:
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
   std::unique_ptr<ByteSource> source_;
+};
+
+// Random access to a remote object (io/remote_ranges.h) for Python readers
+// of metadata (h5py's file-like objects, inspection). close() from another
+// thread stops a read in progress.
+class PyRemoteRanges {
+ public:
+  PyRemoteRanges(const std::string& url, const std::shared_ptr<FetchQueue>& queue) {
+    py::gil_scoped_release release;
+    ranges_ = std::make_unique<RemoteRanges>(url, queue, &cancel_);
+  }
+  uint64_t size() const { return ranges_->size(); }
+  const std::string& version() const { return ranges_->version(); }
+  uint64_t ranges_fetched() const { return ranges_->ranges_fetched(); }
+  py::bytes read(uint64_t offset, size_t size) {
+    std::string out(size, '\0');
+    {
+      py::gil_scoped_release release;
+      ranges_->read(offset, size, reinterpret_cast<uint8_t*>(out.data()));
+    }
+    return py::bytes(out);
+  }
+  void close() { cancel_.store(true); }
+
+ private:
+  std::atomic<bool> cancel_{false};
+  std::unique_ptr<RemoteRanges> ranges_;
 };
 
 // The samples of a remote tar shard, parsed by the engine's reader while the
@@ -263,6 +303,30 @@ void register_remote(py::module_& m) {
           "Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, "
           "reserved_bytes.");
 
+  py::class_<SourceOptions>(
+      m, "SourceOptions",
+      "How urls are reached (csrc/io/byte_source.h): the pipe: and remote cache, the remote "
+      "reader (a FetchQueue) for http(s)://, s3://, ... urls.")
+      .def(py::init<>())
+      .def_readwrite("cache_dir", &SourceOptions::cache_dir)
+      .def_readwrite("cache_limit_bytes", &SourceOptions::cache_limit_bytes)
+      .def_readwrite("cache_fsync", &SourceOptions::cache_fsync)
+      .def_readwrite("pipe_timeout", &SourceOptions::pipe_timeout_s)
+      .def_readwrite("readahead_bytes", &SourceOptions::readahead_bytes)
+      .def_readwrite("remote", &SourceOptions::remote, "None: remote urls cannot be read.");
+
+  py::class_<PyRemoteRanges>(m, "RemoteRanges",
+                          "Byte ranges of a remote object, read through a FetchQueue.")
+      .def(py::init<const std::string&, const std::shared_ptr<FetchQueue>&>(), py::arg("url"),
+           py::arg("queue"), "Sends the HEAD and waits for it; raises ReadError naming the url.")
+      .def_property_readonly("size", &PyRemoteRanges::size)
+      .def_property_readonly("version", &PyRemoteRanges::version,
+                             "The ETag (else the modification time) the HEAD gave.")
+      .def_property_readonly("ranges_fetched", &PyRemoteRanges::ranges_fetched)
+      .def("read", &PyRemoteRanges::read, py::arg("offset"), py::arg("size"),
+           "Exactly bytes [offset, offset + size); raises ReadError (DataError past the end).")
+      .def("close", &PyRemoteRanges::close, "Stops a read in progress (in any thread).");
+
   py::class_<RemoteReader>(m, "RemoteReader", "A remote url read as a byte stream.")
       .def(py::init<const std::string&, const std::shared_ptr<FetchQueue>&, const std::string&,
                     uint64_t, bool>(),
@@ -272,7 +336,10 @@ void register_remote(py::module_& m) {
            "Up to n bytes (all that is left when n < 0); b'' at the end.")
       .def_property_readonly("in_place", &RemoteReader::in_place,
                              "Whether the object is read from a mapped local file (a cache hit).")
-      .def("close", &RemoteReader::close, "Stops any read in progress and releases the object.");
+      .def("close", &RemoteReader::close, "Stops any read in progress and releases the object.")
+      .def("drain", &RemoteReader::drain,
+           "Reads the rest and drops it (with a cache directory: completes the cache entry); "
+           "returns the bytes read.");
 
   m.def("read_remote_tar", &read_remote_tar, py::arg("url"), py::arg("queue"),
         py::arg("cache_dir") = "", py::arg("cache_limit_bytes") = 0, py::arg("in_place") = false,

@@ -11,6 +11,7 @@
 #include "bindings/registry.h"
 #include "bindings/text.h"
 #include "compose/stream_request.h"
+#include "io/fetch_queue.h"
 #include "pipeline/stream_engine.h"
 
 namespace py = pybind11;
@@ -92,9 +93,13 @@ void register_stream(py::module_& m) {
   py::class_<StreamRequest> plan(m, "StreamPlan");
   plan.def(py::init<>());
   forward(plan, "urls", &StreamRequest::plan, &StreamPlan::urls);
+  forward(plan, "sample_ranges", &StreamRequest::plan, &StreamPlan::sample_ranges);
   forward(plan, "cache_dir", &StreamRequest::source, &SourceOptions::cache_dir);
   forward(plan, "pipe_timeout", &StreamRequest::source, &SourceOptions::pipe_timeout_s);
   forward(plan, "readahead_bytes", &StreamRequest::source, &SourceOptions::readahead_bytes);
+  forward(plan, "cache_limit_bytes", &StreamRequest::source, &SourceOptions::cache_limit_bytes);
+  forward(plan, "cache_fsync", &StreamRequest::source, &SourceOptions::cache_fsync);
+  forward(plan, "remote", &StreamRequest::source, &SourceOptions::remote);
   plan.def_readwrite("fields", &StreamRequest::fields);
   forward(plan, "keep_other_members", &StreamRequest::plan, &StreamPlan::keep_other_members);
   forward(plan, "collect_keys", &StreamRequest::plan, &StreamPlan::collect_keys);

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -24,10 +24,14 @@ namespace py = pybind11;
 namespace chute::bindings {
 namespace {
 
-SourceOptions make_options(const std::string& cache_dir, double pipe_timeout_s) {
-  SourceOptions options;
-  options.cache_dir = cache_dir;
-  options.pipe_timeout_s = pipe_timeout_s;
+// `source` (for remote urls: chute.remote's reader and cache) is the base;
+// a cache_dir or pipe timeout given on its own still applies.
+using Source = std::optional<SourceOptions>;
+SourceOptions make_options(const std::string& cache_dir, double pipe_timeout_s,
+                           const Source& source) {
+  SourceOptions options = source.value_or(SourceOptions{});
+  if (!cache_dir.empty()) options.cache_dir = cache_dir;
+  if (pipe_timeout_s > 0) options.pipe_timeout_s = pipe_timeout_s;
   return options;
 }
 
@@ -53,11 +57,11 @@ class BytesSource final : public ByteSource {
 py::list samples_to_list(const std::vector<EncodedSample>& samples);
 
 py::list read_tar_samples(const std::string& url, const std::string& cache_dir,
-                          double pipe_timeout_s) {
+                          double pipe_timeout_s, const Source& source) {
   std::vector<EncodedSample> samples;
   {
     py::gil_scoped_release release;
-    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s)), 0);
+    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s, source)), 0);
     EncodedSample sample;
     while (reader.next(sample)) samples.push_back(std::move(sample));
   }
@@ -93,11 +97,12 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples) {
 // the members whose headers were read before an error that ends the archive
 // (the last one's payload may lie past it), and no error.
 std::vector<TarMember> read_members(const std::string& url, const std::string& cache_dir,
-                                    double pipe_timeout_s, bool until_error = false) {
+                                    double pipe_timeout_s, const Source& source,
+                                    bool until_error = false) {
   py::gil_scoped_release release;
   std::vector<TarMember> members;
   try {
-    TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s)));
+    TarStream stream(open_source(url, make_options(cache_dir, pipe_timeout_s, source)));
     TarMember m;
     while (stream.next(m)) members.push_back(m);
   } catch (const Error&) {
@@ -107,9 +112,9 @@ std::vector<TarMember> read_members(const std::string& url, const std::string& c
 }
 
 py::list list_tar_members(const std::string& url, const std::string& cache_dir,
-                          double pipe_timeout_s) {
+                          double pipe_timeout_s, const Source& source) {
   py::list result;
-  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s)) {
+  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s, source)) {
     result.append(py::make_tuple(name_text(m.name), m.header_offset, m.size));
   }
   return result;
@@ -121,9 +126,10 @@ py::list list_tar_members(const std::string& url, const std::string& cache_dir,
 // is not one range: a sparse file) and the member's key and extension by the
 // reader's rule (None for members it skips).
 py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
-                           double pipe_timeout_s, bool until_error) {
+                           double pipe_timeout_s, const Source& source, bool until_error) {
   py::list result;
-  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s, until_error)) {
+  for (const TarMember& m :
+       read_members(url, cache_dir, pipe_timeout_s, source, until_error)) {
     const std::optional<SampleKey> split = split_sample_key(m.name);
     py::object key = py::none(), extension = py::none();
     if (split) {
@@ -144,12 +150,12 @@ py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
 // the first error (a sample the error flawed is not among them); under one
 // that goes on, the samples delivered (flawed ones included) and lost.
 py::dict count_tar_samples(const std::string& url, const std::string& cache_dir,
-                           double pipe_timeout_s) {
+                           double pipe_timeout_s, const Source& source) {
   uint64_t raising = 0, skipping = 0, lost = 0;
   std::vector<std::string> errors;
   {
     py::gil_scoped_release release;
-    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s)), 0);
+    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s, source)), 0);
     EncodedSample sample;
     bool stopped = false;
     for (;;) {
@@ -179,13 +185,13 @@ py::dict count_tar_samples(const std::string& url, const std::string& cache_dir,
 
 // Times the reader alone (no Python objects), for benchmarks and shard checks.
 py::dict scan_tar_samples(const std::string& url, const std::string& cache_dir,
-                          double pipe_timeout_s) {
+                          double pipe_timeout_s, const Source& source) {
   uint64_t samples = 0, members = 0, bytes = 0;
   double seconds = 0;
   {
     py::gil_scoped_release release;
     const auto t0 = std::chrono::steady_clock::now();
-    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s)), 0);
+    SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s, source)), 0);
     EncodedSample sample;
     while (reader.next(sample)) {
       ++samples;
@@ -211,12 +217,12 @@ void register_tar(py::module_& m) {
   m.def(
       "peek_tar_sample",
       [](const std::string& url, const std::string& cache_dir, double pipe_timeout,
-         bool skip_errors) -> py::object {
+         const Source& source, bool skip_errors) -> py::object {
         std::vector<std::string> extensions;
         bool found = false;
         {
           py::gil_scoped_release release;
-          SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout)), 0);
+          SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout, source)), 0);
           EncodedSample sample;
           // Under a handler that goes on, the first sample the engine would
           // deliver: past bad samples, a flawed one as it was read.
@@ -236,32 +242,33 @@ void register_tar(py::module_& m) {
         return name_list(extensions);
       },
       py::arg("url"), py::arg("cache_dir") = "", py::arg("pipe_timeout") = 0.0,
-      py::arg("skip_errors") = false,
+      py::arg("source") = py::none(), py::arg("skip_errors") = false,
       "Member extensions of the first sample of a shard, or None for a shard without one. "
       "With skip_errors, errors are passed over as a handler that goes on passes them (None "
       "when the shard ends at one before any sample).");
   m.def("read_tar_samples", &read_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].");
   m.def("read_tar_bytes", &read_tar_bytes, py::arg("data"), py::arg("name") = "<bytes>",
         "read_tar_samples for a shard held in memory (`name` stands for it in errors).");
   m.def("list_tar_members", &list_tar_members, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Regular-file members of a tar shard: [(name, header offset, size)].");
   m.def("list_tar_payloads", &list_tar_payloads, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0, py::arg("until_error") = false,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
+        py::arg("until_error") = false,
         "Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, "
         "extension)]; the payload offset is None for a sparse file (not one range of the "
         "shard), key and extension None for members the reader skips. With until_error, the "
         "members whose headers come before an error that ends the archive, instead of the "
         "error.");
   m.def("count_tar_samples", &count_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Samples of a tar shard as the engine delivers them: {'samples': before the first error, "
         "'samples_skipping': delivered under a handler that goes on, 'samples_lost': lost under "
         "it, 'errors': the messages}.");
   m.def("scan_tar_samples", &scan_tar_samples, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0,
+        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Parses a tar shard into samples without building Python objects; returns counts and "
         "the parse time in seconds (measured in C++).");
   m.def("tar_cache_file_name", &cache_file_name, py::arg("url"),

@@ -314,8 +314,8 @@ class JpegDecoder {
 
   // The smallest M in {1, 2, 4} whose M/8-scaled box still covers the
   // output, else 8. libjpeg-turbo has SIMD inverse DCTs for those sizes only;
-  // at 3/8, 5/8, 6/8 and 7/8 its plain C ones make the decode slower than at
-  // full size for 5/8 and 7/8.
+  // at 5/8, 6/8 and 7/8 its plain C ones make the decode slower than at full
+  // size (benchmarks/README.md, "Transforms").
   static int pick_scale(const Box& box, int out_h, int out_w) {
     const double h = box.y1 - box.y0;
     const double w = box.x1 - box.x0;

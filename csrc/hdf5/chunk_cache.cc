@@ -63,6 +63,11 @@ ChunkCache::Data ChunkCache::get(const ChunkKey& key, const Loader& load) {
   return data;
 }
 
+bool ChunkCache::contains(const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.count(key) > 0 || pending_.count(key) > 0;
+}
+
 ChunkCacheStats ChunkCache::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   ChunkCacheStats s;

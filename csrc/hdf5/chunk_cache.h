@@ -49,6 +49,9 @@ class ChunkCache {
   // whole cache is returned but not kept. A failed load is not cached: every
   // waiter gets the exception, and a later request tries again.
   Data get(const ChunkKey& key, const Loader& load);
+  // Whether `key` is held or being loaded: a reader that fetches the raw
+  // bytes of many chunks at once (a remote file) asks only for the others.
+  bool contains(const ChunkKey& key) const;
 
   ChunkCacheStats stats() const;
   size_t capacity() const { return capacity_; }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/remote_source.h"
 
 namespace chute::h5 {
 
@@ -23,7 +24,38 @@ OpenFile::~OpenFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+size_t OpenFile::read_at(uint8_t* dst, size_t n, uint64_t offset) const {
+  if (remote_ == nullptr) return pread_full(fd_, dst, n, offset, path_);
+  remote_->read(offset, n, dst);
+  return n;
+}
+
 FilePool::FilePool(size_t max_open) : max_open_(max_open == 0 ? 1 : max_open) {}
+
+void FilePool::set_remote(std::shared_ptr<FetchQueue> queue) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  remote_ = std::move(queue);
+}
+
+std::shared_ptr<OpenFile> FilePool::open_remote(const std::string& url,
+                                                const FileIdentity& identity) {
+  std::shared_ptr<FetchQueue> queue;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue = remote_;
+  }
+  CHUTE_CHECK(queue != nullptr, kUsage,
+              "cannot read '" << url << "': remote urls are read through chute.remote");
+  auto ranges = std::make_unique<RemoteRanges>(url, std::move(queue));
+  CHUTE_CHECK(ranges->size() == identity.size &&
+                  (identity.version.empty() || ranges->version() == identity.version),
+              kIo,
+              "object '" << url << "' was replaced or modified after the dataset was opened (size "
+                         << identity.size << " -> " << ranges->size() << ", version "
+                         << identity.version << " -> " << ranges->version()
+                         << "); reopen the dataset");
+  return std::make_shared<OpenFile>(std::move(ranges), url);
+}
 
 uint32_t FilePool::register_file(const std::string& path, const FileIdentity& identity) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -75,19 +107,25 @@ std::shared_ptr<OpenFile> FilePool::acquire(uint32_t id) {
     path = e.path;
     identity = e.identity;
   }
-  // Open outside the lock: a slow filesystem must not stall the other threads.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "': " << std::strerror(errno));
-  auto file = std::make_shared<OpenFile>(fd, path);
-  struct stat st {};
-  CHUTE_CHECK(::fstat(fd, &st) == 0, kIo, "cannot stat '" << path << "': " << std::strerror(errno));
-  CHUTE_CHECK(static_cast<uint64_t>(st.st_ino) == identity.inode &&
-                  static_cast<uint64_t>(st.st_size) == identity.size &&
-                  mtime_ns_of(st) == identity.mtime_ns,
-              kIo,
-              "file '" << path << "' was replaced or modified after the dataset was opened (size "
-                       << identity.size << " -> " << st.st_size << ", inode " << identity.inode
-                       << " -> " << st.st_ino << "); reopen the dataset");
+  // Open outside the lock: a slow filesystem (or store) must not stall the other threads.
+  std::shared_ptr<OpenFile> file;
+  if (is_remote_url(path)) {
+    file = open_remote(path, identity);
+  } else {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "': " << std::strerror(errno));
+    file = std::make_shared<OpenFile>(fd, path);
+    struct stat st {};
+    CHUTE_CHECK(::fstat(fd, &st) == 0, kIo,
+                "cannot stat '" << path << "': " << std::strerror(errno));
+    CHUTE_CHECK(static_cast<uint64_t>(st.st_ino) == identity.inode &&
+                    static_cast<uint64_t>(st.st_size) == identity.size &&
+                    mtime_ns_of(st) == identity.mtime_ns,
+                kIo,
+                "file '" << path << "' was replaced or modified after the dataset was opened (size "
+                         << identity.size << " -> " << st.st_size << ", inode " << identity.inode
+                         << " -> " << st.st_ino << "); reopen the dataset");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   Entry& e = *entries_.at(id);
   if (e.file) {  // another thread opened it meanwhile; ours closes on return
@@ -124,6 +162,7 @@ size_t pread_full(int fd, uint8_t* dst, size_t n, uint64_t offset, const std::st
 
 void check_unchanged(const OpenFile& file, const FileIdentity& identity,
                      const std::string& dataset, int64_t row, uint64_t offset) {
+  if (file.remote() != nullptr) return;
   struct stat st {};
   CHUTE_CHECK(::fstat(file.fd(), &st) == 0, kIo,
               "cannot stat '" << file.path() << "': " << std::strerror(errno));

@@ -41,9 +41,12 @@ struct H5Layout {
   std::vector<uint8_t> fill_value;
 
   // The file as it was when described: a later mismatch means it changed.
+  // A remote object (`path` is its url) has a size and a version (its ETag,
+  // else its modification time) instead of an mtime and an inode.
   uint64_t file_size = 0;
   int64_t mtime_ns = 0;
   uint64_t inode = 0;
+  std::string version;
 };
 
 }  // namespace chute

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "hdf5/h5_filters.h"
+#include "io/remote_source.h"
 
 namespace chute {
 
@@ -103,7 +104,8 @@ H5RowSource::H5RowSource(std::shared_ptr<H5Context> context, std::string name,
     CHUTE_CHECK(layout.num_rows >= 0, kUsage, "'" << path << "': negative row count");
     File f;
     f.file_id = context_->files().register_file(
-        path, h5::FileIdentity{layout.file_size, layout.mtime_ns, layout.inode});
+        path, h5::FileIdentity{layout.file_size, layout.mtime_ns, layout.inode, layout.version});
+    f.remote = is_remote_url(path);
     if (layout.fill_value.empty()) layout.fill_value.assign(elem_size_, 0);
     CHUTE_CHECK(layout.fill_value.size() == elem_size_, kUsage,
                 "'" << path << "' dataset '" << layout.dataset << "': fill value has "
@@ -178,7 +180,9 @@ void H5RowSource::map_contiguous_files() {
   if (!context_->map_files()) return;
   for (File& f : files_) {
     const H5Layout& l = f.layout;
-    if (l.kind != H5Layout::Kind::kContiguous || l.num_rows == 0 || row_bytes_ == 0) continue;
+    if (l.kind != H5Layout::Kind::kContiguous || l.num_rows == 0 || row_bytes_ == 0 || f.remote) {
+      continue;
+    }
     const uint64_t bytes = static_cast<uint64_t>(l.num_rows) * row_bytes_;
     // A layout that claims bytes past the end of the file is left to the
     // pread path, whose short-read error names the offset.
@@ -282,23 +286,33 @@ void H5RowSource::read_plain_rows(size_t fi, const h5::OpenFile& file, const Wan
                                   uint8_t* out) {
   const File& f = files_[fi];
   const size_t rb = row_bytes_;
+  // Runs of rows stored back to back, each read with one request: all of
+  // them are found first, so that a remote object gets them in one go.
+  struct Run {
+    size_t k;           // first want of the run
+    size_t len;         // rows; 0: a repeated index, copied from the row before
+    uint64_t offset;    // in the file
+    size_t scratch;     // where in `scratch` a run whose slots are not adjacent lands
+    bool scattered;
+  };
+  thread_local std::vector<Run> runs;
   thread_local std::vector<uint8_t> scratch;
+  runs.clear();
+  size_t scratch_bytes = 0;
   size_t k = 0;
   while (k < m) {
-    uint8_t* dst = out + static_cast<size_t>(wants[k].second) * rb;
-    if (k > 0 && wants[k].first == wants[k - 1].first) {  // repeated index
-      std::memcpy(dst, out + static_cast<size_t>(wants[k - 1].second) * rb, rb);
+    if (k > 0 && wants[k].first == wants[k - 1].first) {
+      runs.push_back(Run{k, 0, 0, 0, false});
       ++k;
       continue;
     }
     const int64_t local = wants[k].first - starts_[fi];
     const uint64_t offset = row_offset(f, local);
     if (offset == kUnallocated) {
-      fill_row(f, dst);
+      fill_row(f, out + static_cast<size_t>(wants[k].second) * rb);
       ++k;
       continue;
     }
-    // Extend over rows stored back to back (same chunk, or contiguous).
     size_t len = 1;
     bool slots_adjacent = true;
     while (k + len < m && wants[k + len].first == wants[k + len - 1].first + 1 &&
@@ -306,31 +320,71 @@ void H5RowSource::read_plain_rows(size_t fi, const h5::OpenFile& file, const Wan
       if (wants[k + len].second != wants[k].second + len) slots_adjacent = false;
       ++len;
     }
-    const size_t bytes = len * rb;
-    uint8_t* target = dst;
-    if (!slots_adjacent) {
-      scratch.resize(bytes);
-      target = scratch.data();
+    runs.push_back(Run{k, len, offset, scratch_bytes, !slots_adjacent});
+    if (!slots_adjacent) scratch_bytes += len * rb;
+    k += len;
+  }
+  scratch.resize(scratch_bytes);
+  auto target = [&](const Run& r) {
+    return r.scattered ? scratch.data() + r.scratch
+                       : out + static_cast<size_t>(wants[r.k].second) * rb;
+  };
+  if (const RemoteRanges* remote = file.remote()) {
+    thread_local std::vector<RemoteRanges::Span> spans;
+    spans.clear();
+    for (const Run& r : runs) {
+      if (r.len > 0) spans.push_back(RemoteRanges::Span{r.offset, r.len * rb, target(r)});
     }
-    const size_t got = h5::pread_full(file.fd(), target, bytes, offset, file.path());
-    CHUTE_CHECK(got == bytes, kIo,
-                "'" << file.path() << "' dataset '" << f.layout.dataset << "' row " << wants[k].first
-                    << ": short read at byte offset " << (offset + got) << " (wanted " << bytes
-                    << " bytes at " << offset << ", got " << got
-                    << "): the file was truncated after open");
-    if (!slots_adjacent) {
-      for (size_t t = 0; t < len; ++t) {
-        std::memcpy(out + static_cast<size_t>(wants[k + t].second) * rb, scratch.data() + t * rb, rb);
+    remote->read(spans.data(), spans.size());
+  } else {
+    for (const Run& r : runs) {
+      if (r.len == 0) continue;
+      const size_t bytes = r.len * rb;
+      const size_t got = file.read_at(target(r), bytes, r.offset);
+      CHUTE_CHECK(got == bytes, kIo,
+                  "'" << file.path() << "' dataset '" << f.layout.dataset << "' row "
+                      << wants[r.k].first << ": short read at byte offset " << (r.offset + got)
+                      << " (wanted " << bytes << " bytes at " << r.offset << ", got " << got
+                      << "): the file was truncated after open");
+    }
+  }
+  for (const Run& r : runs) {
+    if (r.len == 0) {
+      std::memcpy(out + static_cast<size_t>(wants[r.k].second) * rb,
+                  out + static_cast<size_t>(wants[r.k - 1].second) * rb, rb);
+      continue;
+    }
+    if (r.scattered) {
+      for (size_t t = 0; t < r.len; ++t) {
+        std::memcpy(out + static_cast<size_t>(wants[r.k + t].second) * rb,
+                    scratch.data() + r.scratch + t * rb, rb);
       }
     }
-    bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-    k += len;
+    bytes_read_.fetch_add(r.len * rb, std::memory_order_relaxed);
   }
 }
 
 void H5RowSource::read_blocked_rows(size_t fi, const h5::OpenFile& file, const Want* wants,
                                     size_t m, uint8_t* out) {
   const size_t rb = row_bytes_;
+  Prefetched fetched;
+  if (file.remote() != nullptr) {
+    const File& f = files_[fi];
+    const uint64_t data_bytes = static_cast<uint64_t>(f.layout.num_rows) * rb;
+    std::vector<std::pair<uint64_t, std::pair<uint64_t, size_t>>> missing;
+    uint64_t last = std::numeric_limits<uint64_t>::max();
+    for (size_t k = 0; k < m; ++k) {
+      const uint64_t start = static_cast<uint64_t>(wants[k].first - starts_[fi]) * rb;
+      for (uint64_t b = start / kBlockBytes; b <= (start + rb - 1) / kBlockBytes; ++b) {
+        if (b == last || cached(fi, b)) continue;
+        last = b;
+        const uint64_t begin = b * kBlockBytes;
+        missing.push_back({b, {f.layout.offset + begin,
+                               static_cast<size_t>(std::min(kBlockBytes, data_bytes - begin))}});
+      }
+    }
+    fetched = prefetch(file, missing);
+  }
   // Sorted rows: neighbours usually share a block, so keep the last one
   // instead of asking the (locked) cache again.
   uint64_t memo_block = std::numeric_limits<uint64_t>::max();
@@ -343,7 +397,7 @@ void H5RowSource::read_blocked_rows(size_t fi, const h5::OpenFile& file, const W
       const uint64_t pos = start + done;
       const uint64_t block = pos / kBlockBytes;
       if (block != memo_block) {
-        memo = load_block(fi, block, file, wants[k].first);
+        memo = load_block(fi, block, file, wants[k].first, fetched);
         memo_block = block;
       }
       const size_t in_block = static_cast<size_t>(pos - block * kBlockBytes);
@@ -355,7 +409,7 @@ void H5RowSource::read_blocked_rows(size_t fi, const h5::OpenFile& file, const W
 }
 
 h5::ChunkCache::Data H5RowSource::load_block(size_t fi, uint64_t block, const h5::OpenFile& file,
-                                             int64_t row) {
+                                             int64_t row, Prefetched& fetched) {
   const File& f = files_[fi];
   const H5Layout& l = f.layout;
   CHUTE_CHECK(block <= std::numeric_limits<uint32_t>::max(), kUsage,
@@ -366,8 +420,13 @@ h5::ChunkCache::Data H5RowSource::load_block(size_t fi, uint64_t block, const h5
     const uint64_t begin = block * kBlockBytes;
     const size_t len = static_cast<size_t>(std::min(kBlockBytes, data_bytes - begin));
     const uint64_t offset = l.offset + begin;
+    auto it = fetched.find(block);
+    if (it != fetched.end()) {
+      bytes_read_.fetch_add(it->second.size(), std::memory_order_relaxed);
+      return std::move(it->second);
+    }
     std::vector<uint8_t> data(len);
-    const size_t got = h5::pread_full(file.fd(), data.data(), len, offset, file.path());
+    const size_t got = file.read_at(data.data(), len, offset);
     CHUTE_CHECK(got == len, kIo,
                 "'" << file.path() << "' dataset '" << l.dataset << "' row " << row
                     << ": short read at byte offset " << (offset + got) << " (wanted " << len
@@ -384,6 +443,25 @@ void H5RowSource::read_chunked_rows(size_t fi, const h5::OpenFile* file, const W
   const H5Layout& l = f.layout;
   const size_t rank = f.grid.size();
   const int64_t c_rows = l.chunk_shape[0];
+  Prefetched fetched;
+  if (file != nullptr && file->remote() != nullptr) {
+    // Every chunk the rows touch (a first-axis chunk index c0 covers the
+    // grid positions [c0 * chunks_per_row, (c0 + 1) * chunks_per_row)).
+    std::vector<std::pair<uint64_t, std::pair<uint64_t, size_t>>> missing;
+    int64_t last_c0 = -1;
+    for (size_t k = 0; k < m; ++k) {
+      const int64_t c0 = (wants[k].first - starts_[fi]) / c_rows;
+      if (c0 == last_c0) continue;
+      last_c0 = c0;
+      for (int64_t p = 0; p < f.chunks_per_row; ++p) {
+        const int32_t ci = f.chunk_at[static_cast<size_t>(c0 * f.chunks_per_row + p)];
+        if (ci < 0 || cached(fi, static_cast<uint32_t>(ci))) continue;
+        const H5ChunkInfo& c = l.chunks[static_cast<size_t>(ci)];
+        missing.push_back({static_cast<uint64_t>(ci), {c.address, static_cast<size_t>(c.size)}});
+      }
+    }
+    fetched = prefetch(*file, missing);
+  }
   // The last chunk used: consecutive sorted rows usually share it.
   int32_t memo_ci = -1;
   h5::ChunkCache::Data memo;
@@ -405,7 +483,7 @@ void H5RowSource::read_chunked_rows(size_t fi, const h5::OpenFile* file, const W
         copy_piece(f, nullptr, rr, g.data() + 1, dst);
       } else {
         if (ci != memo_ci) {
-          memo = load_chunk(fi, ci, *file, row);
+          memo = load_chunk(fi, ci, *file, row, fetched);
           memo_ci = ci;
         }
         if (f.full_rows) {
@@ -423,13 +501,18 @@ void H5RowSource::read_chunked_rows(size_t fi, const h5::OpenFile* file, const W
 }
 
 h5::ChunkCache::Data H5RowSource::load_chunk(size_t fi, int32_t ci, const h5::OpenFile& file,
-                                             int64_t row) {
+                                             int64_t row, Prefetched& fetched) {
   const File& f = files_[fi];
   const h5::ChunkKey key{source_id_, (static_cast<uint64_t>(fi) << 32) | static_cast<uint32_t>(ci)};
   return context_->cache().get(key, [&]() {
     const H5ChunkInfo& c = f.layout.chunks[static_cast<size_t>(ci)];
+    auto it = fetched.find(static_cast<uint64_t>(ci));
+    if (it != fetched.end()) {
+      bytes_read_.fetch_add(it->second.size(), std::memory_order_relaxed);
+      return decode_chunk(f, ci, std::move(it->second), row);
+    }
     std::vector<uint8_t> raw(c.size);
-    const size_t got = h5::pread_full(file.fd(), raw.data(), raw.size(), c.address, file.path());
+    const size_t got = file.read_at(raw.data(), raw.size(), c.address);
     CHUTE_CHECK(got == raw.size(), kIo,
                 chunk_where(f, ci, row) << ": short read (got " << got << " of " << raw.size()
                                         << " bytes): the file was truncated after open");
@@ -474,6 +557,26 @@ std::vector<uint8_t> H5RowSource::decode_chunk(const File& f, int32_t ci, std::v
               chunk_where(f, ci, row) << ": decoded to " << data.size() << " bytes, expected "
                                       << f.chunk_bytes);
   return data;
+}
+
+bool H5RowSource::cached(size_t fi, uint64_t unit) const {
+  return context_->cache().contains(h5::ChunkKey{source_id_, (static_cast<uint64_t>(fi) << 32) | unit});
+}
+
+H5RowSource::Prefetched H5RowSource::prefetch(
+    const h5::OpenFile& file,
+    const std::vector<std::pair<uint64_t, std::pair<uint64_t, size_t>>>& units) const {
+  Prefetched fetched;
+  if (units.empty()) return fetched;
+  std::vector<RemoteRanges::Span> spans;
+  spans.reserve(units.size());
+  for (const auto& [unit, extent] : units) {
+    std::vector<uint8_t>& raw = fetched[unit];
+    raw.resize(extent.second);
+    spans.push_back(RemoteRanges::Span{extent.first, extent.second, raw.data()});
+  }
+  file.remote()->read(spans.data(), spans.size());
+  return fetched;
 }
 
 void H5RowSource::fill_row(const File& f, uint8_t* row_out) const {

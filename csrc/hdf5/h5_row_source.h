@@ -2,6 +2,12 @@
 // from the layouts h5py described (see h5_layout.h): contiguous rows copied
 // out of a mapping of the file (pread where the kernel refuses one), chunks
 // read with pread and decoded through the shared chunk cache.
+//
+// A file whose path is a remote url (an object in a store, see
+// hdf5/file_pool.h) is read with ranged requests of exactly the extents a
+// call needs: the runs of rows, or the raw bytes of the chunks (or cached
+// blocks) it touches that the chunk cache does not hold, all requested at
+// once (io/remote_ranges.h merges neighbours); cached chunks cost nothing.
 #pragma once
 
 #include <atomic>
@@ -9,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -29,6 +36,8 @@ class H5Context {
   H5Context(size_t chunk_cache_bytes, size_t max_open_files, bool map_files = true)
       : files_(max_open_files), cache_(chunk_cache_bytes), map_files_(map_files) {}
   bool map_files() const { return map_files_; }
+  // Remote urls among the layouts' paths are read through `queue`.
+  void set_remote(std::shared_ptr<FetchQueue> queue) { files_.set_remote(std::move(queue)); }
   h5::FilePool& files() { return files_; }
   h5::ChunkCache& cache() { return cache_; }
   uint64_t new_source_id() { return next_source_id_.fetch_add(1); }
@@ -79,12 +88,16 @@ class H5RowSource : public RowSource {
     bool direct = false;            // and no filter: rows are pread straight from the file
     bool blocked = false;           // contiguous, read through the cache in fixed blocks
     bool fill_zero = true;
+    bool remote = false;            // `layout.path` is a remote url
     // Contiguous data mapped (see io/mapped_region.h); null when the kernel
     // refused the mapping, and rows are then read with pread.
     std::unique_ptr<MappedRegion> mapping;
   };
   // A row to read: its global index and its slot in the output.
   using Want = std::pair<int64_t, uint32_t>;
+  // Raw bytes of a remote file's chunks (or blocks) fetched for one call,
+  // by chunk index (or block number).
+  using Prefetched = std::unordered_map<uint64_t, std::vector<uint8_t>>;
 
   void read_file_rows(size_t fi, const Want* wants, size_t m, uint8_t* out);
   void map_contiguous_files();
@@ -98,12 +111,18 @@ class H5RowSource : public RowSource {
   void read_blocked_rows(size_t fi, const h5::OpenFile& file, const Want* wants, size_t m,
                          uint8_t* out);
   h5::ChunkCache::Data load_block(size_t fi, uint64_t block, const h5::OpenFile& file,
-                                  int64_t row);
+                                  int64_t row, Prefetched& fetched);
   // Routes small-row unfiltered files through the cache when it can hold them.
   void plan_plain_caching();
   void read_chunked_rows(size_t fi, const h5::OpenFile* file, const Want* wants, size_t m,
                          uint8_t* out);
-  h5::ChunkCache::Data load_chunk(size_t fi, int32_t ci, const h5::OpenFile& file, int64_t row);
+  h5::ChunkCache::Data load_chunk(size_t fi, int32_t ci, const h5::OpenFile& file, int64_t row,
+                                  Prefetched& fetched);
+  // Whether chunk (or block) `unit` of file `fi` is in the chunk cache.
+  bool cached(size_t fi, uint64_t unit) const;
+  // Fetches every (unit, (offset, size)) of a remote file with one read.
+  Prefetched prefetch(const h5::OpenFile& file,
+                      const std::vector<std::pair<uint64_t, std::pair<uint64_t, size_t>>>& units) const;
   std::vector<uint8_t> decode_chunk(const File& f, int32_t ci, std::vector<uint8_t> raw,
                                     int64_t row) const;
   // Copies the part of local chunk-row `rr` of a chunk at grid position g

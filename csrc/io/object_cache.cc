@@ -264,9 +264,21 @@ bool make_room(const std::string& dir, uint64_t limit, uint64_t incoming) {
     const std::string path = dir + "/" + name;
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const size_t plus = name.find('+');
     if (is_entry_name(name)) {
       entries.push_back({path, static_cast<uint64_t>(st.st_size), st.st_mtim});
       total += static_cast<uint64_t>(st.st_size);
+    } else if (plus != std::string::npos && name.compare(plus, std::string::npos, "+lock") == 0 &&
+               is_entry_name(name.substr(0, plus))) {
+      // A download in progress will publish its whole object: its room is
+      // taken already, or concurrent downloads would overfill the cache.
+      LockWatch watch;
+      ObjectVersion downloading;
+      if (watch.open(dir + "/" + name.substr(0, plus)) && watch.read_note(downloading)) {
+        total += downloading.size;
+      } else if (is_stale_leftover(dir, name, st)) {
+        stale.push_back(path);
+      }
     } else if (is_stale_leftover(dir, name, st)) {
       stale.push_back(path);
     }

@@ -89,7 +89,8 @@ class LockWatch {
 
 // Makes room for `incoming` more bytes under `limit` (0: no limit) by
 // evicting entries of `dir`, least recently used first, skipping those being
-// read. Returns whether `incoming` now fits. Also removes what dead
+// read; downloads in progress count at their whole size. Returns whether
+// `incoming` now fits. Also removes what dead
 // processes left behind (part, lock and temporary files untouched for a
 // while whose owner is gone).
 bool make_room(const std::string& dir, uint64_t limit, uint64_t incoming);

@@ -16,9 +16,9 @@
 //       group members into samples and probe their headers
 //   decode_seconds: busy time of the batch workers, which decode samples
 //       (stream) or gather rows (indexed) into batch memory
-//   shuffle_bytes, shuffle_peak_bytes, shuffle_peak_samples: the memory the
-//       samples in the shuffle buffers hold now (payload buffers as
-//       allocated, bookkeeping), and their peaks (stream)
+//   shuffle_bytes, shuffle_peak_bytes, shuffle_peak_samples: the bytes of
+//       the samples in the shuffle buffers now, as the buffers count them
+//       (EncodedSample::encoded_bytes), and their peaks (stream)
 //   arenas_created, batch_bytes_reserved, batch_bytes_in_use,
 //   batch_peak_bytes_reserved, batch_peak_bytes_in_use, batch_bytes_pinned:
 //       the batch memory (see memory/batch_allocator.h)

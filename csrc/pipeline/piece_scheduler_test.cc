@@ -247,7 +247,7 @@ TEST(PieceScheduler, AFreeWorkerTakesAnUntakenPieceOfAnEarlierBatchFirst) {
   PieceScheduler scheduler(results);
   StartLog log;
   // Batch 0: three one-row pieces; its pieces 0 and 1 wait for their gate.
-  // Batch 1: one piece, queued behind it.
+  // Batch 1: one piece, queued behind it once both workers hold a piece.
   Gate gates[2];
   auto first = std::make_shared<TestJob>(0, 3, 1, allocator, &log);
   first->on_piece = [&](size_t begin, size_t) {
@@ -256,11 +256,13 @@ TEST(PieceScheduler, AFreeWorkerTakesAnUntakenPieceOfAnEarlierBatchFirst) {
     }
   };
   ASSERT_TRUE(scheduler.push(first));
-  ASSERT_TRUE(scheduler.push(std::make_shared<TestJob>(1, 1, 1, allocator, &log)));
-  scheduler.end();
   results.finish(2);
   Workers workers(scheduler, results, 2);
   ASSERT_TRUE(log.wait_for(2, kHangGuard));
+  // Queued only now: a worker that came while batch 0 was being allocated
+  // would have taken it rather than wait.
+  ASSERT_TRUE(scheduler.push(std::make_shared<TestJob>(1, 1, 1, allocator, &log)));
+  scheduler.end();
   // Both workers hold a piece of batch 0; when one is let go it must take
   // batch 0's last piece, not batch 1's.
   gates[0].open();

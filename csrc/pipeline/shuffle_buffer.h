@@ -15,6 +15,12 @@
 
 namespace chute {
 
+// The seed of stream `stream`'s shuffle buffer in an epoch of a plan seeded
+// `plan_seed`: the engine and the replay (pipeline/shuffle_replay.h) share it.
+inline uint64_t stream_shuffle_seed(uint64_t plan_seed, int64_t epoch, uint64_t stream) {
+  return derive_seed({plan_seed, static_cast<uint64_t>(epoch), stream, 0x5355464655ULL});
+}
+
 template <typename T>
 class ShuffleBuffer {
  public:
@@ -58,6 +64,20 @@ class ShuffleBuffer {
   // True while the buffered bytes exceed the byte budget: the caller pops
   // until it is not, so a few huge samples cannot blow the memory bound.
   bool over_budget() const { return bytes_ > max_bytes_ && !items_.empty(); }
+
+  // One sample of the stream through the buffer, as the stream thread moves
+  // it: pushed, then samples leave while the buffer is over its byte budget.
+  // `emit` takes each sample that leaves and returns false to stop (the
+  // result is then false).
+  template <typename Emit>
+  bool feed(T item, size_t bytes, Emit&& emit) {
+    T out;
+    if (push(std::move(item), bytes, &out) && !emit(std::move(out))) return false;
+    while (over_budget() && pop(&out)) {
+      if (!emit(std::move(out))) return false;
+    }
+    return true;
+  }
 
   size_t size() const { return items_.size(); }
   size_t bytes() const { return bytes_; }

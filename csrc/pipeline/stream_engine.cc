@@ -10,7 +10,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/random.h"
+#include "pipeline/selected_samples.h"
 #include "pipeline/shard_schedule.h"
 #include "pipeline/shuffle_buffer.h"
 
@@ -67,6 +67,13 @@ StreamEngine::StreamEngine(StreamPlan plan)
               kUsage,
               "deliver_offset must be in [0, deliver_stride), got "
                   << plan_.deliver_offset << " of " << plan_.deliver_stride);
+  CHUTE_CHECK(plan_.sample_ranges.size() <= plan_.urls.size(), kUsage,
+              "sample ranges for " << plan_.sample_ranges.size() << " urls, but the plan has "
+                                   << plan_.urls.size());
+  for (const std::vector<int64_t>& ranges : plan_.sample_ranges) {
+    const std::string why = SelectedSamples::invalid(ranges);
+    CHUTE_CHECK(why.empty(), kUsage, "sample ranges: " << why);
+  }
   for (const FieldPlan& f : plan_.fields) {
     CHUTE_CHECK(!f.extensions.empty(), kUsage, "field '" << f.name << "' names no extension");
   }
@@ -140,8 +147,12 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     SourceOpenOptions options;
     options.in_place = plan_.shuffle_capacity == 0;
     options.cancel = &closed_;
-    const std::unique_ptr<SampleSource> source =
+    std::unique_ptr<SampleSource> source =
         plan_.sources->open(plan_.urls[job.shard], job.shard, options);
+    if (job.shard < plan_.sample_ranges.size() && !plan_.sample_ranges[job.shard].empty()) {
+      source = std::make_unique<SelectedSamples>(
+          std::move(source), plan_.sample_ranges[job.shard], plan_.urls[job.shard]);
+    }
     shards_opened_.fetch_add(1);
     auto payload_buffer = [&] {
       return source->in_place() ? std::vector<uint8_t>() : payload_buffers_.take();
@@ -230,8 +241,7 @@ void StreamEngine::run_stream(int stream) {
   const size_t chunk = static_cast<size_t>(std::clamp<int64_t>(plan_.batch_size, 16, 1024));
   ShuffleBuffer<PlannedSample> shuffle(
       plan_.shuffle_capacity, plan_.shuffle_initial, plan_.shuffle_max_bytes,
-      derive_seed({plan_.seed, static_cast<uint64_t>(plan_.epoch), static_cast<uint64_t>(stream),
-                   0x5355464655ULL}));
+      stream_shuffle_seed(plan_.seed, plan_.epoch, static_cast<uint64_t>(stream)));
   StreamItem item;
   size_t item_bytes = 0;
   auto flush = [&]() -> bool {
@@ -300,15 +310,9 @@ void StreamEngine::run_stream(int stream) {
         shard_done = shard_done || c->end;
         for (PlannedSample& sample : c->samples) {
           samples_this_pass += 1;
-          bool ok = true;
-          if (shuffle.enabled()) {
-            PlannedSample out;
-            const size_t bytes = sample.encoded.held_bytes();
-            if (shuffle.push(std::move(sample), bytes, &out)) ok = emit(std::move(out));
-            while (ok && shuffle.over_budget() && shuffle.pop(&out)) ok = emit(std::move(out));
-          } else {
-            ok = emit(std::move(sample));
-          }
+          const size_t bytes = sample.encoded.encoded_bytes();
+          const bool ok = shuffle.enabled() ? shuffle.feed(std::move(sample), bytes, emit)
+                                            : emit(std::move(sample));
           if (!ok) return;  // closed
         }
         if (shuffle.enabled()) account_shuffle();

@@ -20,6 +20,10 @@ namespace chute {
 
 struct StreamPlan {
   std::vector<std::string> urls;
+  // Per url, the samples to read (pipeline/selected_samples.h: begin/end
+  // pairs of sample positions); a url without an entry, or with an empty
+  // one, is read whole. An elastic resume reads parts of shards this way.
+  std::vector<std::vector<int64_t>> sample_ranges;
   std::shared_ptr<const SampleSourceFactory> sources;  // opens the urls
   std::vector<FieldPlan> fields;
   // Members whose extension no field claims are returned raw per sample

@@ -2,12 +2,14 @@
 
 from chute._core import DataError, ReadError
 from chute.arrays import ArrayDataset
-from chute.curriculum import Curriculum, MixedDataset
+from chute.curriculum import Curriculum
 from chute.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
 from chute.limits import get_max_image_pixels, set_max_image_pixels
+from chute.mix import MixedDataset, mix
+from chute.mix_stream import MixedStream
 from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
@@ -25,6 +27,7 @@ __all__ = [
     "H5Dataset",
     "IndexedDataset",
     "MixedDataset",
+    "MixedStream",
     "ReadError",
     "SkippedSampleWarning",
     "TarDataset",
@@ -36,6 +39,7 @@ __all__ = [
     "WorkerInitFnWarning",
     "create_loader",
     "get_max_image_pixels",
+    "mix",
     "set_epoch",
     "set_max_image_pixels",
     "validate_batch",

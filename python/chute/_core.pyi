@@ -8,11 +8,174 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteReader', 'RowSource', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
     pass
+class FetchTicket:
+    """
+    A request taken from a FetchQueue; answer it exactly once.
+    """
+    def complete(self, data: typing_extensions.Buffer) -> None:
+        """
+        Delivers a range's bytes (copied with the GIL released). Fewer bytes than asked for count as a retryable failure.
+        """
+    def complete_head(self, size: typing.SupportsInt | typing.SupportsIndex, etag: str, version: str) -> None:
+        """
+        Answers a HEAD: size, ETag ('' if none), content version.
+        """
+    def fail(self, kind: str, status: typing.SupportsInt | typing.SupportsIndex, message: str, retryable: bool) -> None:
+        """
+        kind: 'io', 'timeout', 'usage' or 'data'; status: HTTP status or 0. A retryable failure is retried after a backoff while attempts remain.
+        """
+    @property
+    def attempt(self) -> int:
+        """
+        0 on the first try.
+        """
+    @property
+    def id(self) -> int:
+        ...
+    @property
+    def if_match(self) -> str:
+        """
+        ETag the object must still have ('' for any).
+        """
+    @property
+    def length(self) -> int:
+        ...
+    @property
+    def offset(self) -> int:
+        ...
+    @property
+    def op(self) -> str:
+        """
+        'head' or 'range'.
+        """
+    @property
+    def url(self) -> str:
+        ...
+class FetchQueue:
+    """
+    Requests of remote byte sources, for chute.remote's executor (see csrc/io/fetch_queue.h).
+    """
+    def __init__(self, range_bytes: typing.SupportsInt | typing.SupportsIndex = 8388608, max_in_flight: typing.SupportsInt | typing.SupportsIndex = 4, prefetch_bytes: typing.SupportsInt | typing.SupportsIndex = 268435456, retries: typing.SupportsInt | typing.SupportsIndex = 5, backoff_s: typing.SupportsFloat | typing.SupportsIndex = 0.25, max_backoff_s: typing.SupportsFloat | typing.SupportsIndex = 8.0, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 60.0) -> None:
+        ...
+    def close(self) -> None:
+        """
+        Fails everything queued or in flight and wakes the executor.
+        """
+    def consume_wake(self) -> None:
+        ...
+    def next_delay(self) -> float | None:
+        """
+        Seconds until the next delayed retry is due, or None.
+        """
+    def stats(self) -> dict[str, int]:
+        """
+        Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, reserved_bytes.
+        """
+    def take_cancelled(self) -> list[int]:
+        """
+        Ids of popped requests nobody wants any more (abort them).
+        """
+    def try_pop(self) -> FetchTicket | None:
+        """
+        The next ready request, or None.
+        """
+    @property
+    def closed(self) -> bool:
+        ...
+    @property
+    def wake_fd(self) -> int:
+        """
+        Readable when there is something to do (an eventfd).
+        """
+class SourceOptions:
+    """
+    How urls are reached (csrc/io/byte_source.h): the pipe: and remote cache, the remote reader (a FetchQueue) for http(s)://, s3://, ... urls.
+    """
+    cache_dir: str
+    cache_fsync: bool
+    def __init__(self) -> None:
+        ...
+    @property
+    def cache_limit_bytes(self) -> int:
+        ...
+    @cache_limit_bytes.setter
+    def cache_limit_bytes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def pipe_timeout(self) -> float:
+        ...
+    @pipe_timeout.setter
+    def pipe_timeout(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def readahead_bytes(self) -> int:
+        ...
+    @readahead_bytes.setter
+    def readahead_bytes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def remote(self) -> FetchQueue:
+        """
+        None: remote urls cannot be read.
+        """
+    @remote.setter
+    def remote(self, arg0: FetchQueue) -> None:
+        ...
+class RemoteRanges:
+    """
+    Byte ranges of a remote object, read through a FetchQueue.
+    """
+    def __init__(self, url: str, queue: FetchQueue) -> None:
+        """
+        Sends the HEAD and waits for it; raises ReadError naming the url.
+        """
+    def close(self) -> None:
+        """
+        Stops a read in progress (in any thread).
+        """
+    def read(self, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
+        """
+        Exactly bytes [offset, offset + size); raises ReadError (DataError past the end).
+        """
+    @property
+    def ranges_fetched(self) -> int:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def version(self) -> str:
+        """
+        The ETag (else the modification time) the HEAD gave.
+        """
+class RemoteReader:
+    """
+    A remote url read as a byte stream.
+    """
+    def __init__(self, url: str, queue: FetchQueue, cache_dir: str = '', cache_limit_bytes: typing.SupportsInt | typing.SupportsIndex = 0, cache_fsync: bool = True) -> None:
+        ...
+    def close(self) -> None:
+        """
+        Stops any read in progress and releases the object.
+        """
+    def drain(self) -> int:
+        """
+        Reads the rest and drops it (with a cache directory: completes the cache entry); returns the bytes read.
+        """
+    def read(self, n: typing.SupportsInt | typing.SupportsIndex = -1) -> bytes:
+        """
+        Up to n bytes (all that is left when n < 0); b'' at the end.
+        """
+    @property
+    def in_place(self) -> bool:
+        """
+        Whether the object is read from a mapped local file (a cache hit).
+        """
 class Batch:
     """
     One batch from the engine, column by column.
@@ -402,10 +565,12 @@ class FieldPlan:
         ...
 class StreamPlan:
     cache_dir: str
+    cache_fsync: bool
     collect_keys: bool
     keep_other_members: bool
     on_error: ErrorPolicy
     partial: bool
+    remote: FetchQueue
     repeat: bool
     resampled: bool
     samples_one_by_one: bool
@@ -423,16 +588,10 @@ class StreamPlan:
     def batch_size(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
-    def deliver_offset(self) -> int:
+    def cache_limit_bytes(self) -> int:
         ...
-    @deliver_offset.setter
-    def deliver_offset(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def deliver_stride(self) -> int:
-        ...
-    @deliver_stride.setter
-    def deliver_stride(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+    @cache_limit_bytes.setter
+    def cache_limit_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def epoch(self) -> int:
@@ -499,6 +658,12 @@ class StreamPlan:
         ...
     @readahead_bytes.setter
     def readahead_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sample_ranges(self) -> list[list[int]]:
+        ...
+    @sample_ranges.setter
+    def sample_ranges(self, arg1: collections.abc.Sequence[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]) -> None:
         ...
     @property
     def seed(self) -> int:
@@ -576,6 +741,10 @@ class H5Context:
     """
     def __init__(self, chunk_cache_bytes: typing.SupportsInt | typing.SupportsIndex, max_open_files: typing.SupportsInt | typing.SupportsIndex, map_files: bool = True) -> None:
         ...
+    def set_remote(self, queue: FetchQueue) -> None:
+        """
+        Layouts whose path is a remote url are read through this FetchQueue.
+        """
     def stats(self) -> dict[str, typing.Any]:
         ...
 class H5LayoutKind:
@@ -757,6 +926,14 @@ class H5Layout:
     @row_shape.setter
     def row_shape(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         ...
+    @property
+    def version(self) -> str:
+        """
+        A remote object's ETag (else modification time) when described.
+        """
+    @version.setter
+    def version(self, arg0: str) -> None:
+        ...
 class H5Source(RowSource):
     """
     One HDF5 dataset over one or more files, read natively.
@@ -780,7 +957,7 @@ class TarIndexSource(IndexedSampleSource):
     """
     Tar shards read by sample id through their index; neighbouring samples share a read.
     """
-    def __init__(self, urls: collections.abc.Sequence[str], paths: collections.abc.Sequence[str], sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], mtimes_ns: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extensions: collections.abc.Sequence[str], shard_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], sample_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], key_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], keys: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], member_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_extensions: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], member_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], max_gap: typing.SupportsInt | typing.SupportsIndex = 32768, max_read: typing.SupportsInt | typing.SupportsIndex = 16777216, max_open: typing.SupportsInt | typing.SupportsIndex = 64) -> None:
+    def __init__(self, urls: collections.abc.Sequence[str], paths: collections.abc.Sequence[str], sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], mtimes_ns: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extensions: collections.abc.Sequence[str], shard_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], sample_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], key_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], keys: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], member_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_extensions: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], member_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], max_gap: typing.SupportsInt | typing.SupportsIndex = 32768, max_read: typing.SupportsInt | typing.SupportsIndex = 16777216, max_open: typing.SupportsInt | typing.SupportsIndex = 64, remote: FetchQueue | None = None) -> None:
         ...
     @property
     def bytes_read(self) -> int:
@@ -894,104 +1071,6 @@ class _MappedFile:
     @property
     def valid_size(self) -> int:
         ...
-class FetchTicket:
-    """
-    A request taken from a FetchQueue; answer it exactly once.
-    """
-    def complete(self, data: typing_extensions.Buffer) -> None:
-        """
-        Delivers a range's bytes (copied with the GIL released). Fewer bytes than asked for count as a retryable failure.
-        """
-    def complete_head(self, size: typing.SupportsInt | typing.SupportsIndex, etag: str, version: str) -> None:
-        """
-        Answers a HEAD: size, ETag ('' if none), content version.
-        """
-    def fail(self, kind: str, status: typing.SupportsInt | typing.SupportsIndex, message: str, retryable: bool) -> None:
-        """
-        kind: 'io', 'timeout', 'usage' or 'data'; status: HTTP status or 0. A retryable failure is retried after a backoff while attempts remain.
-        """
-    @property
-    def attempt(self) -> int:
-        """
-        0 on the first try.
-        """
-    @property
-    def id(self) -> int:
-        ...
-    @property
-    def if_match(self) -> str:
-        """
-        ETag the object must still have ('' for any).
-        """
-    @property
-    def length(self) -> int:
-        ...
-    @property
-    def offset(self) -> int:
-        ...
-    @property
-    def op(self) -> str:
-        """
-        'head' or 'range'.
-        """
-    @property
-    def url(self) -> str:
-        ...
-class FetchQueue:
-    """
-    Requests of remote byte sources, for chute.remote's executor (see csrc/io/fetch_queue.h).
-    """
-    def __init__(self, range_bytes: typing.SupportsInt | typing.SupportsIndex = 8388608, max_in_flight: typing.SupportsInt | typing.SupportsIndex = 4, prefetch_bytes: typing.SupportsInt | typing.SupportsIndex = 268435456, retries: typing.SupportsInt | typing.SupportsIndex = 5, backoff_s: typing.SupportsFloat | typing.SupportsIndex = 0.25, max_backoff_s: typing.SupportsFloat | typing.SupportsIndex = 8.0, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 60.0) -> None:
-        ...
-    def close(self) -> None:
-        """
-        Fails everything queued or in flight and wakes the executor.
-        """
-    def consume_wake(self) -> None:
-        ...
-    def next_delay(self) -> float | None:
-        """
-        Seconds until the next delayed retry is due, or None.
-        """
-    def stats(self) -> dict[str, int]:
-        """
-        Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, reserved_bytes.
-        """
-    def take_cancelled(self) -> list[int]:
-        """
-        Ids of popped requests nobody wants any more (abort them).
-        """
-    def try_pop(self) -> FetchTicket | None:
-        """
-        The next ready request, or None.
-        """
-    @property
-    def closed(self) -> bool:
-        ...
-    @property
-    def wake_fd(self) -> int:
-        """
-        Readable when there is something to do (an eventfd).
-        """
-class RemoteReader:
-    """
-    A remote url read as a byte stream.
-    """
-    def __init__(self, url: str, queue: FetchQueue, cache_dir: str = '', cache_limit_bytes: typing.SupportsInt | typing.SupportsIndex = 0, cache_fsync: bool = True) -> None:
-        ...
-    def close(self) -> None:
-        """
-        Stops any read in progress and releases the object.
-        """
-    def read(self, n: typing.SupportsInt | typing.SupportsIndex = -1) -> bytes:
-        """
-        Up to n bytes (all that is left when n < 0); b'' at the end.
-        """
-    @property
-    def in_place(self) -> bool:
-        """
-        Whether the object is read from a mapped local file (a cache hit).
-        """
 def _batch_keys(arg0: Batch) -> list[typing.Any]:
     """
     Batch.keys() with tar names decoded as webdataset decodes them (UTF-8, surrogateescape).
@@ -1040,7 +1119,7 @@ def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
     """
     StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
     """
-def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, typing.Any]:
+def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> dict[str, typing.Any]:
     """
     Samples of a tar shard as the engine delivers them: {'samples': before the first error, 'samples_skipping': delivered under a handler that goes on, 'samples_lost': lost under it, 'errors': the messages}.
     """
@@ -1052,11 +1131,11 @@ def decode_npy(data: bytes, where: str = '<bytes>') -> numpy.typing.NDArray[typi
     """
     Decode .npy bytes to a C-contiguous array as np.load reads them (the numeric dtypes in native byte order).
     """
-def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, int, int]]:
+def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> list[tuple[str, int, int]]:
     """
     Regular-file members of a tar shard: [(name, header offset, size)].
     """
-def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, until_error: bool = False) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
+def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None, until_error: bool = False) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
     """
     Regular-file members of a tar shard: [(name, header offset, payload offset, size, key, extension)]; the payload offset is None for a sparse file (not one range of the shard), key and extension None for members the reader skips. With until_error, the members whose headers come before an error that ends the archive, instead of the error.
     """
@@ -1064,11 +1143,15 @@ def max_image_pixels() -> int | None:
     """
     The decompression bomb guard's limit in pixels; None when there is none.
     """
+def mix_schedule(counts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], begin: typing.SupportsInt | typing.SupportsIndex, end: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int32]:
+    """
+    The source (an index into `counts`) of each position in [begin, end) of a mix that takes counts[i] of every sum(counts) positions from source i, each prefix of a period within one position of its share (Tijdeman's chairman assignment).
+    """
 def parse_int_label(data: bytes, where: str = '<bytes>') -> int:
     """
     Python's int(bytes), limited to int64.
     """
-def peek_tar_sample(url: str, cache_dir: str = '', pipe_timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, skip_errors: bool = False) -> typing.Any:
+def peek_tar_sample(url: str, cache_dir: str = '', pipe_timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None, skip_errors: bool = False) -> typing.Any:
     """
     Member extensions of the first sample of a shard, or None for a shard without one. With skip_errors, errors are passed over as a handler that goes on passes them (None when the shard ends at one before any sample).
     """
@@ -1084,7 +1167,7 @@ def read_tar_bytes(data: bytes, name: str = '<bytes>') -> list[typing.Any]:
     """
     read_tar_samples for a shard held in memory (`name` stands for it in errors).
     """
-def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> list[tuple[str, dict[str, bytes], int]]:
+def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> list[tuple[str, dict[str, bytes], int]]:
     """
     Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].
     """
@@ -1092,11 +1175,15 @@ def remote_schemes() -> list[str]:
     """
     The url schemes read through a FetchQueue.
     """
+def replay_shuffle(capacity: typing.SupportsInt | typing.SupportsIndex, initial: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, plan_seed: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex, bytes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64], outputs: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int64]:
+    """
+    Positions (into `bytes`, the encoded size of each sample a stream reads, in order) of the first `outputs` samples its shuffle buffer lets out, in the order they leave: the engine's own buffer (StreamPlan shuffle settings and seed), replayed.
+    """
 def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]:
     """
     The content of a tar shard's sidecar index, grouped by the engine's key rule: (keys, sample header offsets, members per sample, member extensions, payload offsets, payload sizes), the last three per member in archive order.
     """
-def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> dict[str, int | float]:
+def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> dict[str, int | float]:
     """
     Parses a tar shard into samples without building Python objects; returns counts and the parse time in seconds (measured in C++).
     """

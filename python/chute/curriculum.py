@@ -3,8 +3,10 @@
 `Curriculum` is a torch `Sampler[int]`: groups of sample indices (by
 difficulty, by source, ...) and a schedule that gives each epoch's weight per
 group. `set_epoch(e)` switches to epoch e's weights. `MixedDataset`
-concatenates map-style chute datasets; `MixedDataset.curriculum(schedule)` is
-a `Curriculum` over their index ranges, i.e. per-epoch mixing weights.
+(chute.mix) concatenates map-style chute datasets;
+`MixedDataset.curriculum(schedule)` is a `Curriculum` over their index
+ranges, i.e. per-epoch mixing weights drawn at random; its `weights` mix
+them with exact counts instead.
 
 Randomness: epoch e's order is a pure function of (seed, epoch). Both go into
 numpy's `SeedSequence` as separate words, so (seed=0, epoch=1) and (seed=1,
@@ -29,7 +31,6 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from chute.indexed import Batch, BatchReader, IndexedDataset, submitted_ahead
 from chute.shards import rank_and_world_size
 
 GroupKey = Any  # str for named groups, or any hashable label of a label array
@@ -127,20 +128,8 @@ class Curriculum(Sampler[int]):
     def weights(self, epoch: int | None = None) -> dict[GroupKey, float]:
         """The normalised group shares of `epoch` (default: the current one)."""
         e = self.epoch if epoch is None else int(epoch)
-        raw = _weights_at(self._schedule, e)
-        unknown = [k for k in raw if k not in self._names]
-        if unknown:
-            raise ValueError(
-                f"schedule for epoch {e} names unknown group(s) {unknown!r}; "
-                f"groups are {self._names!r}"
-            )
-        values = np.array([float(raw.get(n, 0.0)) for n in self._names])
-        bad = [n for n, v in zip(self._names, values, strict=True) if not (v >= 0 and v < np.inf)]
-        if bad:
-            raise ValueError(f"schedule for epoch {e}: weight of group {bad[0]!r} is {raw[bad[0]]}")
-        total = values.sum()
-        if total <= 0:
-            raise ValueError(f"schedule for epoch {e}: all group weights are 0")
+        shares = normalized_weights(self._schedule, self._names, e)
+        values = np.array(list(shares.values()))
         empty = [
             n
             for n, v, m in zip(self._names, values, self._members, strict=True)
@@ -150,7 +139,7 @@ class Curriculum(Sampler[int]):
             raise ValueError(
                 f"schedule for epoch {e}: group {empty[0]!r} has weight but no members"
             )
-        return {n: float(v / total) for n, v in zip(self._names, values, strict=True)}
+        return shares
 
     def global_order(self, epoch: int | None = None) -> np.ndarray:
         """The `num_samples` indices every rank draws for `epoch`, before the split."""
@@ -167,7 +156,7 @@ class Curriculum(Sampler[int]):
             pick = (rng.random(n) * sizes[group]).astype(np.int64)
             drawn: np.ndarray = flat[starts[group] + np.minimum(pick, sizes[group] - 1)]
             return drawn
-        counts = _apportion(n, shares)
+        counts = apportion(n, shares)
         parts: list[np.ndarray] = []
         for name, members, count in zip(self._names, self._members, counts, strict=True):
             if count > members.size:
@@ -257,7 +246,32 @@ def _weights_at(schedule: Schedule, epoch: int) -> Mapping[GroupKey, float]:
     return out
 
 
-def _apportion(n: int, shares: np.ndarray) -> np.ndarray:
+def normalized_weights(
+    schedule: Schedule, names: Sequence[GroupKey], epoch: int, what: str = "group"
+) -> dict[GroupKey, float]:
+    """The shares `schedule` gives `names` at `epoch` (summing to 1; names
+    left out weigh 0). ValueError for unknown names and weights that are
+    negative, not finite or all 0."""
+    raw = _weights_at(schedule, epoch)
+    unknown = [k for k in raw if k not in names]
+    if unknown:
+        raise ValueError(
+            f"schedule for epoch {epoch} names unknown {what}(s) {unknown!r}; "
+            f"{what}s are {list(names)!r}"
+        )
+    values = np.array([float(raw.get(n, 0.0)) for n in names])
+    bad = [n for n, v in zip(names, values, strict=True) if not (v >= 0 and v < np.inf)]
+    if bad:
+        raise ValueError(
+            f"schedule for epoch {epoch}: weight of {what} {bad[0]!r} is {raw[bad[0]]}"
+        )
+    total = values.sum()
+    if total <= 0:
+        raise ValueError(f"schedule for epoch {epoch}: all {what} weights are 0")
+    return {n: float(v / total) for n, v in zip(names, values, strict=True)}
+
+
+def apportion(n: int, shares: np.ndarray) -> np.ndarray:
     """Integer counts summing to n, proportional to shares (largest remainders)."""
     exact = shares * n
     counts: np.ndarray = np.floor(exact).astype(np.int64)
@@ -267,175 +281,3 @@ def _apportion(n: int, shares: np.ndarray) -> np.ndarray:
         order = np.argsort(-(exact - counts), kind="stable")
         counts[order[:short]] += 1
     return counts
-
-
-class MixedDataset(IndexedDataset):
-    """Map-style concatenation of chute datasets with the same fields.
-
-    `MixedDataset({"web": a, "books": b})` (or a list, named 0, 1, ...):
-    index i < len(a) is a[i], then b[i - len(a)], as torch's ConcatDataset.
-    `mixed.curriculum(schedule, ...)` gives a `Curriculum` over the
-    per-dataset index ranges, so the schedule's weights are mixing weights:
-    `{"web": 0.7, "books": 0.3}` draws 70% of each epoch from `web` whatever
-    the sizes.
-
-    Reads stay native: each index batch is split by dataset (one vectorised
-    searchsorted), each part goes to that dataset's own engine, and the parts
-    are gathered back into batch order — one extra copy of the batch, made by
-    torch's indexing, not per-sample Python.
-    """
-
-    def __init__(
-        self, datasets: Mapping[GroupKey, IndexedDataset] | Sequence[IndexedDataset]
-    ) -> None:
-        if isinstance(datasets, Mapping):
-            names = list(datasets)
-            parts = [datasets[n] for n in names]
-        else:
-            parts = list(datasets)
-            names = list(range(len(parts)))
-        if not parts:
-            raise ValueError("MixedDataset needs at least one dataset")
-        for name, d in zip(names, parts, strict=True):
-            if not isinstance(d, IndexedDataset):
-                raise TypeError(
-                    f"MixedDataset: dataset {name!r} is a {type(d).__name__}, not a chute "
-                    "map-style dataset; for other datasets use torch's ConcatDataset with "
-                    "chute.Curriculum(groups=...)"
-                )
-        fields = parts[0].field_names()
-        for name, d in zip(names, parts, strict=True):
-            if d.field_names() != fields:
-                raise ValueError(
-                    f"MixedDataset: dataset {name!r} has fields {d.field_names()}, "
-                    f"dataset {names[0]!r} has {fields}"
-                )
-        self.names = names
-        self.datasets = parts
-        sizes = np.array([len(d) for d in parts], dtype=np.int64)
-        self.cumulative_sizes = np.cumsum(sizes)
-        self._starts = self.cumulative_sizes - sizes
-        self._init_indexed(None)
-
-    def __len__(self) -> int:
-        return int(self.cumulative_sizes[-1])
-
-    def field_names(self) -> list[str]:
-        return self.datasets[0].field_names()
-
-    def ranges(self) -> dict[GroupKey, range]:
-        """Dataset name → its index range in the concatenation."""
-        return {
-            n: range(int(s), int(e))
-            for n, s, e in zip(self.names, self._starts, self.cumulative_sizes, strict=True)
-        }
-
-    def curriculum(
-        self,
-        schedule: Schedule,
-        num_samples: int | None = None,
-        replacement: bool = True,
-        seed: int = 0,
-        *,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        drop_last: bool = False,
-    ) -> Curriculum:
-        """A `Curriculum` whose groups are the datasets (by name)."""
-        groups = {n: np.arange(r.start, r.stop, dtype=np.int64) for n, r in self.ranges().items()}
-        return Curriculum(
-            groups,
-            schedule,
-            num_samples=num_samples,
-            replacement=replacement,
-            seed=seed,
-            num_replicas=num_replicas,
-            rank=rank,
-            drop_last=drop_last,
-        )
-
-    def _split(self, idx: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """(dataset, positions in the batch, local indices) for each dataset touched."""
-        n = len(self)
-        bad = (idx < 0) | (idx >= n)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise IndexError(f"index {int(idx[i])} is out of range for a dataset of length {n}")
-        which = np.searchsorted(self.cumulative_sizes, idx, side="right")
-        out: list[tuple[int, np.ndarray, np.ndarray]] = []
-        for d in np.unique(which):
-            pos = np.flatnonzero(which == d)
-            out.append((int(d), pos, idx[pos] - self._starts[d]))
-        return out
-
-    def _gather(self, n: int, parts: list[tuple[np.ndarray, Batch]]) -> Batch:
-        if len(parts) == 1 and parts[0][0].size == n:
-            return parts[0][1]  # one dataset and positions 0..n-1 in order: no copy
-        out: Batch = {}
-        for name in self.field_names():
-            first = parts[0][1][name]
-            for _, batch in parts[1:]:
-                t = batch[name]
-                if t.dtype != first.dtype or t.shape[1:] != first.shape[1:]:
-                    raise ValueError(
-                        f"MixedDataset: field {name!r} is {first.dtype}{list(first.shape[1:])} "
-                        f"in one dataset and {t.dtype}{list(t.shape[1:])} in another"
-                    )
-            column = torch.empty((n, *first.shape[1:]), dtype=first.dtype)
-            for pos, batch in parts:
-                column[torch.from_numpy(pos)] = batch[name]
-            out[name] = column
-        return out
-
-    def read_batch(self, idx: np.ndarray) -> Batch:
-        parts = [(pos, self.datasets[d].read_batch(local)) for d, pos, local in self._split(idx)]
-        return self._gather(int(idx.size), parts)
-
-    def iter_batches(
-        self,
-        index_batches: Any,
-        num_threads: int,
-        prefetch: int,
-        timeout: float = 0,
-        pin_memory: bool = False,
-    ) -> Iterator[Batch]:
-        """As `IndexedDataset.iter_batches`; one engine per dataset, each fed
-        the parts of the batches that touch it, in order. The parts are
-        gathered into a new batch, which is pinned by a copy when asked."""
-        prefetch = max(1, int(prefetch))
-        readers: dict[int, BatchReader] = {}
-        Split = tuple[int, list[tuple[int, np.ndarray, np.ndarray]]]
-
-        def submit(indices: Sequence[int]) -> Split:
-            idx = self._as_indices(indices)
-            split = self._split(idx)
-            for d, _, local in split:
-                if d not in readers:
-                    readers[d] = self.datasets[d].open_reader(num_threads, prefetch)
-                readers[d].submit(local)
-            return int(idx.size), split
-
-        def collect(submitted: Split) -> Batch:
-            n, split = submitted
-            parts = [(pos, readers[d].collect(local, float(timeout))) for d, pos, local in split]
-            self._totals["batches"] += 1
-            self._totals["rows"] += n
-            batch = self._gather(n, parts)
-            if pin_memory and torch.cuda.is_available():
-                batch = {k: v.pin_memory() for k, v in batch.items()}
-            return batch
-
-        try:
-            yield from submitted_ahead(index_batches, prefetch, submit, collect)
-        finally:
-            for reader in readers.values():
-                self._totals["bytes"] += reader.bytes_delivered()
-                reader.close()
-
-    def stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self._totals)
-        out["datasets"] = {n: d.stats() for n, d in zip(self.names, self.datasets, strict=True)}
-        return out
-
-    def __repr__(self) -> str:
-        return f"MixedDataset({dict(zip(self.names, map(len, self.datasets), strict=True))})"

@@ -28,11 +28,20 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.utils.data
 
+from chute.elastic import (
+    ElasticSampler,
+    GlobalOrderSampler,
+    Segment,
+    check_elastic_state,
+    elastic_state,
+    sampler_fingerprint,
+    segment_after,
+)
 from chute.engine import default_threads
 from chute.index_batches import array_index_batches
 from chute.intraop import single_threaded
@@ -73,7 +82,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     - ``distributed``: partition a map-style dataset across ranks exactly as
       ``torch.utils.data.DistributedSampler(shuffle=shuffle, seed=seed,
       drop_last=drop_last)`` does (shuffling unless ``shuffle=False``, as
-      DistributedSampler does); call ``set_epoch`` each epoch.
+      DistributedSampler does); call ``set_epoch`` each epoch. The sampler
+      is a ``chute.elastic.ElasticSampler`` (a DistributedSampler), whose
+      position survives a change of world size (see ``state_dict``).
     - ``seed``: the DistributedSampler seed.
     - ``progress``: show a progress bar with samples/s (tqdm when installed).
 
@@ -98,7 +109,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
     batch: the next iteration replays the same order and skips what was seen.
     A state from another dataset, batch size or loader kind is refused with a
-    ValueError naming the difference.
+    ValueError naming the difference. With ``distributed=True`` (or a
+    ``Curriculum`` or weighted ``chute.mix`` sampler) the state also holds the
+    epoch's global position, the same on every rank, and loads on another
+    world size: the ranks then share what is left of the epoch, each sample
+    once, with equal batch counts (``chute.elastic``).
     """
 
     def __init__(
@@ -128,7 +143,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     ) -> None:
         global _told_fallback
         native = dataset if isinstance(dataset, EngineDataset) else None
-        if distributed and (native is None or native.index_driven):
+        ordered = _own_order(dataset, sampler, batch_sampler, shuffle, distributed, drop_last)
+        if ordered is not None:
+            sampler, shuffle = ordered, None
+        elif distributed and (native is None or native.index_driven):
             # The partition of torch's DistributedSampler, by construction: rank
             # and world size from torch.distributed, else RANK/WORLD_SIZE.
             if sampler is not None or batch_sampler is not None:
@@ -137,7 +155,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                     "distributed=True or your own sampler/batch_sampler, not both"
                 )
             rank, world_size = rank_and_world_size()
-            sampler = torch.utils.data.DistributedSampler(
+            sampler = ElasticSampler(
                 dataset,
                 num_replicas=world_size,
                 rank=rank,
@@ -178,6 +196,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._user_collate_fn = collate_fn
         self._native = native
         self._position: dict[str, Any] | None = None  # the running indexed iteration's
+        self._segment: Segment | None = None  # the running iteration's share of the epoch
         self._running: Iterator[Any] | None = None  # the running stream iteration
         self._resume: dict[str, Any] | None = None
         self.worker_threads = worker_threads
@@ -339,9 +358,26 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             self._index_sampler
         )
         base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
+        segment = None
+        sampler = self._elastic_sampler()
+        if sampler is not None:
+            order = sampler.global_order()
+            recorded = resume.get("elastic") if resume is not None else None
+            segment, position["batches"] = segment_after(
+                recorded,
+                order.size,
+                sampler.num_replicas,
+                int(self.batch_size or 1),
+                self.drop_last,
+            )
+            if recorded is None and resume is not None:
+                position["batches"] = resume["batches"]  # a state from before elastic positions
+            if not segment.fresh:
+                index_batches = segment.rank_batches(order, sampler.rank)
         if position["batches"]:
             index_batches = islice(index_batches, position["batches"], None)
         self._position = position
+        self._segment = segment
         settings = self._settings()
         pool = self._workers(native, base_seed)
         if pool is not None:
@@ -356,6 +392,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 yield batch
         finally:
             self._position = None
+            self._segment = None
             if self._running is inner:
                 self._running = None
             for it in (batches, inner):
@@ -363,6 +400,30 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 if close is not None:
                     close()
             self._done_with(pool)
+
+    def _elastic_sampler(self) -> GlobalOrderSampler | None:
+        """The sampler when it deals one global order to the ranks and this
+        loader batches it as DistributedSampler's batches are cut."""
+        sampler = self.sampler
+        if (
+            self.batch_size is None
+            or not isinstance(sampler, GlobalOrderSampler)
+            or bool(sampler.drop_last) != self.drop_last
+            or getattr(self.batch_sampler, "sampler", None) is not sampler
+        ):
+            return None
+        return cast(GlobalOrderSampler, sampler)
+
+    def _elastic_part(self, batches: int) -> dict[str, Any]:
+        """The state's global position: the running segment's, else the
+        start of the epoch."""
+        sampler = self._elastic_sampler()
+        assert sampler is not None
+        segment = self._segment
+        if segment is None:
+            n = int(sampler.global_order().size)
+            segment = Segment(n, 0, sampler.num_replicas, int(self.batch_size or 1), self.drop_last)
+        return elastic_state(segment, batches, sampler_fingerprint(sampler))
 
     def _fingerprint(self) -> dict[str, Any]:
         """What a state of this loader must match when loaded."""
@@ -387,14 +448,18 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 "loader": self._fingerprint(),
             }
         if self._position is not None:
-            return dict(self._position)
-        return {
-            "kind": "indexed",
-            "rng_state": _get_rng_state(self.generator),
-            "sampler_epoch": getattr(self.sampler, "epoch", None),
-            "batches": 0,
-            "loader": self._fingerprint(),
-        }
+            state = dict(self._position)
+        else:
+            state = {
+                "kind": "indexed",
+                "rng_state": _get_rng_state(self.generator),
+                "sampler_epoch": getattr(self.sampler, "epoch", None),
+                "batches": 0,
+                "loader": self._fingerprint(),
+            }
+        if self._elastic_sampler() is not None:
+            state["elastic"] = self._elastic_part(state["batches"])
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The next iteration resumes where `state` was taken. ValueError when
@@ -414,6 +479,18 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         assert native is not None
         if native.index_driven:
             _check_indexed_state(state, self.generator)
+            if "elastic" in state:
+                sampler = self._elastic_sampler()
+                if sampler is None:
+                    raise ValueError(
+                        "loader state holds a global position (a distributed loader's), but "
+                        "this loader's sampler deals no global order: use distributed=True"
+                    )
+                check_elastic_state(
+                    state["elastic"],
+                    int(sampler.global_order(state.get("sampler_epoch")).size),
+                    sampler_fingerprint(sampler),
+                )
         else:
             if not isinstance(state.get("dataset"), dict):
                 raise ValueError("loader state: 'dataset' must be the dataset's state dict")
@@ -429,6 +506,32 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if not callable(fn):
             fn = getattr(self.dataset, "stats", None)
         return fn() if callable(fn) else {}
+
+
+def _own_order(
+    dataset: Any,
+    sampler: Any,
+    batch_sampler: Any,
+    shuffle: bool | None,
+    distributed: bool,
+    drop_last: bool,
+) -> torch.utils.data.Sampler[Any] | None:
+    """The sampler of a dataset that orders its samples itself (a weighted
+    ``chute.mix``), dealt to this rank when `distributed`; None for others
+    or when the caller brought a sampler."""
+    own = getattr(dataset, "order_sampler", None)
+    if not callable(own) or sampler is not None or batch_sampler is not None:
+        return None
+    rank, world_size = rank_and_world_size() if distributed else (0, 1)
+    ordered: torch.utils.data.Sampler[Any] | None = own(
+        num_replicas=world_size, rank=rank, drop_last=drop_last
+    )
+    if ordered is not None and shuffle is not None:
+        raise ValueError(
+            f"{type(dataset).__name__} orders its samples itself (shuffle is its own "
+            "setting): leave the DataLoader's shuffle unset"
+        )
+    return ordered
 
 
 def set_epoch(loader: Any, epoch: int) -> None:

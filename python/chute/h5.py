@@ -7,6 +7,18 @@ then on the engine reads with `pread`, inflates deflate chunks, undoes the
 shuffle filter and checks fletcher32 on its own threads; h5py is not called
 again.
 
+Remote files (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://``
+urls, and globs on buckets; ``pip install 'chute[remote]'``) are described
+the same way, h5py reading the metadata through a file object that fetches
+ranges of the object. Without a ``cache_dir`` the engine then reads exactly
+the extents and chunks each batch needs with ranged requests (all of a
+batch's at once, neighbours merged; chunks in the chunk cache are not
+fetched again). With a ``cache_dir`` each file is downloaded once into that
+node-shared cache and read as a local file (mapped, at local speed).
+Ranged reads are the default because they need no disk and start at once,
+and a batch costs only its bytes; a cache pays off when epochs repeat over
+files that fit on local disk.
+
 Slow path: storage the engine does not read natively — lzf, szip,
 scale-offset, n-bit or any other filter, compact, virtual or external
 storage, complex numbers — is read through h5py instead, in the consuming
@@ -29,8 +41,10 @@ import h5py
 import numpy as np
 
 from chute import _core
-from chute.h5layout import describe_dataset, native_layout
+from chute.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.indexed import IndexedDataset, ProcessState
+from chute.remote import RemoteOptions, get_session, is_remote_url
+from chute.remote.datasets import expand_remote_globs, is_remote_glob, merge_options
 
 # 256 MiB holds the decompressed chunks of a typical working set (e.g. 200k
 # rows of 64 float32 is 51 MB) so a shuffled epoch inflates each chunk once;
@@ -67,6 +81,9 @@ class H5Dataset(IndexedDataset):
             count in the process's RSS as shared file pages (page cache the
             kernel can reclaim, not memory chute holds). False reads them with
             pread, through the chunk cache for rows up to 4 KiB.
+        storage_options, cache_dir, cache_limit_bytes, remote: how remote
+            files are reached, as for ``WebDataset`` (see the module doc for
+            what a ``cache_dir`` changes).
 
     A row is `{name: tensor}`; all fields of one file must have the same
     number of rows. Files must not change while the dataset is open: a file
@@ -82,8 +99,18 @@ class H5Dataset(IndexedDataset):
         max_open_files: int = 64,
         num_threads: int | None = None,
         mmap: bool = True,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit_bytes: int | None = None,
+        remote: RemoteOptions | None = None,
     ) -> None:
-        self._paths = _expand_files(files)
+        self._remote = merge_options(
+            remote,
+            storage_options=storage_options,
+            cache_dir=os.path.expanduser(os.fspath(cache_dir)) if cache_dir is not None else None,
+            cache_limit_bytes=cache_limit_bytes,
+        )
+        self._paths = _expand_files(files, self._remote)
         self._mmap = bool(mmap)
         if isinstance(fields, Mapping):
             self._fields = {str(k): str(v) for k, v in fields.items()}
@@ -105,8 +132,15 @@ class H5Dataset(IndexedDataset):
         first: dict[str, tuple[str, np.dtype[Any], tuple[int, ...]]] = {}
         rows_per_file: list[int] = []
         for path in self._paths:
-            st = os.stat(path)
-            with h5py.File(path, "r") as f:
+            st: os.stat_result | RemoteStat
+            if is_remote_url(path):
+                fileobj = get_session(self._remote).file(path)
+                st = RemoteStat(fileobj.size, fileobj.version)
+                opened = h5py.File(fileobj, "r")
+            else:
+                st = os.stat(path)
+                opened = h5py.File(path, "r")
+            with opened as f:
                 file_rows: tuple[str, int] | None = None
                 for name in names:
                     ds_path = self._fields[name]
@@ -169,11 +203,26 @@ class H5Dataset(IndexedDataset):
 
     def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
         context = _core.H5Context(self._chunk_cache_bytes, self._max_open_files, self._mmap)
+        local: dict[str, dict[str, Any]] = {}  # remote url -> its cached copy's identity
+        held: list[Any] = []
+        if any(is_remote_url(p) for p in self._paths):
+            session = get_session(self._remote)
+            context.set_remote(session.queue)
+            if self._remote.cache_dir:
+                for url in (p for p in self._paths if is_remote_url(p)):
+                    copy = _cached_copy(session, url, self._remote.cache_dir, held)
+                    if copy is not None:
+                        local[url] = copy
         sources = [
-            _core.H5Source(context, name, [native_layout(d) for d in self._layouts[name]])
+            _core.H5Source(
+                context,
+                name,
+                [native_layout({**d, **local.get(d["path"], {})}) for d in self._layouts[name]],
+            )
             for name in self._native_field_names()
         ]
-        return sources, {"context": context, "h5files": {}}
+        # `held` keeps the cached copies open (and so out of eviction's reach).
+        return sources, {"context": context, "h5files": {}, "held": held, "local": local}
 
     def _native_stats(self, state: ProcessState) -> dict[str, int]:
         return dict(state.extra["context"].stats())
@@ -193,11 +242,21 @@ class H5Dataset(IndexedDataset):
             path = self._paths[int(fi)]
             f = h5files.get(path)
             if f is None:
-                f = h5files[path] = h5py.File(path, "r")
+                f = h5files[path] = self._open_h5(path)
             local = unique[file_of == fi] - self._starts[fi]
             parts.append(f[self._fields[name]][local])
         data = np.concatenate(parts) if parts else np.empty((0,), self._dtypes[name])
         return np.ascontiguousarray(data[inverse.reshape(-1)], dtype=self._dtypes[name])
+
+    def _open_h5(self, path: str) -> h5py.File:
+        """h5py's view of a file in this process: a remote one's cached
+        copy, else ranges of the object."""
+        if not is_remote_url(path):
+            return h5py.File(path, "r")
+        copy = self._state().extra["local"].get(path)
+        if copy is not None:
+            return h5py.File(copy["path"], "r")
+        return h5py.File(get_session(self._remote).file(path), "r")
 
     def __repr__(self) -> str:
         return (
@@ -206,11 +265,39 @@ class H5Dataset(IndexedDataset):
         )
 
 
-def _expand_files(files: PathLike | Sequence[PathLike]) -> list[str]:
+def _cached_copy(session: Any, url: str, cache_dir: str, held: list[Any]) -> dict[str, Any] | None:
+    """Downloads `url` into the node's cache (once per node: another
+    process's download is followed) and returns the layout fields that point
+    the engine at the local copy; None when the object cannot be cached
+    (larger than the cache, a full disk), and is then read with ranges. The
+    open reader appended to `held` keeps the copy from eviction."""
+    reader = session.open(url)
+    if not reader.in_place:
+        reader.drain()
+        reader.close()
+        reader = session.open(url)  # now a cache hit, unless it could not be cached
+        if not reader.in_place:
+            reader.close()
+            return None
+    held.append(reader)
+    path = os.path.join(cache_dir, _core.tar_cache_file_name(url))
+    st = os.stat(path)
+    return {
+        "path": path,
+        "mtime_ns": int(st.st_mtime_ns),
+        "inode": int(st.st_ino),
+        "version": "",
+    }
+
+
+def _expand_files(files: PathLike | Sequence[PathLike], remote: RemoteOptions) -> list[str]:
     items = [files] if isinstance(files, str | os.PathLike) else list(files)
     paths: list[str] = []
     for item in items:
         text = os.fspath(item)
+        if is_remote_url(text):
+            paths.extend(expand_remote_globs([text], remote) if is_remote_glob(text) else [text])
+            continue
         if _GLOB_CHARS & set(text) and not os.path.exists(text):
             matches = sorted(glob.glob(text))
             if not matches:
@@ -222,4 +309,4 @@ def _expand_files(files: PathLike | Sequence[PathLike]) -> list[str]:
             paths.append(text)
     if not paths:
         raise ValueError("H5Dataset needs at least one file")
-    return [str(Path(p).resolve()) for p in paths]
+    return [p if is_remote_url(p) else str(Path(p).resolve()) for p in paths]

@@ -5,6 +5,7 @@ they are filtered, read once through h5py when a dataset is opened (and by
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
@@ -19,8 +20,19 @@ _NATIVE_FILTERS = {
 }
 
 
+@dataclass(frozen=True)
+class RemoteStat:
+    """What identifies a remote object's content, in ``os.stat_result``'s
+    names: its size, and its version (ETag, else modification time)."""
+
+    st_size: int
+    version: str
+    st_mtime_ns: int = 0
+    st_ino: int = 0
+
+
 def describe_dataset(
-    d: h5py.Dataset, path: str, st: os.stat_result
+    d: h5py.Dataset, path: str, st: os.stat_result | RemoteStat
 ) -> tuple[dict[str, Any], str | None]:
     """The engine's layout for `d`, and why it must take the slow path (or None)."""
     dtype = d.dtype
@@ -34,6 +46,7 @@ def describe_dataset(
         "file_size": int(st.st_size),
         "mtime_ns": int(st.st_mtime_ns),
         "inode": int(st.st_ino),
+        "version": st.version if isinstance(st, RemoteStat) else "",
     }
     if dtype.kind == "c":
         return layout, f"complex dtype {dtype} in {d.name!r}"
@@ -136,6 +149,7 @@ def native_layout(d: dict[str, Any]) -> _core.H5Layout:
     layout.file_size = d["file_size"]
     layout.mtime_ns = d["mtime_ns"]
     layout.inode = d["inode"]
+    layout.version = d.get("version", "")
     layout.kind = _NATIVE_KINDS[d["kind"]]
     if d["kind"] == "contiguous":
         layout.offset = d["offset"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -29,6 +30,7 @@ from torch.utils.data import Dataset
 from chute.engine import default_threads, make_indexed_engine, wait_batch
 from chute.loading import EngineDataset, LoaderSettings
 from chute.pinning import pin_hooks
+from chute.stats import add_figures, empty_stats, figures_since, with_running
 
 if TYPE_CHECKING:
     from chute.workers.main import Outgoing, WorkerContext
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
 Batch = dict[str, torch.Tensor]
 
 # The dataset's totals and the engine stats they add up.
-_ENGINE_TOTALS = {"batches": "batches", "rows": "samples_yielded", "bytes": "bytes_yielded"}
-
 # Native objects inherited through fork() from another process. Their threads
 # do not exist here and their locks may be held forever, so they must never
 # be used or destroyed (destroying an engine joins threads): they are parked
@@ -73,12 +73,12 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     index_driven: ClassVar[bool] = True
     _proc: ProcessState | None
     _num_threads: int
-    _totals: dict[str, int]
+    _totals: dict[str, Any]  # figures of the engines that finished (chute.stats)
 
     def _init_indexed(self, num_threads: int | None) -> None:
         self._proc = None
         self._num_threads = default_threads() if num_threads is None else max(1, int(num_threads))
-        self._totals = {"batches": 0, "rows": 0, "bytes": 0, "slow_path_rows": 0}
+        self._totals = empty_stats()
 
     # -- subclass hooks ------------------------------------------------------------
 
@@ -204,7 +204,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
                 out[name] = torch.from_numpy(native[name])
             else:
                 out[name] = torch.from_numpy(self._read_slow(name, idx))
-                self._totals["slow_path_rows"] += int(idx.size)
+                self._totals["python_items"] += int(idx.size)
         return out
 
     # -- streaming -------------------------------------------------------------------------
@@ -245,7 +245,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
             return idx
 
         def collect(idx: np.ndarray) -> Any:
-            batch = self._assemble(self._wait(engine, float(timeout)), idx)
+            started = time.perf_counter()
+            result = self._wait(engine, float(timeout))
+            self._totals["wait_seconds"] += time.perf_counter() - started
+            batch = self._assemble(result, idx)
             return self._pin(batch) if copy_to_pinned else batch
 
         try:
@@ -341,28 +344,20 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     # -- stats -------------------------------------------------------------------------------
 
     def _add_totals(self, s: dict[str, Any], before: dict[str, Any] | None = None) -> None:
-        for key, engine_key in _ENGINE_TOTALS.items():
-            self._totals[key] += int(s[engine_key]) - (
-                int(before[engine_key]) if before is not None else 0
-            )
+        self._totals = add_figures(self._totals, figures_since(s, before), gauges="replace")
 
     def stats(self) -> dict[str, Any]:
-        """Counters of this process: batches/rows/bytes delivered by
-        iter_batches and the batch reads, rows read through the slow path,
-        bytes taken from storage, and the source's own (chunk cache, files)."""
-        out: dict[str, Any] = dict(self._totals)
+        """The figures of this process's engines over this dataset (README,
+        "Stats"), plus the bytes taken from storage (``source_bytes_read``)
+        and the source's own (chunk cache, files)."""
+        out = dict(self._totals)
         state = self._proc
         if state is None or state.pid != os.getpid():
             return out
         running: list[tuple[Any, dict[str, Any] | None]] = list(state.live.items())
         if state.engine is not None:
             running.append((state.engine, None))
-        for engine, before in running:
-            s = engine.stats()
-            for key, engine_key in _ENGINE_TOTALS.items():
-                out[key] += int(s[engine_key]) - (
-                    int(before[engine_key]) if before is not None else 0
-                )
+        out = with_running(out, [figures_since(e.stats(), before) for e, before in running])
         out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
         out.update(self._native_stats(state))
         return out

@@ -22,10 +22,12 @@ collation torch's default, written straight into the batch's tensors.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +50,8 @@ from chute.handlers import (
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.pinning import pin_hooks
+from chute.remote import RemoteOptions, get_session, is_remote_url
+from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar_index
 from chute.shards import expand_urls, local_path
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers
@@ -78,7 +82,9 @@ class TarDataset(IndexedDataset):
         urls: shards as ``WebDataset`` takes them: a brace pattern
             (``"data/shard-{000000..000099}.tar"``), several joined by
             ``::``, a glob (sorted), or a list of these. Local files (or
-            ``file:`` urls).
+            ``file:`` urls), or remote objects (``s3://``, ``gs://``,
+            ``az://``, ``http(s)://``, ``hf://``; globs listed on buckets),
+            read with ranged requests of the samples a batch needs.
         decode: what ``WebDataset.decode(...)`` takes: an image spec
             (``"rgb8"``, ``"torchrgb8"``, ``"l8"``, ...), a sequence of specs
             and handler callables, ``""`` for the default decoders without
@@ -89,14 +95,18 @@ class TarDataset(IndexedDataset):
             dicts (``__key__``, ``__url__``, ``__local_path__`` and every
             member).
         index: where the sidecar indexes live: None beside each shard, or a
-            directory. A missing, stale or corrupt index is built on first
-            open (every shard on several threads, with progress on a
-            terminal) and saved there; see ``chute.tarindex``.
+            directory (a local one, for remote shards too). A missing, stale
+            or corrupt index is built on first open (every shard on several
+            threads, with progress on a terminal) and saved there; see
+            ``chute.tarindex``.
         handler: webdataset's handler for bad samples: ``reraise_exception``
             raises (naming shard, member and offset), the ``*_and_continue``
             handlers drop the sample, so its batch comes out shorter.
         num_threads: engine threads behind ``ds[i]`` and ``__getitems__``
             (default: the CPUs this process may use; 1 inside a torch worker).
+        storage_options, remote: how remote shards are reached, as for
+            ``WebDataset`` (a remote shard without an index beside it, or
+            in `index`, is read once to build one).
         seed: seeds the decoders' random draws (``crop="random"``,
             ``flip``): those of sample i derive from (seed, epoch, i), so they
             do not depend on batch size, workers or ranks. The epoch is the
@@ -116,13 +126,19 @@ class TarDataset(IndexedDataset):
         handler: Handler = reraise_exception,
         num_threads: int | None = None,
         seed: int = 0,
+        storage_options: Mapping[str, Any] | None = None,
+        remote: RemoteOptions | None = None,
         **decode_options: Any,
     ) -> None:
-        self.urls = _expand(urls)
+        self._remote = merge_options(remote, storage_options=storage_options)
+        self.urls = expand_remote_globs(_expand(urls), self._remote)
         if not self.urls:
             raise ValueError("TarDataset: no shards given")
         self._paths = []
         for url in self.urls:
+            if is_remote_url(url):
+                self._paths.append(url)
+                continue
             path = local_path(url)
             if path is None:
                 raise ValueError(f"TarDataset reads local shards; {url!r} is not a local file")
@@ -135,9 +151,7 @@ class TarDataset(IndexedDataset):
         self._epoch = 0
         self._epoch_set = False
         self._draw_epoch = 0  # the epoch of the decoders' random draws
-        self._columns = _concatenate(
-            load_indexes(self._paths, self.index_dir, threads=default_threads())
-        )
+        self._columns = _concatenate(self._load_indexes())
         self._stages, self._names = _stages(decode, fields, handler, decode_options)
         # Dict samples carry every extension of the dataset, in order of first appearance.
         self._compiled: CompiledPipeline = compile_stages(
@@ -147,6 +161,31 @@ class TarDataset(IndexedDataset):
         self._converter = BatchConverter(self._compiled, self.urls, self._member_failure)
         self._skipped = 0
         self._init_indexed(num_threads)
+
+    def _load_indexes(self) -> list[ShardColumns]:
+        """Every shard's index in order: local ones through load_indexes,
+        remote ones from beside the object (see remote_tar_index), several
+        at once (each costs round trips)."""
+        local = [p for p in self._paths if not is_remote_url(p)]
+        loaded = iter(load_indexes(local, self.index_dir, threads=default_threads()))
+        remote = [p for p in self._paths if is_remote_url(p)]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            documents = dict(
+                zip(
+                    remote,
+                    pool.map(lambda u: remote_tar_index(u, self._remote, self.index_dir), remote),
+                    strict=True,
+                )
+            )
+        columns = []
+        for path in self._paths:
+            if is_remote_url(path):
+                # Checked by size alone: a store keeps no modification time to compare.
+                indexed = ShardColumns.from_document(documents[path])
+                columns.append(dataclasses.replace(indexed, mtime_ns=-1))
+            else:
+                columns.append(next(loaded))
+        return columns
 
     # -- map-style protocol ------------------------------------------------------------
 
@@ -213,6 +252,11 @@ class TarDataset(IndexedDataset):
             c.member_extensions,
             c.member_offsets,
             c.member_sizes,
+            remote=(
+                get_session(self._remote).queue
+                if any(is_remote_url(p) for p in self._paths)
+                else None
+            ),
         )
         return [source], {}
 

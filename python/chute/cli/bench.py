@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
 from chute.rss import PeakRss
 
@@ -116,7 +117,12 @@ class ResizeCrop:
 
 
 def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
-    ds = module.WebDataset(config["paths"], shardshuffle=False)
+    remote_kwargs: dict[str, Any] = {}
+    if config["loader"] == "chute" and config["storage_options"]:
+        remote_kwargs["storage_options"] = config["storage_options"]
+    if config["loader"] == "chute" and config["cache_dir"]:
+        remote_kwargs["cache_dir"] = config["cache_dir"]
+    ds = module.WebDataset(config["paths"], shardshuffle=False, **remote_kwargs)
     decode = config["decode"]
     if decode != "raw":
         specs = (decode,) if decode else ()
@@ -169,7 +175,7 @@ def _run_one(config: dict[str, Any]) -> dict[str, Any]:
         seconds = time.perf_counter() - start
     progress.close()
     # Input bytes: the whole shards when read to the end, else pro rata.
-    total_bytes = sum(os.path.getsize(p) for p in config["paths"])
+    total_bytes = config["bytes"]
     if limit and samples >= limit and config["total"]:
         total_bytes = int(total_bytes * samples / config["total"])
     return {
@@ -283,6 +289,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("bench needs at least one tar shard")
     from chute.decoders import IMAGE_SPECS
 
+    remote.configure(args)
     paths = expand(args.paths)
     for p in paths:
         if kind_of(p) != "tar":
@@ -304,13 +311,22 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             raise UsageError(
                 "--compare needs webdataset installed (pip install webdataset)"
             ) from exc
+        unread = [p for p in paths if remote.is_remote(p) and not p.startswith(("http:", "https:"))]
+        if unread:
+            raise UsageError(
+                f"{unread[0]}: webdataset reads http(s) urls only (through curl); compare "
+                "it on http(s) urls, or give both loaders pipe: urls"
+            )
     # Fields as webdataset's to_tuple takes them in one string ("jpg cls"),
     # or comma-separated ("jpg,cls"); ";" separates alternatives ("jpg;png").
     to_tuple = args.to_tuple.replace(",", " ").split()
     image_opts = _image_options(args, decode.lower())
     config: dict[str, Any] = {
         "image_options": image_opts,
-        "paths": [str(Path(p).resolve()) for p in paths],
+        "paths": [p if remote.is_remote(p) else str(Path(p).resolve()) for p in paths],
+        "bytes": sum(remote.size_of(p) for p in paths),
+        "storage_options": dict(remote.options().storage_options),
+        "cache_dir": remote.options().cache_dir,
         "batch_size": args.batch_size,
         "workers": args.workers,
         "decode": decode.lower(),
@@ -405,5 +421,6 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=0, help="stop after about this many samples")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    remote.add_arguments(p)
     p.add_argument("--_config", help=argparse.SUPPRESS)
     p.set_defaults(func=run)

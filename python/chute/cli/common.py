@@ -16,6 +16,15 @@ class UsageError(Exception):
 
 def kind_of(path: str) -> str:
     """'tar' or 'hdf5' by content (extensions lie), else UsageError."""
+    from chute.cli import remote
+
+    if remote.is_remote(path):
+        head = remote.head_bytes(path, 512)
+        if head.startswith(b"\x89HDF\r\n\x1a\n"):
+            return "hdf5"
+        if len(head) == 512 and (head[257:262] == b"ustar" or head == bytes(512)):
+            return "tar"
+        raise UsageError(f"{path}: neither a tar shard nor an HDF5 file")
     if not os.path.exists(path):
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):

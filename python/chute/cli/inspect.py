@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size, kind_of
 from chute.errors import engine_errors, translate
 from chute.extensions import (
@@ -93,12 +94,12 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     from chute import _core
     from chute.tarindex import TarIndexError, index_path, read_index
 
-    report = TarReport(path=path, size=os.path.getsize(path))
+    report = TarReport(path=path, size=remote.size_of(path))
     # (name, key, extension, header offset, payload offset, size) of each member.
     members: list[tuple[str, str | None, str, int, int | None, int]] = []
     damaged = False
     index_file = index_path(path)
-    if not scan and index_file.exists():
+    if not scan and not remote.is_remote(path) and index_file.exists():
         try:
             document = read_index(path)
         except (TarIndexError, OSError) as exc:
@@ -113,11 +114,11 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     if report.index is None:
         try:
             with engine_errors():
-                listed = _core.list_tar_payloads(path)
+                listed = _core.list_tar_payloads(path, source=remote.source_for(path))
         except (_core.DataError, _core.ReadError) as exc:
             report.problems.append(f"unreadable: {exc}")
             # Report what comes before the damage: readers deliver those samples.
-            listed = _members_before_damage(path)
+            listed = [] if remote.is_remote(path) else _members_before_damage(path)
             if listed:
                 report.notes.append(
                     f"the {len(listed)} members before the damage are reported; the last"
@@ -215,22 +216,19 @@ def _peek_sample(
     path: str, key: str, members: list[tuple[str, int, int]], report: TarReport
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with remote.reader(path) as read:
         for ext, offset, size in members:
             if offset < 0:  # a sparse file: not one range to read
                 fields[ext] = {"bytes": size, "type": "sparse"}
                 continue
             where = f"{path}: sample {key!r} member {ext!r}"
-            data = os.pread(fd, size, offset)
+            data = read(offset, size)
             try:
                 fields[ext] = _describe_payload(ext, data, where)
             except Exception as exc:  # any decoder error is a finding, not a crash
                 message = str(translate(exc))
                 fields[ext] = {"bytes": size, "error": message}
                 report.problems.append(f"sample {key!r} member {ext!r} does not decode: {message}")
-    finally:
-        os.close(fd)
     return {"key": key, "fields": fields}
 
 
@@ -239,11 +237,11 @@ def inspect_hdf5(path: str) -> dict[str, Any]:
 
     from chute.h5layout import describe_dataset
 
-    st = os.stat(path)
+    st = remote.h5_stat(path)
     datasets: list[dict[str, Any]] = []
     problems: list[str] = []
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(remote.h5_target(path), "r")
     except OSError as exc:
         return {
             "path": path,
@@ -372,6 +370,7 @@ def _print_problems(problems: list[str], out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    remote.configure(args)
     paths = expand(args.paths)
     reports: list[dict[str, Any]] = []
     status = EXIT_OK
@@ -409,7 +408,10 @@ def register(sub: Any) -> None:
     """Adds the ``inspect`` command to the subparsers `sub`."""
     p = sub.add_parser("inspect", help="what is inside tar shards or HDF5 files")
     p.add_argument(
-        "paths", nargs="+", metavar="PATH", help="tar shards (brace patterns ok) or HDF5 files"
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="tar shards (brace patterns ok) or HDF5 files: paths or urls (s3://, https://, ...)",
     )
     p.add_argument("--first", type=int, default=3, help="samples to decode and show per shard")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -418,4 +420,5 @@ def register(sub: Any) -> None:
         action="store_true",
         help="read tar shards even where a current sidecar index could give the counts",
     )
+    remote.add_arguments(p)
     p.set_defaults(func=run)

@@ -10,8 +10,16 @@ from typing import Any
 
 from chute import _core
 from chute.remote._executor import FetchExecutor
+from chute.remote._fileobj import RemoteFileObject
 from chute.remote._options import RemoteOptions
-from chute.remote._stores import Stores, is_remote_url, list_objects, obstore_module
+from chute.remote._stores import (
+    Stores,
+    claim_runtime,
+    is_remote_url,
+    list_objects,
+    obstore_module,
+    scheme_of,
+)
 
 # How long close() waits for the fetcher thread: its requests are cancelled,
 # so it only has to unwind.
@@ -30,6 +38,11 @@ class RemoteFile:
         Raises chute.ReadError naming the url (and byte range) when the object
         cannot be read, TimeoutError when nothing arrives for too long."""
         return self._reader.read(n)
+
+    def drain(self) -> int:
+        """Reads the rest without keeping it (with a cache directory: what
+        completes the cache entry); returns the bytes read."""
+        return self._reader.drain()
 
     @property
     def in_place(self) -> bool:
@@ -94,6 +107,27 @@ class RemoteSession:
             "cache_fsync": o.cache_fsync,
         }
 
+    def native_source(self) -> _core.SourceOptions:
+        """source_options() as the engine's SourceOptions (plans and tar
+        helpers take it)."""
+        options = _core.SourceOptions()
+        for name, value in self.source_options().items():
+            setattr(options, name, value)
+        return options
+
+    def ranges(self, url: str) -> _core.RemoteRanges:
+        """Random access to a remote object (its HEAD is sent and awaited):
+        ``read(offset, size)`` returns exactly those bytes, retried as every
+        remote read is."""
+        self._check()
+        if not is_remote_url(url):
+            raise ValueError(f"not a remote url: {url!r}")
+        return _core.RemoteRanges(url, self.queue)
+
+    def file(self, url: str) -> RemoteFileObject:
+        """A remote object as a seekable binary file (what h5py opens)."""
+        return RemoteFileObject(self.ranges(url), url)
+
     def open(self, url: str) -> RemoteFile:
         """Opens a remote object for reading; its HEAD and first ranges are
         requested at once, so opening ahead of use prefetches it."""
@@ -118,6 +152,16 @@ class RemoteSession:
         return _core.read_remote_tar(
             url, s["remote"], s["cache_dir"], s["cache_limit_bytes"], in_place
         )
+
+    def put(self, url: str, data: bytes) -> None:
+        """Writes an object (``chute index`` puts a shard's index beside it).
+        Stores without writes (http(s) servers, the Hugging Face Hub) refuse."""
+        self._check()
+        if scheme_of(url) in ("http", "https", "hf"):
+            raise ValueError(f"cannot write {url!r}: http(s) and hf:// urls are read-only here")
+        store, path = self._stores.resolve(url)
+        claim_runtime()
+        obstore_module().put(store, path, data)
 
     def list_objects(self, pattern: str) -> list[str]:
         """Object urls matching a glob on a bucket (``s3://b/train/*.tar``,

@@ -21,7 +21,7 @@ import os
 import random
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch.utils.data import IterableDataset
@@ -33,6 +33,13 @@ from chute.errors import engine_errors
 from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
+from chute.remote import RemoteOptions
+from chute.remote.datasets import (
+    expand_remote_globs,
+    is_remote_glob,
+    merge_options,
+    native_source,
+)
 from chute.shards import (
     Splitter,
     apply_splitter,
@@ -42,6 +49,7 @@ from chute.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
+from chute.stats import empty_stats
 from chute.wds.compiler import CompiledPipeline, compile_stages
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.fluent import Fluent
@@ -53,7 +61,7 @@ from chute.wds.native import (
 )
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
-from chute.wds.run import STREAM_STATS_KEYS, EpochIteration, EpochRun
+from chute.wds.run import EpochIteration, EpochRun
 from chute.wds.stages import Stage
 
 if TYPE_CHECKING:
@@ -93,6 +101,19 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
     - ``shuffle_max_bytes``: byte budget of each shuffle buffer (the memory
       its samples hold).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
+    - Remote shards (``http(s)://``, ``s3://``, ``gs://``, ``az://``,
+      ``abfs://``, ``hf://``; ``pip install 'chute[remote]'``) are read by
+      the engine in large ranges, several ahead, while they arrive.
+      ``storage_options`` (the store's own keys, e.g. ``endpoint``,
+      ``region``) adds to the credentials, region and endpoint of the
+      standard environment; ``cache_dir`` (shared by the node's processes)
+      keeps every remote shard once, bounded by ``cache_limit_bytes`` (by
+      default webdataset's ``cache_size`` when positive); ``prefetch_bytes``
+      bounds the bytes fetched ahead of the parser, over all shards;
+      ``remote`` (a ``chute.remote.RemoteOptions``) sets the rest (range
+      size, requests in flight, retries, timeouts). A glob on a bucket
+      (``s3://bucket/train/*.tar``) is listed when the dataset is first
+      iterated (webdataset takes none).
     - ``even_batches``: under DDP (world size > 1) every rank must yield the
       same number of batches, or the collective ops of the short rank's
       peers hang. ``"cap"`` (default) stops every rank after the batch count
@@ -102,6 +123,15 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       samples once (a header scan, cached per shard) and agree through
       ``torch.distributed`` when it is initialised, else by splitting the
       shard list as ``split_by_node`` does.
+    - ``elastic``: the epoch's samples in one global order from (seed,
+      epoch), dealt to the ranks (world size from torch.distributed or
+      RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
+      ``state_dict()`` then holds the global position and resumes on any
+      world size (``chute.wds.elastic``). Needs a current sidecar index per
+      shard (built and saved beside it when missing), local shards, the same
+      ``seed`` on every rank, a native batch size, ``streams=1`` and one pass
+      per epoch; ``nodesplitter``, ``workersplitter`` and ``even_batches``
+      are not used.
 
     ``repeat=True`` (webdataset accepts and ignores it) makes the engine read
     the shard list again and again: one endless pass.
@@ -141,11 +171,17 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         shuffle_max_bytes: int = 1 << 30,
         timeout: float = 0.0,
         even_batches: str = "cap",
+        storage_options: Mapping[str, Any] | None = None,
+        cache_limit_bytes: int | None = None,
+        prefetch_bytes: int | None = None,
+        remote: RemoteOptions | None = None,
+        elastic: bool = False,
     ) -> None:
         super().__init__()
         if even_batches not in EVEN_BATCH_MODES:
             raise ValueError(f"even_batches must be 'cap', 'repeat' or 'off', not {even_batches!r}")
         self.even_batches = even_batches
+        self.elastic = bool(elastic)
         unsupported = {
             "url_to_name": url_to_name,
             "select_files": select_files,
@@ -173,6 +209,15 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("no shards given")
+        if cache_limit_bytes is None and cache_size > 0:
+            cache_limit_bytes = cache_size
+        self.remote = merge_options(
+            remote,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit_bytes=cache_limit_bytes,
+            prefetch_bytes=prefetch_bytes,
+        )
         self.handler = handler
         self.resampled = resampled
         self.repeat_shards = repeat
@@ -273,10 +318,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             return live[0].stats()
         if self.finished_stats:
             return dict(self.finished_stats)
-        return dict.fromkeys(STREAM_STATS_KEYS, 0)
+        return empty_stats()
 
     def state_fingerprint(self) -> dict[str, Any]:
-        return fingerprint(self.urls, self.stages)
+        return fingerprint(self.urls, self.stages, self.elastic)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the oldest running iteration stands; ``load_state_dict``
@@ -329,6 +374,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         return found + [e for e in NATIVE_MEMBER_EXTENSIONS if e not in found]
 
     def shard_urls(self) -> tuple[list[str], int]:
+        if any(is_remote_glob(u) for u in self.urls):
+            self.urls = expand_remote_globs(self.urls, self.remote)
+        if self.elastic:
+            return list(self.urls), 0  # the elastic segment deals the samples to ranks
         urls = apply_splitter(self.nodesplitter, list(self.urls))
         worker_urls = apply_splitter(self.workersplitter, urls)
         worker, _ = worker_and_num_workers()
@@ -429,6 +478,12 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.urls = urls
         plan.cache_dir = self.cache_dir or ""
         plan.pipe_timeout = float(self.pipe_timeout)
+        remote_source = native_source(urls, self.remote)
+        if remote_source is not None:
+            plan.remote = remote_source.remote
+            plan.cache_dir = remote_source.cache_dir
+            plan.cache_limit_bytes = remote_source.cache_limit_bytes
+            plan.cache_fsync = remote_source.cache_fsync
         batched = compiled.batch_size is not None
         native_fields = [f for f in compiled.fields if f.extensions]
         # A field some samples may lack is never stacked: a list column says
@@ -451,6 +506,11 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         # Upcoming shards parsed at once: parsing is the bottleneck of tiny
         # samples, and one parser per decode thread keeps both fed.
         plan.parse_ahead = min(settings.threads, 4)
+        if remote_source is not None:
+            # The next shards arrive while this one is parsed (their bytes
+            # bounded by prefetch_bytes), so a shard boundary never waits
+            # for a round trip.
+            plan.parse_ahead = max(plan.parse_ahead, 3)
         plan.prefetch_batches = (
             settings.prefetch if settings.prefetch is not None else 2 * settings.threads
         )
@@ -472,7 +532,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.samples_one_by_one = not batched
         plan.partial = compiled.partial if batched else True
         plan.on_error = handlers.policy
-        even = self._even_batch_count(compiled, urls)
+        even = None if self.elastic else self._even_batch_count(compiled, urls)
         if even is not None:
             plan.max_batches = even
             plan.repeat = True  # a rank short of batches reads its shards again
@@ -498,4 +558,5 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             self.nodesplitter,
             self.cache_dir or "",
             self.pipe_timeout,
+            remote=self.remote,
         )

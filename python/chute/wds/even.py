@@ -6,29 +6,43 @@ its peers. Each rank counts its samples (from a shard's sidecar index when a
 current one is there, else a header scan, cached per shard), the ranks agree
 on the fewest ("cap") or the most ("repeat"), and every rank then yields that
 many batches.
+
+A remote shard is counted from its sidecar index (``<shard>.idx.json``
+beside it, written by ``chute index``) when there is one for its current
+size, else by a scan through the remote reader: with a ``cache_dir`` that
+scan leaves the shard in the cache, and the epoch then reads it from there.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from chute import _core
+from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.shards import Splitter, local_path, rank_and_world_size, split_by_node
-from chute.tarindex import indexed_sample_count
+from chute.tarindex import FORMAT, INDEX_SUFFIX, indexed_sample_count
 from chute.wds.stages import Stage
 
 EVEN_BATCH_MODES = ("cap", "repeat", "off")
 
-_SHARD_SAMPLES: dict[tuple[str, int, int], int] = {}
+_SHARD_SAMPLES: dict[tuple[str, int, int | str], int] = {}
 
 
-def shard_samples(url: str, cache_dir: str, timeout: float) -> int:
+def shard_samples(
+    url: str, cache_dir: str, timeout: float, remote: RemoteOptions | None = None
+) -> int:
     """Samples in a shard: from its sidecar index when that is current (an
-    index is never built here), else scanned once per (url, size, mtime)."""
+    index is never built here), else scanned once per (url, size, mtime) (a
+    remote shard: per (url, size, version), see the module doc)."""
+    if is_remote_url(url):
+        return _remote_shard_samples(url, remote or RemoteOptions())
     local = local_path(url)
     indexed = indexed_sample_count(local) if local is not None else None
     if indexed is not None:
@@ -40,6 +54,51 @@ def shard_samples(url: str, cache_dir: str, timeout: float) -> int:
     return _SHARD_SAMPLES[key]
 
 
+def _remote_shard_samples(url: str, options: RemoteOptions) -> int:
+    session = get_session(options)
+    ranges = session.ranges(url)  # its HEAD: size and version
+    key = (url, int(ranges.size), str(ranges.version))
+    if key not in _SHARD_SAMPLES:
+        count = _remote_index_count(session.file, url, int(ranges.size))
+        if count is None:
+            scan = _core.scan_tar_samples(url, source=session.native_source())
+            count = int(scan["samples"])
+        _SHARD_SAMPLES[key] = count
+    return _SHARD_SAMPLES[key]
+
+
+def _remote_index_count(open_file: Any, url: str, size: int) -> int | None:
+    """The sample count of a remote shard's sidecar index, or None when it
+    has none or one written for another version of the shard (size)."""
+    try:
+        with open_file(url + INDEX_SUFFIX) as f:
+            document = json.loads(f.read())
+    except _core.ReadError as exc:
+        if "HTTP 404" in str(exc):
+            return None
+        raise
+    if (
+        not isinstance(document, dict)
+        or document.get("format") != FORMAT
+        or document.get("shard_size") != size
+        or not isinstance(document.get("samples"), list)
+    ):
+        return None
+    return len(document["samples"])
+
+
+def _count_all(count: Any, urls: list[str]) -> dict[str, int]:
+    """count(url) for every url; remote ones several at once (each costs at
+    least a round trip: a HEAD, then an index or the shard)."""
+    remote = [u for u in dict.fromkeys(urls) if is_remote_url(u)]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        counted = dict(zip(remote, pool.map(count, remote), strict=True))
+    for url in urls:
+        if url not in counted:
+            counted[url] = count(url)
+    return counted
+
+
 def even_batch_count(
     mode: str,
     batch_size: int,
@@ -49,6 +108,7 @@ def even_batch_count(
     nodesplitter: Splitter | None,
     cache_dir: str,
     pipe_timeout: float,
+    remote: RemoteOptions | None = None,
 ) -> int | None:
     """The batch count every rank yields this epoch under `mode`, or None
     when ranks need not agree (a single process, or ``"off"``). `urls` are
@@ -58,14 +118,16 @@ def even_batch_count(
     rank, world_size = rank_and_world_size()
     if world_size <= 1 or mode == "off":
         return None
-    count = functools.partial(shard_samples, cache_dir=cache_dir, timeout=pipe_timeout)
+    one = functools.partial(shard_samples, cache_dir=cache_dir, timeout=pipe_timeout, remote=remote)
     reduce_max = mode == "repeat"
     if dist.is_available() and dist.is_initialized():
-        total = torch.tensor([sum(count(u) for u in urls)], dtype=torch.int64)
+        counted = _count_all(one, urls)
+        total = torch.tensor([sum(counted[u] for u in urls)], dtype=torch.int64)
         dist.all_reduce(total, op=dist.ReduceOp.MAX if reduce_max else dist.ReduceOp.MIN)
         samples = int(total.item())
     elif nodesplitter is split_by_node:
-        per_rank = [sum(count(u) for u in all_urls[r::world_size]) for r in range(world_size)]
+        counted = _count_all(one, all_urls)
+        per_rank = [sum(counted[u] for u in all_urls[r::world_size]) for r in range(world_size)]
         samples = max(per_rank) if reduce_max else min(per_rank)
     else:
         raise ValueError(

@@ -28,12 +28,13 @@ from chute import _core
 from chute.errors import engine_errors
 from chute.handlers import Handler
 from chute.loading import LoaderSettings
+from chute.stats import add_figures
 from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter
 from chute.wds.native import EngineSettings, report_skips
 from chute.wds.pystages import apply_python_stage
 from chute.wds.resume import StreamPosition
-from chute.wds.run import EpochRun, combine_figures, decodes_in_python, member_failure
+from chute.wds.run import EpochRun, decodes_in_python, member_failure
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.transport import default_collate, pack, unpack
 
@@ -57,6 +58,19 @@ ITEMWISE_STAGES = frozenset(
         "extract_keys",
         "xdecode",
     }
+)
+
+# What every worker's plan takes from the loader's rather than working out
+# on its own: the DDP batch count the ranks agreed on, an elastic resume's
+# share of the samples, and what that share changes.
+PLAN_FIELDS = (
+    "max_batches",
+    "repeat",
+    "sample_ranges",
+    "shuffle_shards",
+    "resampled",
+    "num_streams",
+    "seed",
 )
 
 # Figures that every worker's engine counts for the whole plan (each reads
@@ -104,8 +118,7 @@ class StreamTask:
     shuffle_seed: int | None
     extensions: list[str] | None  # the first sample's, when the loader looked
     torch_batch: tuple[int, bool] | None  # the engine makes torch's batches (size, drop_last)
-    max_batches: int
-    repeat: bool
+    plan: dict[str, Any]  # the loader's plan's values of PLAN_FIELDS
     stages: int  # Python stages the worker runs
     threads: int
     timeout: float
@@ -136,18 +149,17 @@ class WorkerEpochRun(EpochRun):
     def current_figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for figures in self.worker_figures.values():
-            for key, value in figures.items():
-                if key in _EVERY_WORKER:
-                    out[key] = max(out.get(key, 0), value)
-                else:
-                    out[key] = out.get(key, 0) + value
+            shared = {k: v for k, v in figures.items() if k in _EVERY_WORKER}
+            for key, value in shared.items():
+                out[key] = max(out.get(key, 0), value)
+            out = add_figures(out, {k: v for k, v in figures.items() if k not in shared})
         return out
 
     def _native_items(self, pass_index: int, skip_batches: int, skip_rows: int) -> Iterator[Any]:
         compiled = self.compiled
         with engine_errors():
             # The loader's plan, for what the workers must not work out on
-            # their own (the DDP batch count agreed with the other ranks).
+            # their own (PLAN_FIELDS).
             plan = self.dataset.make_plan(
                 compiled,
                 self.urls,
@@ -158,6 +170,8 @@ class WorkerEpochRun(EpochRun):
                 self.settings,
                 self.handlers,
             )
+            if self.elastic is not None:
+                self.elastic.configure(plan)
         task = StreamTask(
             urls=self.urls,
             worker=self.worker,
@@ -171,8 +185,7 @@ class WorkerEpochRun(EpochRun):
             torch_batch=(compiled.batch_size or 0, not compiled.partial)
             if compiled.torch_collate
             else None,
-            max_batches=int(plan.max_batches),
-            repeat=bool(plan.repeat),
+            plan={name: getattr(plan, name) for name in PLAN_FIELDS},
             stages=self.worker_stages,
             threads=self.pool.threads,
             timeout=self.settings.timeout,
@@ -229,7 +242,9 @@ class WorkerEpochRun(EpochRun):
         finally:
             if pool.alive:
                 pool.stop_task(tag)
-            self.figures.finished = combine_figures(self.figures.finished, self.current_figures())
+            self.figures.finished = add_figures(
+                self.figures.finished, self.current_figures(), gauges="replace"
+            )
             self.worker_figures = {}
 
 
@@ -264,9 +279,9 @@ def stream_task(
             settings,
             handlers,
         )
+        for name, value in task.plan.items():
+            setattr(plan, name, value)
         plan.skip_batches = task.skip_batches
-        plan.max_batches = task.max_batches
-        plan.repeat = task.repeat
         plan.deliver_stride = context.num_workers
         plan.deliver_offset = context.index
         engine = _core.StreamEngine(plan)

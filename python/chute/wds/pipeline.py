@@ -25,10 +25,11 @@ from typing_extensions import Self
 
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
+from chute.stats import empty_stats
 from chute.wds.dataset import WebDataset
 from chute.wds.fluent import Fluent
 from chute.wds.pystages import python_batched
-from chute.wds.run import STREAM_STATS_KEYS, converted_items
+from chute.wds.run import converted_items
 from chute.wds.shardlists import ResampledShards, SimpleShardList
 from chute.wds.stages import Stage
 
@@ -279,7 +280,7 @@ class DataPipeline(Fluent, IterableDataset[Any], EngineDataset):
 
     def stats(self) -> dict[str, Any]:
         native = self.native()
-        return native.stats() if native is not None else dict.fromkeys(STREAM_STATS_KEYS, 0)
+        return native.stats() if native is not None else empty_stats()
 
     def state_dict(self) -> dict[str, Any]:
         return self._need_native("state_dict()").state_dict()

@@ -16,9 +16,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chute.wds.stages import Stage
+
+if TYPE_CHECKING:
+    from chute.wds.elastic import ElasticRun
 
 
 @dataclass
@@ -29,6 +32,10 @@ class StreamPosition:
     batches: int = 0  # engine batches of this pass fully handed out
     rows: int = 0  # rows handed out of the next one (unbatched pipelines)
     items: int = 0  # items the epoch has yielded (for its cap)
+    # elastic=True: the global position a loaded state recorded, and the
+    # running iteration's segment (chute.wds.elastic).
+    recorded_elastic: dict[str, Any] | None = None
+    elastic: ElasticRun | None = None
 
     def next_pass(self) -> None:
         self.pass_index += 1
@@ -36,7 +43,7 @@ class StreamPosition:
         self.rows = 0
 
     def as_state(self, pipeline: dict[str, Any]) -> dict[str, Any]:
-        return {
+        state = {
             "epoch": self.epoch,
             "shuffle_seed": self.shuffle_seed,
             "pass": self.pass_index,
@@ -45,6 +52,9 @@ class StreamPosition:
             "items": self.items,
             "pipeline": pipeline,
         }
+        if self.elastic is not None:
+            state["elastic"] = self.elastic.state(self.batches)
+        return state
 
 
 def describe_stage(stage: Stage) -> str:
@@ -53,14 +63,20 @@ def describe_stage(stage: Stage) -> str:
     return stage.kind
 
 
-def fingerprint(urls: Sequence[str], stages: Sequence[Stage]) -> dict[str, Any]:
-    """What a state must match: the shard list (count and digest) and the stages."""
+def fingerprint(
+    urls: Sequence[str], stages: Sequence[Stage], elastic: bool = False
+) -> dict[str, Any]:
+    """What a state must match: the shard list (count and digest), the
+    stages, and whether positions are global (elastic)."""
     digest = hashlib.sha256("\n".join(urls).encode("utf-8", "surrogateescape")).hexdigest()
-    return {
+    out: dict[str, Any] = {
         "num_shards": len(urls),
         "shards": digest[:16],
         "stages": [describe_stage(s) for s in stages],
     }
+    if elastic:
+        out["elastic"] = True
+    return out
 
 
 def _count(state: dict[str, Any], key: str, default: int | None = None) -> int:
@@ -85,6 +101,12 @@ def check_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
             "WebDataset state is from another dataset: its shard list differs "
             f"({recorded.get('num_shards')} shards, digest {recorded.get('shards')}; "
             f"this one has {expected['num_shards']} shards, digest {expected['shards']})"
+        )
+    if bool(recorded.get("elastic")) != bool(expected.get("elastic")):
+        raise ValueError(
+            "WebDataset state was taken with elastic="
+            f"{bool(recorded.get('elastic'))}, this pipeline has elastic="
+            f"{bool(expected.get('elastic'))}: their positions do not translate"
         )
     theirs, ours = recorded.get("stages"), expected["stages"]
     if theirs == ours:
@@ -121,6 +143,10 @@ def position_from_state(state: Any, expected: dict[str, Any]) -> StreamPosition:
         rows=_count(state, "rows"),
         items=_count(state, "items", 0),
     )
+    recorded = state.get("elastic")
+    if recorded is not None and not isinstance(recorded, dict):
+        raise ValueError(f"WebDataset state: 'elastic' must be a dict, not {recorded!r}")
+    position.recorded_elastic = recorded
     if "pipeline" in state:
         check_fingerprint(state["pipeline"], expected)
     return position

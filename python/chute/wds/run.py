@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, war
 from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
 from chute.shards import rank_and_world_size
+from chute.stats import add_figures, empty_stats, with_running
 from chute.wds.compiler import (
     CompiledPipeline,
     compile_stages,
@@ -27,6 +28,7 @@ from chute.wds.compiler import (
     native_torch_batch,
 )
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy
+from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.pystages import apply_python_stage, python_batched
 from chute.wds.resume import StreamPosition
@@ -37,48 +39,6 @@ if TYPE_CHECKING:
 
 # torch ships default_convert without annotations.
 _default_convert: Callable[[Any], Any] = default_convert
-
-# Engine figures that add up over the passes of an epoch; the "peak" ones
-# are maxima, the others describe the running pass.
-_ADDITIVE_STATS = frozenset(
-    {
-        "shards_opened",
-        "samples_read",
-        "samples_skipped",
-        "samples_batched",
-        "batches",
-        "samples_yielded",
-        "encoded_bytes",
-        "read_seconds",
-        "decode_seconds",
-        "arenas_created",
-    }
-)
-# What stats() reports before any iteration (and in a process that never
-# iterated, such as a DataLoader's parent when the workers do).
-STREAM_STATS_KEYS = (
-    "shards_opened",
-    "samples_read",
-    "samples_skipped",
-    "samples_batched",
-    "batches",
-    "samples_yielded",
-    "encoded_bytes",
-    "read_seconds",
-    "decode_seconds",
-    "shuffle_bytes",
-    "shuffle_peak_bytes",
-    "shuffle_peak_samples",
-    "queued_batches",
-    "arenas_created",
-    "batch_bytes_reserved",
-    "batch_bytes_in_use",
-    "batch_peak_bytes_reserved",
-    "batch_peak_bytes_in_use",
-    "batch_bytes_pinned",
-    "python_items",
-    "wait_seconds",
-)
 
 EMPTY_MESSAGE = (
     "No samples found in dataset; perhaps you have fewer shards than workers.\n"
@@ -94,20 +54,6 @@ class Figures:
     python_skipped: int = 0  # samples dropped for members Python could not decode
     wait_seconds: float = 0.0
     finished: dict[str, Any] = field(default_factory=dict)  # engines of earlier passes
-
-
-def combine_figures(finished: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """Figures over the passes so far: counters added, peaks the largest,
-    the rest as the running pass has them."""
-    out = dict(current)
-    for key, value in finished.items():
-        if key in _ADDITIVE_STATS:
-            out[key] = out.get(key, 0) + value
-        elif "peak" in key:
-            out[key] = max(out.get(key, 0), value)
-        else:
-            out.setdefault(key, value)
-    return out
 
 
 class EpochIteration(Iterator[Any]):
@@ -206,6 +152,13 @@ class EpochRun:
             bool(self.local_stages) or self.python_batching or decodes_in_python(self.compiled)
         )
         self.handlers = error_handlers(self.compiled.native_stages, dataset.handler)
+        self.elastic: ElasticRun | None = None
+        if dataset.elastic:
+            self.elastic = ElasticRun(
+                dataset, self.compiled, epoch, start.recorded_elastic, start.batches
+            )
+            self.urls = self.elastic.urls
+            start = replace(start, batches=self.elastic.skip)
         self.position = StreamPosition(
             epoch=epoch,
             shuffle_seed=self.compiled.shuffle[2] if self.compiled.shuffle else None,
@@ -213,6 +166,7 @@ class EpochRun:
             batches=start.batches,
             rows=start.rows,
             items=start.items,
+            elastic=self.elastic,
         )
         self.fingerprint = dataset.state_fingerprint()
         self.pass_samples: int | None = None  # samples the engine read in the last pass
@@ -231,8 +185,8 @@ class EpochRun:
 
     def stats(self) -> dict[str, Any]:
         current = self.current_figures()
-        out: dict[str, Any] = dict.fromkeys(STREAM_STATS_KEYS, 0)
-        out.update(combine_figures(self.figures.finished, current))
+        out: dict[str, Any] = empty_stats()
+        out.update(with_running(self.figures.finished, [current] if current else []))
         out["samples_skipped"] += self.figures.python_skipped
         out["python_items"] = self.figures.python_items
         out["wait_seconds"] = self.figures.wait_seconds
@@ -258,6 +212,8 @@ class EpochRun:
         """The epoch's passes over the shards, each through the Python stages
         on its own (webdataset restarts its pipeline for every pass)."""
         dataset = self.dataset
+        if self.elastic is not None and self.elastic.segment.num_batches == 0:
+            return  # the epoch's samples were all delivered before this run
         if not self.urls:
             if dataset.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
@@ -298,6 +254,8 @@ class EpochRun:
                 settings,
                 self.handlers,
             )
+            if self.elastic is not None:
+                self.elastic.configure(plan)
             plan.skip_batches = skip_batches
             copy_to_pinned = settings.pin_memory and not apply_pin_hooks(plan)
             engine = _core.StreamEngine(plan)
@@ -345,7 +303,7 @@ class EpochRun:
             engine.close()
             final = engine.stats()
             self.pass_samples = int(final["samples_read"])
-            self.figures.finished = combine_figures(self.figures.finished, final)
+            self.figures.finished = add_figures(self.figures.finished, final, gauges="replace")
             self.engine = None
 
 

@@ -1,0 +1,144 @@
+"""What datasets share about remote urls: the options as users pass them,
+globs listed on buckets, and the engine's source options.
+
+Nothing here creates a session (or imports obstore) until a remote url is
+actually read, so local pipelines never need the optional dependency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from chute import _core
+from chute.remote._options import RemoteOptions
+from chute.remote._session import RemoteSession, get_session
+from chute.remote._stores import is_remote_url, split_url
+
+_GLOB = re.compile(r"[*?\[]")
+
+
+def merge_options(
+    remote: RemoteOptions | None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | None = None,
+    cache_limit_bytes: int | None = None,
+    prefetch_bytes: int | None = None,
+) -> RemoteOptions:
+    """`remote` (or the defaults) with the settings a dataset takes directly;
+    those given (not None) win."""
+    base = remote if remote is not None else RemoteOptions()
+    changes: dict[str, Any] = {}
+    if storage_options is not None:
+        changes["storage_options"] = dict(storage_options)
+    if cache_dir is not None:
+        changes["cache_dir"] = cache_dir
+    if cache_limit_bytes is not None:
+        changes["cache_limit_bytes"] = int(cache_limit_bytes)
+    if prefetch_bytes is not None:
+        changes["prefetch_bytes"] = int(prefetch_bytes)
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def any_remote(urls: Iterable[str]) -> bool:
+    return any(is_remote_url(u) for u in urls)
+
+
+def is_remote_glob(url: str) -> bool:
+    """A remote url whose object key holds a glob (``s3://b/train/*.tar``)."""
+    if not is_remote_url(url):
+        return False
+    try:
+        _, key = split_url(url)
+    except ValueError:
+        return False
+    return _GLOB.search(key) is not None
+
+
+def expand_remote_globs(urls: Sequence[str], options: RemoteOptions) -> list[str]:
+    """`urls` with every remote glob replaced by the objects it matches on
+    the bucket, sorted (webdataset itself takes no globs; http(s) and hf://
+    servers have no listing and are refused). A glob that matches nothing
+    is an error, as an empty shard list would be."""
+    out: list[str] = []
+    for url in urls:
+        if not is_remote_glob(url):
+            out.append(url)
+            continue
+        found = get_session(options).list_objects(url)
+        if not found:
+            raise FileNotFoundError(f"no object matches {url!r}")
+        out.extend(found)
+    return out
+
+
+def native_source(urls: Iterable[str], options: RemoteOptions) -> _core.SourceOptions | None:
+    """The engine's SourceOptions for `urls` when any is remote (this
+    process's session for `options`), else None."""
+    if not any_remote(urls):
+        return None
+    return get_session(options).native_source()
+
+
+def build_remote_index(url: str, session: RemoteSession) -> dict[str, Any]:
+    """The sidecar index document of a remote tar shard (chute.tarindex's
+    format), made by reading the shard once: into the session's cache when
+    it has a ``cache_dir`` (where the epoch then finds it), else into a
+    temporary file that is removed."""
+    from chute.tarindex import build_index
+
+    cache_dir = session.options.cache_dir
+    with tempfile.TemporaryDirectory(prefix="chute-index-") as tmp:
+        copy = os.path.join(tmp, "shard.tar")
+        with session.open(url) as f:
+            if cache_dir:
+                f.drain()
+                copy = os.path.join(cache_dir, _core.tar_cache_file_name(url))
+            else:
+                with open(copy, "wb") as out:
+                    while chunk := f.read(8 << 20):
+                        out.write(chunk)
+        if not os.path.exists(copy):
+            raise ValueError(f"cannot index {url!r}: it does not fit in the cache {cache_dir!r}")
+        document = build_index(copy)
+    # A remote object has no modification time a reader could compare: its
+    # size stands for its version.
+    document.update(shard=url.rsplit("/", 1)[-1], shard_mtime_ns=0)
+    return document
+
+
+def remote_tar_index(
+    url: str, options: RemoteOptions, index_dir: str | None = None
+) -> dict[str, Any]:
+    """The index of a remote tar shard: from `index_dir` (a local directory)
+    when given, else from ``<url>.idx.json`` beside the shard, when there is
+    one for the shard's current size; else built by reading the shard once
+    (and saved in `index_dir` when given)."""
+    from chute.tarindex import INDEX_SUFFIX, _problem
+
+    session = get_session(options)
+    size = int(session.ranges(url).size)
+    name = url.rsplit("/", 1)[-1]
+    local = Path(index_dir) / (name + INDEX_SUFFIX) if index_dir is not None else None
+    document: Any = None
+    try:
+        if local is not None:
+            document = json.loads(local.read_text(encoding="utf-8"))
+        else:
+            document = json.loads(session.read_bytes(url + INDEX_SUFFIX))
+    except (OSError, ValueError):
+        document = None  # none there (a ReadError is an OSError), or not JSON
+    if document is None or _problem(document, url, None) or document["shard_size"] != size:
+        document = build_remote_index(url, session)
+        if local is not None:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
+    result: dict[str, Any] = document
+    return result
