@@ -498,6 +498,45 @@ def test_ddp_ranks_yield_equal_batch_counts_on_workers(
     assert counts == {0: 12, 1: 12}  # ceil(70 / 6): every rank stops at the shorter one's
 
 
+def upper_keys(batch: tuple[list[str], Any]) -> tuple[list[str], Any]:
+    return [k.upper() for k in batch[0]], batch[1]
+
+
+def test_an_elastic_resume_on_workers_equals_one_without(
+    images: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def make(workers: int) -> chute.DataLoader[Any]:
+        ds = chute.WebDataset(images, shardshuffle=True, seed=5, elastic=True).shuffle(10)
+        # Elastic streams are batched by the engine, before Python stages.
+        ds = ds.to_tuple("__key__", "cls").batched(4).map(upper_keys)
+        loader = chute.DataLoader(ds, batch_size=None, num_workers=workers)
+        loader.set_epoch(2)
+        return loader
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    states = []
+    for workers in (0, 2):
+        loader = make(workers)
+        it = iter(loader)
+        head = [next(it) for _ in range(5)]
+        states.append(loader.state_dict())
+        del it
+    assert states[0] == states[1]
+    # Three ranks resume it, with and without workers alike.
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        rest = []
+        for workers in (0, 2):
+            loader = make(workers)
+            loader.load_state_dict(states[0])
+            rest.append(list(loader))
+        assert len(rest[0]) > 3
+        assert_same(rest[1], rest[0])
+    assert head
+
+
 # -------------------------------------------------------------------- errors
 
 
