@@ -23,8 +23,6 @@ the same arguments (that spawns nothing until iterated) and consulted.
 from __future__ import annotations
 
 import logging
-import sys
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
@@ -42,12 +40,13 @@ from chute.elastic import (
     sampler_fingerprint,
     segment_after,
 )
-from chute.engine import default_threads
 from chute.index_batches import array_index_batches
 from chute.intraop import single_threaded
 from chute.loading import EngineDataset, LoaderSettings
+from chute.progress import with_progress
 from chute.shards import rank_and_world_size
-from chute.workers.pool import NotSendable, WorkerFallbackWarning, WorkerPool
+from chute.workers.loader import LoaderWorkers, python_work
+from chute.workers.pool import WorkerPool
 
 logger = logging.getLogger("chute")
 _told_fallback = False
@@ -58,12 +57,6 @@ _T_co = TypeVar("_T_co", covariant=True)
 class WorkerInitFnWarning(UserWarning):
     """``worker_init_fn`` was given for a dataset chute runs on native threads,
     where there are no worker processes to call it in."""
-
-
-_NOT_SENDABLE = "chute.DataLoader: {} cannot be sent to worker processes ({}); its Python " + (
-    "stages run in this process. Define its functions at module level, or pass "
-    "multiprocessing_context='fork'"
-)
 
 
 def _state_kind(native: EngineDataset | None) -> str | None:
@@ -200,8 +193,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._running: Iterator[Any] | None = None  # the running stream iteration
         self._resume: dict[str, Any] | None = None
         self.worker_threads = worker_threads
-        self._pool: WorkerPool | None = None
-        self._told_not_sendable = False
+        self._worker_processes = LoaderWorkers()
         if (
             native is not None
             and worker_init_fn is not None
@@ -237,64 +229,24 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         )
 
     def _python_work(self, native: EngineDataset) -> bool:
-        """Whether iterating `native` runs Python that workers take over."""
-        try:
-            return native.python_work(self._settings())
-        except Exception:  # noqa: BLE001 - the iteration raises it in its place
-            return False
+        return python_work(native, self._settings())
 
-    def _workers(self, native: EngineDataset, base_seed: int | None = None) -> WorkerPool | None:
-        """The worker processes this iteration runs on, started when needed
-        (and kept across epochs with ``persistent_workers``); None when the
-        dataset runs on native threads only."""
-        if self.num_workers <= 0 or not self._python_work(native):
-            return None
-        target = native.worker_dataset()
-        pool = self._pool
-        if pool is not None and pool.alive and pool.dataset is target:
-            return pool
-        self.close_workers()
-        if base_seed is None:
-            # As torch's iterators do, a base seed for the workers' generators.
-            base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=self.generator))
-        threads = self.worker_threads or max(1, default_threads() // self.num_workers)
-        try:
-            pool = WorkerPool(
-                target,
-                self.num_workers,
-                threads=threads,
-                prefetch=self.prefetch_factor or 2,
-                context=self.multiprocessing_context,
-                worker_init_fn=self.worker_init_fn,
-                collate_fn=self._user_collate_fn,
-                base_seed=base_seed,
-            )
-        except NotSendable as exc:
-            if not self._told_not_sendable:
-                self._told_not_sendable = True
-                warnings.warn(
-                    _NOT_SENDABLE.format(type(target).__name__, exc),
-                    WorkerFallbackWarning,
-                    stacklevel=4,
-                )
-            return None
-        self._pool = pool
-        return pool
+    @property
+    def _pool(self) -> WorkerPool | None:
+        return self._worker_processes.pool
 
     def _done_with(self, pool: WorkerPool | None) -> None:
-        if pool is not None and not (self.persistent_workers and pool.alive):
-            self.close_workers()
+        self._worker_processes.done_with(pool, self.persistent_workers)
 
     def close_workers(self) -> None:
         """Ends this loader's worker processes (``persistent_workers`` keeps
         them otherwise until the loader is collected)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        self._worker_processes.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_pool", None) is not None:
-            self.close_workers()
+        workers = getattr(self, "_worker_processes", None)
+        if workers is not None:
+            workers.close()
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         native = self._native
@@ -321,7 +273,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if self._resume is not None:
             native.load_loader_state(self._resume["dataset"])
             self._resume = None
-        pool = self._workers(native)
+        pool = self._worker_processes.start(self, native)
         batches = (
             native.loader_batches(self._settings(), None)
             if pool is None
@@ -379,7 +331,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._position = position
         self._segment = segment
         settings = self._settings()
-        pool = self._workers(native, base_seed)
+        pool = self._worker_processes.start(self, native, base_seed)
         if pool is not None:
             inner = native.worker_batches(settings, index_batches, pool)
             self._running = batches = inner
@@ -619,57 +571,3 @@ def _set_rng_state(generator: torch.Generator | None, state: torch.Tensor) -> No
         generator.set_state(state)
     else:
         torch.set_rng_state(state)
-
-
-def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
-    """A progress bar counting batches and samples/s (tqdm when installed,
-    else a line on stderr every second)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    if tqdm is not None:
-        bar = tqdm(total=total, unit="batch", dynamic_ncols=True)
-        samples = 0
-        start = time.perf_counter()
-        try:
-            for item in items:
-                samples += _batch_rows(item)
-                bar.update(1)
-                bar.set_postfix(
-                    samples_per_s=f"{samples / max(time.perf_counter() - start, 1e-9):,.0f}"
-                )
-                yield item
-        finally:
-            bar.close()
-        return
-    samples = 0
-    start = last = time.perf_counter()
-    for count, item in enumerate(items, start=1):
-        samples += _batch_rows(item)
-        now = time.perf_counter()
-        if now - last >= 1.0:
-            last = now
-            of = f"/{total}" if total is not None else ""
-            rate = samples / max(now - start, 1e-9)
-            print(f"\rchute: {count}{of} batches, {rate:,.0f} samples/s", end="", file=sys.stderr)
-        yield item
-    print(file=sys.stderr)
-
-
-def _batch_rows(batch: Any) -> int:
-    """Rows in a batch: the first dimension of its first tensor or array."""
-    values = (
-        batch.values()
-        if isinstance(batch, dict)
-        else batch
-        if isinstance(batch, (list, tuple))
-        else [batch]
-    )
-    for value in values:
-        shape = getattr(value, "shape", None)
-        if shape:
-            return int(shape[0])
-        if isinstance(value, list):
-            return len(value)
-    return 1

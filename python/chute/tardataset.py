@@ -53,6 +53,7 @@ from chute.pinning import pin_hooks
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar_index
 from chute.shards import expand_urls, local_path
+from chute.tarcolumns import concatenate_indexes
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
@@ -151,7 +152,7 @@ class TarDataset(IndexedDataset):
         self._epoch = 0
         self._epoch_set = False
         self._draw_epoch = 0  # the epoch of the decoders' random draws
-        self._columns = _concatenate(self._load_indexes())
+        self._columns = concatenate_indexes(self._load_indexes())
         self._stages, self._names = _stages(decode, fields, handler, decode_options)
         # Dict samples carry every extension of the dataset, in order of first appearance.
         self._compiled: CompiledPipeline = compile_stages(
@@ -580,56 +581,3 @@ def _stages(
         raise ValueError("fields names no field")
     recorder = recorder.to_tuple(*specs_, handler=handler)
     return recorder.stages, names
-
-
-@dataclass
-class _IndexColumns:
-    """The whole dataset's index as the engine's columns."""
-
-    sizes: list[int]
-    mtimes_ns: list[int]
-    extension_table: list[str]
-    extensions: list[str]  # in order of first appearance
-    everywhere: frozenset[str]  # extensions every sample has
-    shard_starts: np.ndarray
-    sample_offsets: np.ndarray
-    key_starts: np.ndarray
-    keys: np.ndarray  # uint8: the keys' bytes back to back
-    member_starts: np.ndarray
-    member_extensions: np.ndarray  # int32
-    member_offsets: np.ndarray
-    member_sizes: np.ndarray
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.sample_offsets.size)
-
-
-def _concatenate(shards: list[ShardColumns]) -> _IndexColumns:
-    table: dict[str, int] = {}
-    ext_ids: list[np.ndarray] = []
-    for s in shards:
-        ext_ids.append(
-            np.array([table.setdefault(e, len(table)) for e in s.extensions], dtype=np.int32)
-        )
-    counts = [s.num_samples for s in shards]
-    member_counts = np.concatenate([s.member_counts for s in shards]) if shards else np.zeros(0)
-    key_bytes = [k.encode("utf-8", "surrogateescape") for s in shards for k in s.keys]
-    member_extensions = np.concatenate(ext_ids) if ext_ids else np.zeros(0, dtype=np.int32)
-    total = int(sum(counts))
-    present = np.bincount(member_extensions, minlength=len(table))
-    return _IndexColumns(
-        sizes=[s.size for s in shards],
-        mtimes_ns=[s.mtime_ns for s in shards],
-        extension_table=list(table),
-        extensions=list(table),
-        everywhere=frozenset(e for e, i in table.items() if present[i] == total),
-        shard_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        sample_offsets=np.concatenate([s.offsets for s in shards]).astype(np.int64),
-        key_starts=np.concatenate([[0], np.cumsum([len(k) for k in key_bytes])]).astype(np.int64),
-        keys=np.frombuffer(b"".join(key_bytes), dtype=np.uint8),
-        member_starts=np.concatenate([[0], np.cumsum(member_counts)]).astype(np.int64),
-        member_extensions=member_extensions,
-        member_offsets=np.concatenate([s.member_offsets for s in shards]).astype(np.int64),
-        member_sizes=np.concatenate([s.member_sizes for s in shards]).astype(np.int64),
-    )
