@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "bindings/process_owned.h"
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "io/mapped_region.h"
@@ -79,8 +80,9 @@ void register_dropin(py::module_& m) {
       "Batch.other_members() with extensions decoded as webdataset decodes them.");
   m.def(
       "_take_skipped",
-      [](StreamEngine& engine) {
-        const std::vector<Error> errors = engine.take_skipped();
+      [](ProcessOwned<StreamEngine>& owned) {
+        const std::vector<Error> errors =
+            owned.here() ? owned.get().take_skipped() : std::vector<Error>{};
         py::list out(errors.size());
         for (size_t i = 0; i < errors.size(); ++i) {
           out[i] = py::make_tuple(kind_name(errors[i].kind()),

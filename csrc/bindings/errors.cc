@@ -1,5 +1,7 @@
 #include "bindings/errors.h"
 
+#include <string>
+
 #include "bindings/registry.h"
 #include "bindings/text.h"
 
@@ -31,8 +33,17 @@ PyObject* python_class(ErrorKind kind) {
 
 }  // namespace
 
+// DataError and ReadError carry the source location at the end of their
+// message, where chute.errors takes it off (onto `where`) as it picks the
+// finer class; the built-in classes get the message alone and `where` here.
 py::object python_error(const Error& error) {
-  return py::reinterpret_borrow<py::object>(python_class(error.kind()))(message_text(error.what()));
+  const py::object cls = py::reinterpret_borrow<py::object>(python_class(error.kind()));
+  if (error.kind() == ErrorKind::kData || error.kind() == ErrorKind::kIo) {
+    return cls(message_text(error.what()));
+  }
+  py::object exc = cls(message_text(error.message()));
+  exc.attr("where") = std::string(error.file()) + ":" + std::to_string(error.line());
+  return exc;
 }
 
 void register_errors(py::module_& m) {
@@ -44,7 +55,7 @@ void register_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      PyErr_SetObject(python_class(e.kind()), message_text(e.what()).ptr());
+      PyErr_SetObject(python_class(e.kind()), python_error(e).ptr());
     }
   });
 }

@@ -20,6 +20,7 @@
 #include "bindings/errors.h"
 #include "bindings/numpy_convert.h"
 #include "bindings/pin_hooks.h"
+#include "bindings/process_owned.h"
 #include "bindings/registry.h"
 #include "compose/catalog.h"
 #include "compose/stream_request.h"
@@ -403,14 +404,21 @@ void register_indexed(py::module_& m) {
           py::arg("register_fn"), py::arg("unregister_fn"),
           "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
 
-  py::class_<IndexedEngine>(m, "IndexedEngine",
-                            "Native threads gathering index batches from row sources.")
-      .def(py::init<IndexedPlan>(), py::arg("plan"))
-      .def_property_readonly("num_rows", &IndexedEngine::num_rows)
+  using OwnedIndexedEngine = ProcessOwned<IndexedEngine>;
+  py::class_<OwnedIndexedEngine>(m, "IndexedEngine",
+                                 "Native threads gathering index batches from row sources.")
+      .def(py::init([](IndexedPlan plan) {
+             return std::make_unique<OwnedIndexedEngine>(
+                 std::make_unique<IndexedEngine>(std::move(plan)));
+           }),
+           py::arg("plan"))
+      .def_property_readonly("num_rows",
+                             [](const OwnedIndexedEngine& owned) { return owned.get().num_rows(); })
       .def(
           "submit",
-          [](IndexedEngine& e, py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx,
-             int64_t epoch) {
+          [](OwnedIndexedEngine& owned,
+             py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx, int64_t epoch) {
+            IndexedEngine& e = owned.get();
             CHUTE_CHECK(idx.ndim() == 1, kUsage, "indices must be one-dimensional");
             const int64_t* data = idx.data();
             const auto n = static_cast<size_t>(idx.size());
@@ -422,7 +430,8 @@ void register_indexed(py::module_& m) {
           "decoders' random draws for sample i derive from (seed, epoch, i).")
       .def(
           "next",
-          [](IndexedEngine& engine, double timeout) {
+          [](OwnedIndexedEngine& owned, double timeout) {
+            IndexedEngine& engine = owned.get();
             return wait_for_batch(
                 [&](Batch* out, double slice) { return engine.next(out, slice); }, timeout);
           },
@@ -430,14 +439,27 @@ void register_indexed(py::module_& m) {
           "The next batch in submission order (one column per source). Raises TimeoutError "
           "when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch "
           "at its position.")
-      .def("close", &IndexedEngine::close, py::call_guard<py::gil_scoped_release>())
-      .def("outstanding", &IndexedEngine::outstanding)
-      .def("stats", [](const IndexedEngine& e) { return stats_dict(e.stats()); })
+      .def(
+          "close",
+          [](OwnedIndexedEngine& owned) {
+            if (owned.here()) owned.get().close();
+          },
+          py::call_guard<py::gil_scoped_release>(),
+          "Stops the threads and drops what is queued; nothing in a forked copy.")
+      .def("outstanding",
+           [](const OwnedIndexedEngine& owned) {
+             return owned.here() ? owned.get().outstanding() : int64_t{0};
+           })
+      .def("stats",
+           [](const OwnedIndexedEngine& owned) {
+             return stats_dict(owned.here() ? owned.get().stats() : EngineStats{});
+           })
       .def(
           "take_skipped",
-          [](IndexedEngine& e) {
+          [](OwnedIndexedEngine& owned) {
             py::list out;
-            for (const Error& error : e.take_skipped()) out.append(python_error(error));
+            if (!owned.here()) return out;
+            for (const Error& error : owned.get().take_skipped()) out.append(python_error(error));
             return out;
           },
           "Sample mode: exceptions of the samples skipped since the last call, oldest first.");

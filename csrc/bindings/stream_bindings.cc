@@ -8,6 +8,7 @@
 #include "bindings/engine_face.h"
 #include "bindings/errors.h"
 #include "bindings/pin_hooks.h"
+#include "bindings/process_owned.h"
 #include "bindings/registry.h"
 #include "bindings/text.h"
 #include "compose/stream_request.h"
@@ -133,14 +134,17 @@ void register_stream(py::module_& m) {
       "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
   forward(plan, "on_error", &StreamRequest::plan, &StreamPlan::on_error);
 
-  py::class_<StreamEngine>(m, "StreamEngine")
+  using OwnedStreamEngine = ProcessOwned<StreamEngine>;
+  py::class_<OwnedStreamEngine>(m, "StreamEngine")
       .def(py::init([](const StreamRequest& request) {
-             return std::make_unique<StreamEngine>(compose_stream_plan(request));
+             return std::make_unique<OwnedStreamEngine>(
+                 std::make_unique<StreamEngine>(compose_stream_plan(request)));
            }),
            py::arg("plan"), py::call_guard<py::gil_scoped_release>())
       .def(
           "next",
-          [](StreamEngine& engine, double timeout) {
+          [](OwnedStreamEngine& owned, double timeout) {
+            StreamEngine& engine = owned.get();
             return wait_for_batch(
                 [&](Batch* out, double slice) { return engine.next(out, slice); }, timeout);
           },
@@ -148,13 +152,23 @@ void register_stream(py::module_& m) {
           "Next batch; None at the end of the epoch. Raises TimeoutError when `timeout` "
           "seconds (0: wait forever) pass first, and the error of a failed batch at its "
           "position.")
-      .def("close", &StreamEngine::close, py::call_guard<py::gil_scoped_release>())
-      .def("stats", [](const StreamEngine& e) { return stats_dict(e.stats()); })
+      .def(
+          "close",
+          [](OwnedStreamEngine& owned) {
+            if (owned.here()) owned.get().close();
+          },
+          py::call_guard<py::gil_scoped_release>(),
+          "Stops the threads and drops what is queued; nothing in a forked copy.")
+      .def("stats",
+           [](const OwnedStreamEngine& owned) {
+             return stats_dict(owned.here() ? owned.get().stats() : EngineStats{});
+           })
       .def(
           "take_skipped",
-          [](StreamEngine& e) {
+          [](OwnedStreamEngine& owned) {
             py::list out;
-            for (const Error& error : e.take_skipped()) out.append(python_error(error));
+            if (!owned.here()) return out;
+            for (const Error& error : owned.get().take_skipped()) out.append(python_error(error));
             return out;
           },
           "Exceptions of the samples skipped since the last call (DataError, ReadError, ...), "

@@ -717,7 +717,9 @@ class StreamEngine:
     def __init__(self, plan: StreamPlan) -> None:
         ...
     def close(self) -> None:
-        ...
+        """
+        Stops the threads and drops what is queued; nothing in a forked copy.
+        """
     def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
         """
         Next batch; None at the end of the epoch. Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.
@@ -1049,7 +1051,9 @@ class IndexedEngine:
     def __init__(self, plan: IndexedPlan) -> None:
         ...
     def close(self) -> None:
-        ...
+        """
+        Stops the threads and drops what is queued; nothing in a forked copy.
+        """
     def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
         """
         The next batch in submission order (one column per source). Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.
