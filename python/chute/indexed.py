@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 from chute.engine import default_threads, make_indexed_engine, wait_batch
 from chute.loading import EngineDataset, LoaderSettings
 from chute.pinning import pin_hooks
-from chute.stats import add_figures, empty_stats, figures_since
+from chute.stats import add_figures, empty_stats, figures_since, with_running
 
 Batch = dict[str, torch.Tensor]
 
@@ -290,7 +290,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     # -- stats -------------------------------------------------------------------------------
 
     def _add_totals(self, s: dict[str, Any], before: dict[str, Any] | None = None) -> None:
-        self._totals = add_figures(self._totals, figures_since(s, before), gauges=False)
+        self._totals = add_figures(self._totals, figures_since(s, before), gauges="replace")
 
     def stats(self) -> dict[str, Any]:
         """The figures of this process's engines over this dataset (README,
@@ -303,8 +303,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         running: list[tuple[Any, dict[str, Any] | None]] = list(state.live.items())
         if state.engine is not None:
             running.append((state.engine, None))
-        for engine, before in running:
-            out = add_figures(out, figures_since(engine.stats(), before))
+        out = with_running(out, [figures_since(e.stats(), before) for e, before in running])
         out["source_bytes_read"] = sum(int(s.bytes_read) for s in state.sources)
         out.update(self._native_stats(state))
         return out

@@ -61,17 +61,36 @@ def empty_stats() -> dict[str, Any]:
     return dict.fromkeys(STATS_KEYS, 0)
 
 
-def add_figures(total: dict[str, Any], more: dict[str, Any], gauges: bool = True) -> dict[str, Any]:
+def is_gauge(key: str) -> bool:
+    """A figure that says what an engine holds now (queued batches, bytes in
+    use), neither a counter nor a peak."""
+    return key not in ADDITIVE_STATS and "peak" not in key
+
+
+def add_figures(total: dict[str, Any], more: dict[str, Any], gauges: str = "add") -> dict[str, Any]:
     """`total` with the figures of one more engine: counters added, peaks the
-    largest, and, with `gauges`, what it holds now (queued batches, bytes in
-    use) added too, as for engines running side by side; an engine that
-    finished holds nothing, so its gauges are left out."""
+    largest; gauges added (`"add"`: engines side by side) or taken from
+    `more` (`"replace"`: an engine that finished after those in `total`)."""
     out = dict(total)
     for key, value in more.items():
-        if key in ADDITIVE_STATS or (gauges and "peak" not in key):
+        if key in ADDITIVE_STATS or (is_gauge(key) and gauges == "add"):
             out[key] = out.get(key, 0) + value
-        elif "peak" in key:
+        elif is_gauge(key):
+            out[key] = value
+        else:
             out[key] = max(out.get(key, 0), value)
+    return out
+
+
+def with_running(finished: dict[str, Any], running: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures of the engines that finished combined with those running now:
+    the gauges are the running engines' when any runs, else the last
+    finished one's (the batches it delivered may still hold its memory)."""
+    if not running:
+        return dict(finished)
+    out = {k: 0 if is_gauge(k) else v for k, v in finished.items()}
+    for figures in running:
+        out = add_figures(out, figures)
     return out
 
 

@@ -19,7 +19,7 @@ from chute.errors import engine_errors
 from chute.handlers import SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.loading import LoaderSettings
 from chute.shards import rank_and_world_size
-from chute.stats import add_figures, empty_stats
+from chute.stats import add_figures, empty_stats, with_running
 from chute.wds.compiler import compile_stages, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
@@ -157,7 +157,7 @@ class EpochRun:
         engine = self.engine
         current = engine.stats() if engine is not None else {}
         out: dict[str, Any] = empty_stats()
-        out.update(add_figures(self.figures.finished, current))
+        out.update(with_running(self.figures.finished, [current] if current else []))
         out["samples_skipped"] += self.figures.python_skipped
         out["python_items"] = self.figures.python_items
         out["wait_seconds"] = self.figures.wait_seconds
@@ -282,7 +282,7 @@ class EpochRun:
             engine.close()
             final = engine.stats()
             self.pass_samples = int(final["samples_read"])
-            self.figures.finished = add_figures(self.figures.finished, final, gauges=False)
+            self.figures.finished = add_figures(self.figures.finished, final, gauges="replace")
             self.engine = None
 
 
