@@ -28,11 +28,19 @@ after each, and each run is compared with the mean of the rounds on its two
 sides (as in bench_wds.py). Region and DCT-scaled decoding do less work than
 a full decode, so chute can exceed it.
 
-The ``.map(normalise)`` job with CPU hogs (issue 12's job (c)) needs process
-workers and is not measured here; it joins ``JOBS`` below when they exist.
+Job ``map`` (issue 12's job (c)): a Python ``.map(fn)`` whose ``fn``
+normalises (mean/std) and randomly flips a 3x256x256 tensor decoded from a
+256x256 JPEG, batches of 64: chute.DataLoader(num_workers=N), whose worker
+processes run the map, against torch's DataLoader(num_workers=N) over
+webdataset with the same decode and map. Each side runs on an idle machine
+and with CPU hogs beside it (processes spinning in a loop, started before
+the run and ended by pid after it: the cores a training node's trainer and
+other ranks keep busy). ``--map-workers`` and ``--hogs`` take lists (the
+scaling from 1 to 16 workers on a larger machine).
 
-    python benchmarks/bench_transforms.py           # 3,000 images
-    python benchmarks/bench_transforms.py --quick   # 600
+    python benchmarks/bench_transforms.py                  # 3,000 images
+    python benchmarks/bench_transforms.py --quick          # 600
+    python benchmarks/bench_transforms.py --jobs map --hogs 0,2
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import io
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,7 +77,9 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 SCALE = (0.08, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
-JOBS = ("train", "eval")
+JOBS = ("train", "eval", "map")
+MAP_SIZE = 256
+MAP_BATCH = 64
 # The decode limit decodes this many of the files per pass (a pass over all
 # of them would take seconds on one thread).
 LIMIT_IMAGES = 300
@@ -139,6 +150,66 @@ def shards(n: int) -> list[str]:
     paths = _write(directory, samples(), per_shard=n // 8)
     marker.write_text(json.dumps(paths))
     return paths
+
+
+def map_shards(n: int) -> list[str]:
+    """n 256x256 JPEGs (quality 90) + `cls`, for the map job."""
+    from PIL import Image
+
+    directory = DATA / f"transforms-map-{n}"
+    marker = directory / "done.json"
+    if marker.exists():
+        return list(json.loads(marker.read_text()))
+    rng = np.random.default_rng(13)
+
+    def samples() -> Any:
+        for i in range(n):
+            out = io.BytesIO()
+            image = natural_image(rng, MAP_SIZE, MAP_SIZE)
+            Image.fromarray(image).save(out, format="JPEG", quality=90)
+            yield {"__key__": f"img{i:07d}", "jpg": out.getvalue(), "cls": i % 1000}
+
+    paths = _write(directory, samples(), per_shard=max(1, n // 8))
+    marker.write_text(json.dumps(paths))
+    return paths
+
+
+def normalise_and_flip(sample: tuple[Any, int]) -> tuple[Any, int]:
+    """The map job's user function: uint8 CHW to float, normalised per
+    channel, flipped left-right half of the time (torch ops throughout, so
+    torch's intra-op threads are in play)."""
+    import torch
+
+    image, cls = sample
+    x = image.to(torch.float32).div_(255)
+    x = (x - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None]
+    if torch.rand(1).item() < 0.5:
+        x = torch.flip(x, dims=(2,))
+    return x, cls
+
+
+class Hogs:
+    """`n` processes that keep a core busy each, ended by pid on exit."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Hogs:
+        for _ in range(self.n):
+            self.procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs = []
 
 
 # ------------------------------------------- torchvision's transforms, with Pillow
@@ -225,7 +296,22 @@ def worker(config: dict[str, Any]) -> None:
 
     rss_after_torch = current_rss()
     job, urls, workers = config["job"], config["urls"], config["workers"]
-    if config["loader"] == "chute":
+    shape: tuple[int, ...] = (3, CROP, CROP)
+    dtype = torch.float16
+    if job == "map":
+        shape, dtype = (3, MAP_SIZE, MAP_SIZE), torch.float32
+        if config["loader"] == "chute":
+            import chute
+
+            ds = chute.WebDataset(urls, shardshuffle=False)
+        else:
+            import webdataset
+
+            ds = webdataset.WebDataset(urls, shardshuffle=False)
+        ds = ds.decode("torchrgb8").to_tuple("jpg", "cls").map(normalise_and_flip)
+        make = torch.utils.data.DataLoader if config["loader"] != "chute" else chute.DataLoader
+        loader: Any = make(ds, batch_size=MAP_BATCH, num_workers=workers)
+    elif config["loader"] == "chute":
         import chute
 
         ds = (
@@ -234,7 +320,7 @@ def worker(config: dict[str, Any]) -> None:
             .to_tuple("jpg", "cls")
             .batched(BATCH)
         )
-        loader: Any = chute.DataLoader(ds, batch_size=None, num_workers=workers)
+        loader = chute.DataLoader(ds, batch_size=None, num_workers=workers)
     else:
         import webdataset
 
@@ -254,7 +340,7 @@ def worker(config: dict[str, Any]) -> None:
     for images, labels in loader:
         if first is None:
             first = time.perf_counter() - start
-            assert images.dtype == torch.float16 and tuple(images.shape[1:]) == (3, CROP, CROP)
+            assert images.dtype == dtype and tuple(images.shape[1:]) == shape
         samples += len(labels)
     seconds = time.perf_counter() - start
     print(
@@ -269,6 +355,55 @@ def worker(config: dict[str, Any]) -> None:
     )
 
 
+# ---------------------------------------------------------------- the map job (c)
+
+
+def map_job(
+    script: str, urls: list[str], workers: list[int], hogs: list[int], repeats: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows (the median of `repeats` runs per configuration) and, per
+    (workers, hogs), chute's speed-up over torch + webdataset."""
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    for n_hogs in hogs:
+        for n_workers in workers:
+            speeds: dict[str, float] = {}
+            for loader in ("webdataset", "chute"):
+                runs = []
+                for _ in range(repeats):
+                    config = {"loader": loader, "workers": n_workers, "job": "map", "urls": urls}
+                    with Hogs(n_hogs):
+                        report = run_config(script, config)
+                    runs.append(
+                        {
+                            "job": "map",
+                            "loader": "chute.DataLoader"
+                            if loader == "chute"
+                            else "torch DataLoader + webdataset",
+                            "workers": n_workers,
+                            "hogs": n_hogs,
+                            "samples": report["samples"],
+                            "samples_per_s": report["samples"] / report["seconds"],
+                            "first_batch_s": report["first_batch_seconds"],
+                            "peak_rss_mib": report["peak_tree_rss"] / 2**20,
+                        }
+                    )
+                    print(
+                        f"  map   {runs[-1]['loader']:40s} workers={n_workers} hogs={n_hogs}: "
+                        f"{runs[-1]['samples_per_s']:,.0f} images/s",
+                        flush=True,
+                    )
+                runs.sort(key=lambda r: r["samples_per_s"])
+                rows.append(runs[len(runs) // 2])
+                speeds[loader] = rows[-1]["samples_per_s"]
+            summary[f"workers={n_workers},hogs={n_hogs}"] = {
+                "chute_images_per_s": speeds["chute"],
+                "torch_images_per_s": speeds["webdataset"],
+                "speedup_vs_torch": speeds["chute"] / speeds["webdataset"],
+            }
+    return rows, summary
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -278,7 +413,14 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="600 images instead of 3,000")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated: train, eval")
+    parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated: train, eval, map")
+    parser.add_argument("--images", type=int, help="images per data set (a check's tiny run)")
+    parser.add_argument(
+        "--map-workers", default="2", help="map job: num_workers to run, comma-separated"
+    )
+    parser.add_argument(
+        "--hogs", default="0,2", help="map job: CPU hog processes beside the run, comma-separated"
+    )
     parser.add_argument(
         "--repeats", type=int, default=3, help="chute runs per job (the median is reported)"
     )
@@ -296,11 +438,76 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown jobs {sorted(unknown)}; known: {', '.join(JOBS)}")
     load_before = os.getloadavg()
-    n = 600 if args.quick else 3_000
+    n = args.images or (600 if args.quick else 3_000)
+    script = str(Path(__file__).resolve())
+    results: dict[str, Any] = {"images": n}
+    rows: list[dict[str, Any]] = []
+    image_jobs = [job for job in jobs if job != "map"]
+    if image_jobs:
+        rows += image_jobs_run(args, script, image_jobs, n, results)
+    if "map" in jobs:
+        map_rows, results["map_summary"] = map_job(
+            script,
+            map_shards(n),
+            [int(w) for w in args.map_workers.split(",")],
+            [int(h) for h in args.hogs.split(",")],
+            args.repeats,
+        )
+        rows += map_rows
+    load_after = os.getloadavg()
+    print()
+    print(
+        table(
+            rows,
+            [
+                ("job", "job"),
+                ("loader", "loader"),
+                ("workers", "workers"),
+                ("hogs", "CPU hogs"),
+                ("samples_per_s", "images/s"),
+                ("first_batch_s", "first batch s"),
+                ("peak_rss_mib", "peak RSS MiB"),
+            ],
+        )
+    )
+    print()
+    for job, s in results.get("summary", {}).items():
+        print(
+            f"{job}: chute {s['chute_images_per_s']:,.0f}/s = {s['speedup_vs_torch']:.1f}x torch"
+            f" DataLoader + webdataset + Pillow ({s['best_torch_images_per_s']:,.0f}/s,"
+            f" num_workers={s['best_torch_workers']}), {s['ratio_to_decode_limit_median']:.2f}x"
+            " the full-size decode limit (median of the runs, each against the mean of the"
+            " limit rounds right before and after it)"
+        )
+    if "decode_limit_rounds" in results:
+        print(
+            f"decode limit: libjpeg-turbo full-size on one thread x {os.cpu_count() or 2} cores,"
+            " rounds "
+            + ", ".join(f"{x:,.0f}" for x in results["decode_limit_rounds"])
+            + "/s (in time order; chute ran between each two)"
+        )
+    for key, s in results.get("map_summary", {}).items():
+        print(
+            f"map {key}: chute {s['chute_images_per_s']:,.0f}/s = {s['speedup_vs_torch']:.2f}x"
+            f" torch DataLoader + webdataset ({s['torch_images_per_s']:,.0f}/s)"
+        )
+    print(f"load average before / after: {load_before} / {load_after}")
+    results.update(rows=rows, load_average_before=load_before, load_average_after=load_after)
+    if args.images:
+        print("not saved: --images is for checking that the jobs run")
+        return
+    path = save("transforms_quick" if args.quick else "transforms", results)
+    print(f"wrote {path}")
+
+
+def image_jobs_run(
+    args: argparse.Namespace, script: str, jobs: list[str], n: int, results: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The train and eval jobs: their rows; their summary and the decode
+    limit's rounds go into `results`."""
     urls = shards(n)
     every_payload = jpeg_payloads(urls)
     payloads = every_payload[:LIMIT_IMAGES]
-    script = str(Path(__file__).resolve())
     cores = os.cpu_count() or 2
     rows: list[dict[str, Any]] = []
     chute_runs: dict[str, list[dict[str, Any]]] = {}
@@ -367,50 +574,13 @@ def main() -> None:
             "ratio_to_decode_limit_median": ratios[len(ratios) // 2],
             "ratios_to_decode_limit": [r["ratio_to_decode_limit"] for r in chute_runs[job]],
         }
-    load_after = os.getloadavg()
-    print()
-    print(
-        table(
-            rows,
-            [
-                ("job", "job"),
-                ("loader", "loader"),
-                ("workers", "workers"),
-                ("samples_per_s", "images/s"),
-                ("first_batch_s", "first batch s"),
-                ("peak_rss_mib", "peak RSS MiB"),
-            ],
-        )
+    results.update(
+        image_size=[HEIGHT, WIDTH],
+        mean_jpeg_bytes=float(np.mean([len(p) for p in every_payload])),
+        summary=summary,
+        decode_limit_rounds=limit_rounds,
     )
-    print()
-    for job, s in summary.items():
-        print(
-            f"{job}: chute {s['chute_images_per_s']:,.0f}/s = {s['speedup_vs_torch']:.1f}x torch"
-            f" DataLoader + webdataset + Pillow ({s['best_torch_images_per_s']:,.0f}/s,"
-            f" num_workers={s['best_torch_workers']}), {s['ratio_to_decode_limit_median']:.2f}x"
-            " the full-size decode limit (median of the runs, each against the mean of the"
-            " limit rounds right before and after it)"
-        )
-    print(
-        f"decode limit: libjpeg-turbo full-size on one thread x {cores} cores, rounds "
-        + ", ".join(f"{x:,.0f}" for x in limit_rounds)
-        + "/s (in time order; chute ran between each two)"
-    )
-    print(f"load average before / after: {load_before} / {load_after}")
-    path = save(
-        "transforms_quick" if args.quick else "transforms",
-        {
-            "images": n,
-            "image_size": [HEIGHT, WIDTH],
-            "mean_jpeg_bytes": float(np.mean([len(p) for p in every_payload])),
-            "rows": rows,
-            "summary": summary,
-            "decode_limit_rounds": limit_rounds,
-            "load_average_before": load_before,
-            "load_average_after": load_after,
-        },
-    )
-    print(f"wrote {path}")
+    return rows
 
 
 if __name__ == "__main__":

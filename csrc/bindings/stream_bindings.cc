@@ -122,6 +122,8 @@ void register_stream(py::module_& m) {
   forward(plan, "partial", &StreamRequest::plan, &StreamPlan::partial);
   forward(plan, "max_batches", &StreamRequest::plan, &StreamPlan::max_batches);
   forward(plan, "skip_batches", &StreamRequest::plan, &StreamPlan::skip_batches);
+  forward(plan, "deliver_stride", &StreamRequest::plan, &StreamPlan::deliver_stride);
+  forward(plan, "deliver_offset", &StreamRequest::plan, &StreamPlan::deliver_offset);
   plan.def(
       "set_pin_hooks",
       [](StreamRequest& r, uintptr_t register_fn, uintptr_t unregister_fn) {

@@ -62,6 +62,11 @@ StreamEngine::StreamEngine(StreamPlan plan)
   CHUTE_CHECK(plan_.batch_size >= 1, kUsage, "batch_size must be >= 1, got " << plan_.batch_size);
   CHUTE_CHECK(plan_.num_streams >= 1, kUsage, "streams must be >= 1");
   CHUTE_CHECK(plan_.num_threads >= 1, kUsage, "threads must be >= 1");
+  CHUTE_CHECK(plan_.deliver_stride >= 1 && plan_.deliver_offset >= 0 &&
+                  plan_.deliver_offset < plan_.deliver_stride,
+              kUsage,
+              "deliver_offset must be in [0, deliver_stride), got "
+                  << plan_.deliver_offset << " of " << plan_.deliver_stride);
   CHUTE_CHECK(plan_.sample_ranges.size() <= plan_.urls.size(), kUsage,
               "sample ranges for " << plan_.sample_ranges.size() << " urls, but the plan has "
                                    << plan_.urls.size());
@@ -169,7 +174,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
         // about another.
         if (!cost.resumable && last_dropped && cost.samples_lost > 0) cost.samples_lost -= 1;
         if (!cost.resumable || cost.samples_lost > 0) last_dropped = false;
-        skips_.record(e, cost.samples_lost);
+        record_formation_skip(e, cost.samples_lost);
         if (cost.resumable) continue;
         break;
       }
@@ -184,7 +189,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
         fields_.probe(sample);
       } catch (const Error& e) {
         if (raise) throw;
-        skips_.record(e);
+        record_formation_skip(e);
         last_dropped = true;
         continue;
       }
@@ -217,7 +222,7 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
     if (closed_.load()) return;  // a read the closing engine cancelled
     ShardJob::Chunk last;
     if (plan_.on_error == ErrorPolicy::kSkip) {
-      skips_.record(e);
+      record_formation_skip(e);
       last.end = true;
     } else {
       last.error = std::current_exception();
@@ -373,7 +378,7 @@ void StreamEngine::run_assembler() {
             if (plan_.samples_one_by_one && !task.samples.empty()) {
               task.epoch = plan_.epoch;
               task.absolute = formed++;
-              if (task.absolute >= plan_.skip_batches) {
+              if (delivers(task.absolute)) {
                 if (!results_.wait_for_slot(sequence, cost)) return;
                 task.sequence = sequence++;
                 if (!queue_for_decoding(std::move(task))) return;
@@ -400,7 +405,7 @@ void StreamEngine::run_assembler() {
               decoding_.end();
               return;
             }
-            skips_.record(*misfit);
+            record_formation_skip(*misfit);
             continue;
           }
         }
@@ -416,7 +421,7 @@ void StreamEngine::run_assembler() {
       const bool full = task.samples.size() == batch_size || cut;
       if (full || (plan_.partial && !task.samples.empty())) {
         task.absolute = formed++;
-        if (task.absolute >= plan_.skip_batches) {
+        if (delivers(task.absolute)) {
           if (!results_.wait_for_slot(sequence, cost)) return;
           task.sequence = sequence++;
           if (!queue_for_decoding(std::move(task))) return;
@@ -436,6 +441,14 @@ void StreamEngine::run_assembler() {
   // decoders drain what was queued.
   for (auto& q : stream_queues_) q->close();
   decoding_.end();
+}
+
+bool StreamEngine::delivers(int64_t absolute) const {
+  return absolute >= plan_.skip_batches && absolute % plan_.deliver_stride == plan_.deliver_offset;
+}
+
+void StreamEngine::record_formation_skip(const Error& error, uint64_t samples_lost) {
+  if (plan_.deliver_offset == 0) skips_.record(error, samples_lost);
 }
 
 void StreamEngine::check_batch_fits(size_t sample_bytes) const {

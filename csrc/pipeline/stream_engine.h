@@ -72,6 +72,12 @@ class StreamEngine {
   void run_assembler();
   // False once the engine closed (the task is dropped).
   bool queue_for_decoding(BatchTask&& task);
+  // A sample skipped before decoding (every process worker forms every
+  // batch, see StreamPlan::deliver_stride): logged by one engine only.
+  void record_formation_skip(const Error& error, uint64_t samples_lost = 1);
+  // Whether the batch formed `absolute`-th is decoded and delivered here
+  // (not skipped by a resume, and this process worker's).
+  bool delivers(int64_t absolute) const;
   // Throws kUsage when batch_size samples of this many bytes (encoded and
   // decoded) exceed the machine's memory.
   void check_batch_fits(size_t sample_bytes) const;

@@ -65,6 +65,13 @@ struct StreamPlan {
   // Resume: the first skip_batches batches of the epoch are formed (so the
   // order is the same) but not decoded or delivered.
   int64_t skip_batches = 0;
+  // Process workers: every worker's engine forms every batch (so the order
+  // is the plan's), but decodes and delivers only the batches b with
+  // b % deliver_stride == deliver_offset. Samples skipped while forming are
+  // recorded by the engine with offset 0 only, so that the workers' skip
+  // logs and counts add up to one engine's.
+  int64_t deliver_stride = 1;
+  int64_t deliver_offset = 0;
 
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   PinHooks pin;  // page-lock batch memory (see memory/batch_allocator.h)

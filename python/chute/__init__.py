@@ -15,6 +15,7 @@ from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
+from chute.workers.pool import WorkerFallbackWarning
 
 __all__ = [
     "ArrayDataset",
@@ -34,6 +35,7 @@ __all__ = [
     "ValidationError",
     "WebDataset",
     "WebLoader",
+    "WorkerFallbackWarning",
     "WorkerInitFnWarning",
     "create_loader",
     "get_max_image_pixels",

@@ -6,8 +6,13 @@ Datasets that implement ``chute.loading.EngineDataset`` run on the engine:
   machinery produces the index batches (so the order is torch's, including
   the base-seed draw from ``generator`` that every torch iterator makes
   first), and the engine reads each index batch on native threads.
-- the others (``WebDataset``): iterated in this process; ``num_workers``
-  becomes the number of native decode threads instead of worker processes.
+- the others (``WebDataset``): iterated in this process.
+
+``num_workers`` is the number of native decode threads, unless the dataset
+runs Python per sample (``.map`` and other Python stages, members decoded
+in Python, a ``collate_fn`` of a map-style dataset): then it is the number
+of worker processes that run that Python, each with its own engine (see
+``chute.workers`` and the README, "Python stages and worker processes").
 
 Any other dataset is handed to ``torch.utils.data.DataLoader`` unchanged.
 
@@ -18,8 +23,6 @@ the same arguments (that spawns nothing until iterated) and consulted.
 from __future__ import annotations
 
 import logging
-import sys
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
@@ -38,8 +41,12 @@ from chute.elastic import (
     segment_after,
 )
 from chute.index_batches import array_index_batches
+from chute.intraop import single_threaded
 from chute.loading import EngineDataset, LoaderSettings
+from chute.progress import with_progress
 from chute.shards import rank_and_world_size
+from chute.workers.loader import LoaderWorkers, python_work
+from chute.workers.pool import WorkerPool
 
 logger = logging.getLogger("chute")
 _told_fallback = False
@@ -74,13 +81,23 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     - ``seed``: the DistributedSampler seed.
     - ``progress``: show a progress bar with samples/s (tqdm when installed).
 
-    For chute's datasets ``num_workers`` is the number of native threads and
-    no worker process is started, so ``worker_init_fn`` is not called: it is
-    accepted with a one-time ``WorkerInitFnWarning`` (calling it in this
-    process would apply per-worker set-up, such as ``torch.set_num_threads(1)``
-    or ``get_worker_info()`` splitting, to the main process). Other datasets
-    go through torch's own iterator, worker processes and ``worker_init_fn``
-    included.
+    - ``worker_threads``: native threads of each worker process (default:
+      the CPUs this process may use, divided among the workers).
+
+    For chute's datasets without Python work, ``num_workers`` is the number
+    of native threads and no worker process is started, so
+    ``worker_init_fn`` is not called: it is accepted with a one-time
+    ``WorkerInitFnWarning`` (calling it in this process would apply
+    per-worker set-up, such as ``torch.set_num_threads(1)`` or
+    ``get_worker_info()`` splitting, to the main process). With Python work
+    (see the module docstring) ``num_workers`` processes run it:
+    ``worker_init_fn(worker_id)`` is called in each, ``multiprocessing_context``
+    (default: fork while no engine of chute runs in this process, else
+    forkserver), ``persistent_workers``, ``prefetch_factor`` (results
+    in flight per worker) and ``timeout`` apply as in torch, and the batches,
+    their order and ``state_dict()`` are those of ``num_workers=0``. Other
+    datasets go through torch's own iterator, worker processes and
+    ``worker_init_fn`` included.
 
     ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
     batch: the next iteration replays the same order and skips what was seen.
@@ -115,6 +132,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         distributed: bool = False,
         seed: int = 0,
         progress: bool = False,
+        worker_threads: int | None = None,
     ) -> None:
         global _told_fallback
         native = dataset if isinstance(dataset, EngineDataset) else None
@@ -174,7 +192,14 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._segment: Segment | None = None  # the running iteration's share of the epoch
         self._running: Iterator[Any] | None = None  # the running stream iteration
         self._resume: dict[str, Any] | None = None
-        if native is not None and worker_init_fn is not None and num_workers > 0:
+        self.worker_threads = worker_threads
+        self._worker_processes = LoaderWorkers()
+        if (
+            native is not None
+            and worker_init_fn is not None
+            and num_workers > 0
+            and not self._python_work(native)
+        ):
             _warn_worker_init_fn(type(dataset).__name__)
         if native is None and not _told_fallback:
             _told_fallback = True
@@ -203,6 +228,26 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             pin_memory=self.pin_memory,
         )
 
+    def _python_work(self, native: EngineDataset) -> bool:
+        return python_work(native, self._settings())
+
+    @property
+    def _pool(self) -> WorkerPool | None:
+        return self._worker_processes.pool
+
+    def _done_with(self, pool: WorkerPool | None) -> None:
+        self._worker_processes.done_with(pool, self.persistent_workers)
+
+    def close_workers(self) -> None:
+        """Ends this loader's worker processes (``persistent_workers`` keeps
+        them otherwise until the loader is collected)."""
+        self._worker_processes.close()
+
+    def __del__(self) -> None:
+        workers = getattr(self, "_worker_processes", None)
+        if workers is not None:
+            workers.close()
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         native = self._native
         if native is not None and not native.index_driven:
@@ -228,7 +273,12 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if self._resume is not None:
             native.load_loader_state(self._resume["dataset"])
             self._resume = None
-        batches = native.loader_batches(self._settings(), None)
+        pool = self._worker_processes.start(self, native)
+        batches = (
+            native.loader_batches(self._settings(), None)
+            if pool is None
+            else native.worker_batches(self._settings(), None, pool)
+        )
         self._running = batches
         try:
             yield from batches
@@ -238,6 +288,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+            self._done_with(pool)
 
     def _iterate_indexed(self, native: EngineDataset) -> Iterator[Any]:
         resume, self._resume = self._resume, None
@@ -258,7 +309,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         index_batches: Iterator[Any] = array_index_batches(self._index_sampler) or iter(
             self._index_sampler
         )
-        torch.empty((), dtype=torch.int64).random_(generator=generator)
+        base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
         segment = None
         sampler = self._elastic_sampler()
         if sampler is not None:
@@ -279,7 +330,14 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             index_batches = islice(index_batches, position["batches"], None)
         self._position = position
         self._segment = segment
-        batches = native.loader_batches(self._settings(), index_batches)
+        settings = self._settings()
+        pool = self._worker_processes.start(self, native, base_seed)
+        if pool is not None:
+            inner = native.worker_batches(settings, index_batches, pool)
+            self._running = batches = inner
+        else:
+            inner = native.loader_batches(settings, index_batches)
+            batches = single_threaded(inner) if self._python_work(native) else inner
         try:
             for batch in batches:
                 position["batches"] += 1
@@ -287,9 +345,13 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         finally:
             self._position = None
             self._segment = None
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
+            if self._running is inner:
+                self._running = None
+            for it in (batches, inner):
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+            self._done_with(pool)
 
     def _elastic_sampler(self) -> GlobalOrderSampler | None:
         """The sampler when it deals one global order to the ranks and this
@@ -509,57 +571,3 @@ def _set_rng_state(generator: torch.Generator | None, state: torch.Tensor) -> No
         generator.set_state(state)
     else:
         torch.set_rng_state(state)
-
-
-def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
-    """A progress bar counting batches and samples/s (tqdm when installed,
-    else a line on stderr every second)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
-    if tqdm is not None:
-        bar = tqdm(total=total, unit="batch", dynamic_ncols=True)
-        samples = 0
-        start = time.perf_counter()
-        try:
-            for item in items:
-                samples += _batch_rows(item)
-                bar.update(1)
-                bar.set_postfix(
-                    samples_per_s=f"{samples / max(time.perf_counter() - start, 1e-9):,.0f}"
-                )
-                yield item
-        finally:
-            bar.close()
-        return
-    samples = 0
-    start = last = time.perf_counter()
-    for count, item in enumerate(items, start=1):
-        samples += _batch_rows(item)
-        now = time.perf_counter()
-        if now - last >= 1.0:
-            last = now
-            of = f"/{total}" if total is not None else ""
-            rate = samples / max(now - start, 1e-9)
-            print(f"\rchute: {count}{of} batches, {rate:,.0f} samples/s", end="", file=sys.stderr)
-        yield item
-    print(file=sys.stderr)
-
-
-def _batch_rows(batch: Any) -> int:
-    """Rows in a batch: the first dimension of its first tensor or array."""
-    values = (
-        batch.values()
-        if isinstance(batch, dict)
-        else batch
-        if isinstance(batch, (list, tuple))
-        else [batch]
-    )
-    for value in values:
-        shape = getattr(value, "shape", None)
-        if shape:
-            return int(shape[0])
-        if isinstance(value, list):
-            return len(value)
-    return 1

@@ -20,8 +20,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -31,6 +31,10 @@ from chute.engine import default_threads, make_indexed_engine, wait_batch
 from chute.loading import EngineDataset, LoaderSettings
 from chute.pinning import pin_hooks
 from chute.stats import add_figures, empty_stats, figures_since, with_running
+
+if TYPE_CHECKING:
+    from chute.workers.main import Outgoing, WorkerContext
+    from chute.workers.pool import WorkerPool
 
 Batch = dict[str, torch.Tensor]
 
@@ -262,6 +266,25 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
     ) -> Iterator[Any]:
         assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
+        outputs = self.loader_batch_outputs(settings, index_batches)
+        try:
+            for results, stop in outputs:
+                # Hold no batch while the next one is read.
+                while results:
+                    out = results.pop(0)
+                    yield out
+                    del out
+                if stop:
+                    return
+        finally:
+            outputs.close()
+
+    def loader_batch_outputs(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
+    ) -> Generator[tuple[list[Any], bool], None, None]:
+        """For each index batch, what the loader yields for it (one batch, or
+        none when the handler skipped all its rows) and whether the handler
+        asked to end the epoch there."""
         batches = self.iter_batches(
             index_batches,
             num_threads=settings.threads,
@@ -272,15 +295,46 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         try:
             for batch in batches:
                 if settings.collate_fn is None:
-                    yield batch
-                    continue
-                # A custom collate_fn: the documented slow path, rows one by one.
-                n = len(next(iter(batch.values()))) if batch else 0
-                yield settings.collate_fn([{k: v[i] for k, v in batch.items()} for i in range(n)])
+                    yield [batch], False
+                else:
+                    # A custom collate_fn: the documented slow path, rows one by one.
+                    n = len(next(iter(batch.values()))) if batch else 0
+                    rows = [{k: v[i] for k, v in batch.items()} for i in range(n)]
+                    yield [settings.collate_fn(rows)], False
+                del batch
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+
+    # -- worker processes (see chute.workers.indexed) --------------------------------
+
+    def python_work(self, settings: LoaderSettings) -> bool:
+        return settings.collate_fn is not None
+
+    def worker_batches(
+        self,
+        settings: LoaderSettings,
+        index_batches: Iterator[Sequence[int]] | None,
+        pool: WorkerPool,
+    ) -> Iterator[Any]:
+        from chute.workers.indexed import WorkerBatches
+
+        assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
+        return WorkerBatches(pool, self, settings, index_batches)
+
+    def worker_task(self, kind: str, spec: Any, context: WorkerContext) -> Iterator[Outgoing]:
+        from chute.workers.indexed import indexed_task
+
+        return indexed_task(self, spec, context)
+
+    def worker_epoch(self) -> Any:
+        """In the loader, at the start of an epoch on workers: what its
+        workers' copies need to know of it (see `enter_worker_epoch`)."""
+        return None
+
+    def enter_worker_epoch(self, state: Any) -> None:
+        """In a worker: the epoch `state` (from `worker_epoch`) begins."""
 
     def open_reader(self, num_threads: int, prefetch: int) -> BatchReader:
         """A new engine over this dataset's native sources, driven batch by

@@ -7,7 +7,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from chute.workers.main import Outgoing, WorkerContext
+    from chute.workers.pool import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -49,3 +53,30 @@ class EngineDataset(ABC):
     def load_loader_state(self, state: dict[str, Any]) -> None:
         """Makes the next iteration resume at `state` (from `loader_state`)."""
         raise ValueError(f"{type(self).__name__} keeps no position of its own")
+
+    # -- worker processes (see chute.workers) ---------------------------------------
+
+    def python_work(self, settings: LoaderSettings) -> bool:
+        """Whether an epoch with `settings` runs Python per sample or per
+        batch that worker processes can take over (then ``num_workers > 0``
+        starts them)."""
+        return False
+
+    def worker_dataset(self) -> EngineDataset:
+        """The dataset the workers get a copy of."""
+        return self
+
+    def worker_batches(
+        self,
+        settings: LoaderSettings,
+        index_batches: Iterator[Sequence[int]] | None,
+        pool: WorkerPool,
+    ) -> Iterator[Any]:
+        """What `loader_batches` yields, with the Python work done by the
+        workers of `pool` (which hold copies of `worker_dataset()`)."""
+        raise NotImplementedError(f"{type(self).__name__} runs on no worker process")
+
+    def worker_task(self, kind: str, spec: Any, context: WorkerContext) -> Iterator[Outgoing]:
+        """In a worker, on its copy of the dataset: the results of the task
+        `spec` that `worker_batches` handed out."""
+        raise NotImplementedError(f"{type(self).__name__} runs on no worker process")

@@ -26,7 +26,7 @@ import dataclasses
 import glob
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +53,7 @@ from chute.pinning import pin_hooks
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar_index
 from chute.shards import expand_urls, local_path
+from chute.tarcolumns import concatenate_indexes
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
@@ -151,7 +152,7 @@ class TarDataset(IndexedDataset):
         self._epoch = 0
         self._epoch_set = False
         self._draw_epoch = 0  # the epoch of the decoders' random draws
-        self._columns = _concatenate(self._load_indexes())
+        self._columns = concatenate_indexes(self._load_indexes())
         self._stages, self._names = _stages(decode, fields, handler, decode_options)
         # Dict samples carry every extension of the dataset, in order of first appearance.
         self._compiled: CompiledPipeline = compile_stages(
@@ -340,30 +341,62 @@ class TarDataset(IndexedDataset):
     def loader_batches(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
     ) -> Iterator[Any]:
-        assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
+        self._begin_epoch()
+        return super().loader_batches(settings, index_batches)
+
+    def _begin_epoch(self) -> None:
+        """A loader's epoch begins: its draws use the epoch set, else the
+        next one."""
         self._draw_epoch = self._epoch
         if not self._epoch_set:
             self._epoch += 1
         self._epoch_set = False
+
+    def loader_batch_outputs(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
+    ) -> Generator[tuple[list[Any], bool], None, None]:
         collate_fn = settings.collate_fn
-        if collate_fn is None:
-            yield from self.iter_batches(
-                index_batches,
-                settings.threads,
-                settings.prefetch,
-                settings.timeout,
-                settings.pin_memory,
-            )
-            return
         # A custom collate_fn gets the samples, as torch's fetcher hands them over.
-        for native in self._native_batches(
-            index_batches, settings.threads, settings.prefetch, settings.timeout, False
-        ):
-            stop = self._report(native.skipped)
-            if native.batch.size > 0:
-                yield collate_fn(self._rows(native.batch))
-            if stop:
-                return
+        pin_memory = settings.pin_memory and collate_fn is None
+        copy_to_pinned = pin_memory and pin_hooks() is None and torch.cuda.is_available()
+        natives = self._native_batches(
+            index_batches, settings.threads, settings.prefetch, settings.timeout, pin_memory
+        )
+        try:
+            for native in natives:
+                stop = self._report(native.skipped)
+                results = []
+                if native.batch.size > 0:
+                    if collate_fn is not None:
+                        results.append(collate_fn(self._rows(native.batch)))
+                    else:
+                        out = self._collated(native.batch)
+                        results.append(pin_copy(out) if copy_to_pinned else out)
+                        del out
+                del native
+                yield results, stop
+                del results
+                if stop:
+                    return
+        finally:
+            natives.close()
+
+    # -- worker processes ------------------------------------------------------------------
+
+    def python_work(self, settings: LoaderSettings) -> bool:
+        c = self._compiled
+        return (
+            settings.collate_fn is not None
+            or bool(c.python_stages)
+            or any(f.native is None and f.decode_name is not None for f in c.fields)
+        )
+
+    def worker_epoch(self) -> Any:
+        self._begin_epoch()
+        return self._draw_epoch
+
+    def enter_worker_epoch(self, state: Any) -> None:
+        self._draw_epoch = int(state)
 
     def _native_batches(
         self,
@@ -372,7 +405,7 @@ class TarDataset(IndexedDataset):
         prefetch: int,
         timeout: float,
         pin_memory: bool,
-    ) -> Iterator[_Native]:
+    ) -> Generator[_Native, None, None]:
         batches: Iterator[Any] = IndexedDataset.iter_batches(
             self, index_batches, num_threads, prefetch, timeout, pin_memory
         )
@@ -548,56 +581,3 @@ def _stages(
         raise ValueError("fields names no field")
     recorder = recorder.to_tuple(*specs_, handler=handler)
     return recorder.stages, names
-
-
-@dataclass
-class _IndexColumns:
-    """The whole dataset's index as the engine's columns."""
-
-    sizes: list[int]
-    mtimes_ns: list[int]
-    extension_table: list[str]
-    extensions: list[str]  # in order of first appearance
-    everywhere: frozenset[str]  # extensions every sample has
-    shard_starts: np.ndarray
-    sample_offsets: np.ndarray
-    key_starts: np.ndarray
-    keys: np.ndarray  # uint8: the keys' bytes back to back
-    member_starts: np.ndarray
-    member_extensions: np.ndarray  # int32
-    member_offsets: np.ndarray
-    member_sizes: np.ndarray
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.sample_offsets.size)
-
-
-def _concatenate(shards: list[ShardColumns]) -> _IndexColumns:
-    table: dict[str, int] = {}
-    ext_ids: list[np.ndarray] = []
-    for s in shards:
-        ext_ids.append(
-            np.array([table.setdefault(e, len(table)) for e in s.extensions], dtype=np.int32)
-        )
-    counts = [s.num_samples for s in shards]
-    member_counts = np.concatenate([s.member_counts for s in shards]) if shards else np.zeros(0)
-    key_bytes = [k.encode("utf-8", "surrogateescape") for s in shards for k in s.keys]
-    member_extensions = np.concatenate(ext_ids) if ext_ids else np.zeros(0, dtype=np.int32)
-    total = int(sum(counts))
-    present = np.bincount(member_extensions, minlength=len(table))
-    return _IndexColumns(
-        sizes=[s.size for s in shards],
-        mtimes_ns=[s.mtime_ns for s in shards],
-        extension_table=list(table),
-        extensions=list(table),
-        everywhere=frozenset(e for e, i in table.items() if present[i] == total),
-        shard_starts=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        sample_offsets=np.concatenate([s.offsets for s in shards]).astype(np.int64),
-        key_starts=np.concatenate([[0], np.cumsum([len(k) for k in key_bytes])]).astype(np.int64),
-        keys=np.frombuffer(b"".join(key_bytes), dtype=np.uint8),
-        member_starts=np.concatenate([[0], np.cumsum(member_counts)]).astype(np.int64),
-        member_extensions=member_extensions,
-        member_offsets=np.concatenate([s.member_offsets for s in shards]).astype(np.int64),
-        member_sizes=np.concatenate([s.member_sizes for s in shards]).astype(np.int64),
-    )

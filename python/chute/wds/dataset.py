@@ -22,7 +22,7 @@ import random
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch.utils.data import IterableDataset
 from typing_extensions import Self
@@ -50,9 +50,7 @@ from chute.shards import (
     worker_and_num_workers,
 )
 from chute.stats import empty_stats
-from chute.wds.compiler import (
-    CompiledPipeline,
-)
+from chute.wds.compiler import CompiledPipeline, compile_stages
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.fluent import Fluent
 from chute.wds.native import (
@@ -61,9 +59,14 @@ from chute.wds.native import (
     ErrorHandlers,
     field_plan,
 )
+from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import EpochIteration, EpochRun
 from chute.wds.stages import Stage
+
+if TYPE_CHECKING:
+    from chute.workers.main import Outgoing, WorkerContext
+    from chute.workers.pool import WorkerPool
 
 # Members a dict sample may have that the engine decodes, whether or not the
 # first sample has them (pipe: and remote shards are not opened to look).
@@ -393,6 +396,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         timeout: float | None = None,
         pin_memory: bool = False,
         loader: LoaderSettings | None = None,
+        pool: WorkerPool | None = None,
     ) -> Iterator[Any]:
         """One epoch, with the engine settings overridden for this iteration
         (``chute.DataLoader`` passes its ``num_workers`` here as threads).
@@ -402,7 +406,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         batch size with the default collate: batches collated by torch's
         rules, by the engine when the pipeline ends in native stages without
         a ``.batched``, else in Python; a ``collate_fn``: it is called on
-        lists of items)."""
+        lists of items). `pool`: worker processes that run the engine and the
+        item-wise Python stages (see chute.wds.parallel)."""
         resume, self._resume = self._resume, None
         if resume is not None:
             self._epoch = resume.epoch
@@ -417,7 +422,12 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             timeout=timeout if timeout is not None else self.timeout,
             pin_memory=pin_memory,
         )
-        it = EpochIteration(EpochRun(self, epoch, settings, loader, resume))
+        run = (
+            EpochRun(self, epoch, settings, loader, resume)
+            if pool is None
+            else WorkerEpochRun(self, epoch, settings, loader, resume, pool)
+        )
+        it = EpochIteration(run)
         self._iterations.append(weakref.ref(it))
         return it
 
@@ -431,6 +441,27 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             pin_memory=settings.pin_memory,
             loader=settings,
         )
+
+    def python_work(self, settings: LoaderSettings) -> bool:
+        # The shuffle seed given keeps the compiler from drawing on a
+        # shuffle's rng (that draw belongs to the epoch).
+        compiled = compile_stages(
+            self.stages, lambda: self.first_sample_extensions(self.urls), seed=0, shuffle_seed=0
+        )
+        return has_worker_work(compiled)
+
+    def worker_batches(
+        self,
+        settings: LoaderSettings,
+        index_batches: Iterator[Sequence[int]] | None,
+        pool: WorkerPool,
+    ) -> Iterator[Any]:
+        return self.iterate(
+            timeout=settings.timeout, pin_memory=settings.pin_memory, loader=settings, pool=pool
+        )
+
+    def worker_task(self, kind: str, spec: Any, context: WorkerContext) -> Iterator[Outgoing]:
+        return stream_task(self, spec, context)
 
     def make_plan(
         self,

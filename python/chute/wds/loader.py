@@ -1,4 +1,4 @@
-"""``WebLoader``: torch's DataLoader with webdataset's fluent methods."""
+"""``WebLoader``: chute's DataLoader with webdataset's fluent methods."""
 
 from __future__ import annotations
 
@@ -6,17 +6,19 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
-import torch.utils.data
-
+from chute.dataloader import DataLoader
 from chute.wds.fluent import Fluent
 
 
-class WebLoader(Fluent, torch.utils.data.DataLoader):  # type: ignore[type-arg]
-    """webdataset's WebLoader: torch's DataLoader with the fluent methods
+class WebLoader(Fluent, DataLoader):  # type: ignore[type-arg]
+    """webdataset's WebLoader: a DataLoader with the fluent methods
     (``.batched``, ``.unbatched``, ``.shuffle``, ``.map``, ``.with_epoch``,
     ``.repeat``...) applied in Python to what it yields. As in webdataset,
     the stages restart with each pass over the DataLoader, and an epoch of
-    ``with_epoch(n)`` passes over it as often as it takes to yield `n`."""
+    ``with_epoch(n)`` passes over it as often as it takes to yield `n`. The
+    DataLoader is chute's: a chute dataset's Python stages run on
+    ``num_workers`` worker processes in the order of one process (see
+    ``chute.DataLoader``); any other dataset goes to torch's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

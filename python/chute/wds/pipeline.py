@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -32,6 +32,9 @@ from chute.wds.pystages import python_batched
 from chute.wds.run import converted_items
 from chute.wds.shardlists import ResampledShards, SimpleShardList
 from chute.wds.stages import Stage
+
+if TYPE_CHECKING:
+    from chute.workers.pool import WorkerPool
 
 
 class _TarfileSamples:
@@ -241,6 +244,21 @@ class DataPipeline(Fluent, IterableDataset[Any], EngineDataset):
             return converted_items(items)
         collate = settings.collate_fn or torch.utils.data.default_collate
         return python_batched(items, settings.batch_size, collate, not settings.drop_last)
+
+    def python_work(self, settings: LoaderSettings) -> bool:
+        native = self.native()
+        return native is not None and native.python_work(settings)
+
+    def worker_dataset(self) -> EngineDataset:
+        return self._need_native("worker processes")
+
+    def worker_batches(
+        self,
+        settings: LoaderSettings,
+        index_batches: Iterator[Sequence[int]] | None,
+        pool: WorkerPool,
+    ) -> Iterator[Any]:
+        return self._need_native("worker processes").worker_batches(settings, index_batches, pool)
 
     def _need_native(self, what: str) -> WebDataset:
         native = self.native()

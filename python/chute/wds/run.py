@@ -16,11 +16,17 @@ from torch.utils.data import default_convert
 
 from chute import _core
 from chute.errors import engine_errors
-from chute.handlers import SkippedSampleWarning, reraise_exception, warn_and_continue
+from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
+from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
 from chute.shards import rank_and_world_size
 from chute.stats import add_figures, empty_stats, with_running
-from chute.wds.compiler import compile_stages, error_handlers, native_torch_batch
+from chute.wds.compiler import (
+    CompiledPipeline,
+    compile_stages,
+    error_handlers,
+    native_torch_batch,
+)
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
@@ -63,6 +69,9 @@ class EpochIteration(Iterator[Any]):
         if not self.running:
             raise StopIteration
         try:
+            if self.run.python_work:
+                with one_intraop_thread():
+                    return next(self.run.items)
             return next(self.run.items)
         except BaseException:
             self.close()
@@ -93,6 +102,9 @@ class EpochRun:
     stages, the epoch's item cap, and torch's batching when a DataLoader
     asked for it. Holds no batch while it waits for the next one."""
 
+    # How the loader's batching collates items when no collate_fn was given.
+    default_collate: Callable[[list[Any]], Any] = staticmethod(torch.utils.data.default_collate)
+
     def __init__(
         self,
         dataset: WebDataset,
@@ -113,11 +125,14 @@ class EpochRun:
             if loader is not None and loader.batch_size is not None and loader.collate_fn is None
             else None
         )
+        self.sample_extensions: list[str] | None = None  # when the compiler asked
+
+        def sample_extensions() -> list[str]:
+            self.sample_extensions = dataset.first_sample_extensions(self.urls)
+            return self.sample_extensions
+
         self.compiled = compile_stages(
-            dataset.stages,
-            lambda: dataset.first_sample_extensions(self.urls),
-            seed=dataset.seed,
-            shuffle_seed=start.shuffle_seed,
+            dataset.stages, sample_extensions, seed=dataset.seed, shuffle_seed=start.shuffle_seed
         )
         native_batch = (
             native_torch_batch(self.compiled, *torch_batch, single_pass=dataset.repetitions == 1)
@@ -126,6 +141,16 @@ class EpochRun:
         )
         if native_batch is not None:
             self.compiled = native_batch
+        # The Python stages this process runs (see chute.wds.parallel), and
+        # whether Python runs per item here: then each next() follows the
+        # one-thread rule (chute.intraop).
+        self.local_stages = self.compiled.python_stages
+        self.python_batching = (
+            loader is not None and loader.batch_size is not None and native_batch is None
+        )
+        self.python_work = (
+            bool(self.local_stages) or self.python_batching or decodes_in_python(self.compiled)
+        )
         self.handlers = error_handlers(self.compiled.native_stages, dataset.handler)
         self.elastic: ElasticRun | None = None
         if dataset.elastic:
@@ -150,12 +175,16 @@ class EpochRun:
         if dataset.repetitions != 1 and dataset.epoch_items > 0:
             items = islice(items, max(0, dataset.epoch_items - start.items))
         if loader is not None:
-            items = as_torch_loader(items, loader, native_batch is not None)
+            items = as_torch_loader(items, loader, native_batch is not None, self.default_collate)
         self.items = items
 
-    def stats(self) -> dict[str, Any]:
+    def current_figures(self) -> dict[str, Any]:
+        """The engine figures of the running pass."""
         engine = self.engine
-        current = engine.stats() if engine is not None else {}
+        return engine.stats() if engine is not None else {}
+
+    def stats(self) -> dict[str, Any]:
+        current = self.current_figures()
         out: dict[str, Any] = empty_stats()
         out.update(with_running(self.figures.finished, [current] if current else []))
         out["samples_skipped"] += self.figures.python_skipped
@@ -176,16 +205,8 @@ class EpochRun:
         self.figures.python_items += n
 
     def _member_failure(self, error: BaseException) -> bool:
-        """A member that failed to decode in Python, for the decode stage's
-        handler: True skips its sample, False stops; reraise raises it."""
         self.figures.python_skipped += 1
-        handler = self.handlers.member
-        if handler is reraise_exception:
-            raise error
-        if handler is warn_and_continue:
-            warnings.warn(str(error), SkippedSampleWarning, stacklevel=2)
-            return True
-        return bool(handler(error))
+        return member_failure(self.handlers.member, error)
 
     def _passes(self, start: StreamPosition) -> Generator[Any, None, None]:
         """The epoch's passes over the shards, each through the Python stages
@@ -202,7 +223,7 @@ class EpochRun:
             items: Iterator[Any] = self._native_items(
                 pass_index, start.batches if resumed else 0, start.rows if resumed else 0
             )
-            for stage in self.compiled.python_stages:
+            for stage in self.local_stages:
                 items = apply_python_stage(stage, items, self._count, dataset.handler)
             self.pass_samples = None
             count = 0
@@ -286,14 +307,35 @@ class EpochRun:
             self.engine = None
 
 
-def as_torch_loader(items: Iterator[Any], loader: LoaderSettings, native: bool) -> Iterator[Any]:
+def member_failure(handler: Handler, error: BaseException) -> bool:
+    """A member that failed to decode in Python, for the decode stage's
+    `handler`: True skips its sample, False stops; reraise raises it."""
+    if handler is reraise_exception:
+        raise error
+    if handler is warn_and_continue:
+        warnings.warn(str(error), SkippedSampleWarning, stacklevel=3)
+        return True
+    return bool(handler(error))
+
+
+def decodes_in_python(compiled: CompiledPipeline) -> bool:
+    """Whether the engine hands over members that Python decodes."""
+    return any(f.extensions and f.native is None and f.decode_name for f in compiled.fields)
+
+
+def as_torch_loader(
+    items: Iterator[Any],
+    loader: LoaderSettings,
+    native: bool,
+    default_collate: Callable[[list[Any]], Any] = torch.utils.data.default_collate,
+) -> Iterator[Any]:
     """`items` as torch's DataLoader with `loader`'s settings yields them;
     `native`: the engine already made torch's batches."""
     if loader.batch_size is None:
         return converted_items(items)
     if native:
         return items
-    collate = loader.collate_fn or torch.utils.data.default_collate
+    collate = loader.collate_fn or default_collate
     return python_batched(items, loader.batch_size, collate, not loader.drop_last)
 
 

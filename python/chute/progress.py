@@ -1,0 +1,62 @@
+"""The DataLoader's progress bar (``progress=True``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
+    """A progress bar counting batches and samples/s (tqdm when installed,
+    else a line on stderr every second)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        bar = tqdm(total=total, unit="batch", dynamic_ncols=True)
+        samples = 0
+        start = time.perf_counter()
+        try:
+            for item in items:
+                samples += _batch_rows(item)
+                bar.update(1)
+                bar.set_postfix(
+                    samples_per_s=f"{samples / max(time.perf_counter() - start, 1e-9):,.0f}"
+                )
+                yield item
+        finally:
+            bar.close()
+        return
+    samples = 0
+    start = last = time.perf_counter()
+    for count, item in enumerate(items, start=1):
+        samples += _batch_rows(item)
+        now = time.perf_counter()
+        if now - last >= 1.0:
+            last = now
+            of = f"/{total}" if total is not None else ""
+            rate = samples / max(now - start, 1e-9)
+            print(f"\rchute: {count}{of} batches, {rate:,.0f} samples/s", end="", file=sys.stderr)
+        yield item
+    print(file=sys.stderr)
+
+
+def _batch_rows(batch: Any) -> int:
+    """Rows in a batch: the first dimension of its first tensor or array."""
+    values = (
+        batch.values()
+        if isinstance(batch, dict)
+        else batch
+        if isinstance(batch, (list, tuple))
+        else [batch]
+    )
+    for value in values:
+        shape = getattr(value, "shape", None)
+        if shape:
+            return int(shape[0])
+        if isinstance(value, list):
+            return len(value)
+    return 1

@@ -1,0 +1,394 @@
+"""A WebDataset epoch whose Python stages run on worker processes.
+
+Every worker runs an engine over the same plan as the loader would (same
+shards, seeds, shuffle, batch formation), so every worker forms every
+engine batch, but it decodes and delivers only its own: batch ``b`` is
+worker ``b % num_workers``'s (``StreamPlan.deliver_stride``). A worker turns
+its batches into items as the loader would (`BatchConverter`), runs the
+leading Python stages that keep no state across items (``map``,
+``select``, a decode in Python, ...) on them, and sends them back through
+shared memory. The loader takes the workers' results in batch order, so
+its items, their order and its resumable position are those of the same
+epoch without workers; the stages that keep state (``batched``,
+``shuffle``, ``compose``, ...) and the loader's own collation run in the
+loader's process, after them.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from chute import _core
+from chute.errors import engine_errors
+from chute.handlers import Handler
+from chute.loading import LoaderSettings
+from chute.stats import add_figures
+from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
+from chute.wds.convert import DROPPED, BatchConverter
+from chute.wds.native import EngineSettings, report_skips
+from chute.wds.pystages import apply_python_stage
+from chute.wds.resume import StreamPosition
+from chute.wds.run import EpochRun, decodes_in_python, member_failure
+from chute.workers.failures import Failure, caught_warnings
+from chute.workers.transport import default_collate, pack, unpack
+
+if TYPE_CHECKING:
+    from chute.wds.dataset import WebDataset
+    from chute.workers.main import Outgoing, WorkerContext
+    from chute.workers.pool import WorkerPool
+
+# Python stages that take one item and give at most one, keeping nothing
+# across items: the same whether they see a whole epoch or batch by batch.
+ITEMWISE_STAGES = frozenset(
+    {
+        "map",
+        "map_dict",
+        "map_tuple",
+        "select",
+        "decode",
+        "rename",
+        "to_tuple",
+        "rename_keys",
+        "extract_keys",
+        "xdecode",
+    }
+)
+
+# What every worker's plan takes from the loader's rather than working out
+# on its own: the DDP batch count the ranks agreed on, an elastic resume's
+# share of the samples, and what that share changes.
+PLAN_FIELDS = (
+    "max_batches",
+    "repeat",
+    "sample_ranges",
+    "shuffle_shards",
+    "resampled",
+    "num_streams",
+    "seed",
+)
+
+# Figures that every worker's engine counts for the whole plan (each reads
+# every shard): the loader reports one worker's. The others are the
+# worker's own share, added up.
+_EVERY_WORKER = frozenset(
+    {
+        "shards_opened",
+        "samples_read",
+        "encoded_bytes",
+        "read_seconds",
+        "shuffle_bytes",
+        "shuffle_peak_bytes",
+        "shuffle_peak_samples",
+    }
+)
+
+
+def worker_stage_count(compiled: CompiledPipeline) -> int:
+    """How many of the Python stages, from the first, workers run."""
+    count = 0
+    for stage in compiled.python_stages:
+        if stage.kind not in ITEMWISE_STAGES:
+            break
+        count += 1
+    return count
+
+
+def has_worker_work(compiled: CompiledPipeline) -> bool:
+    """Whether workers would take Python work off the loader."""
+    return worker_stage_count(compiled) > 0 or decodes_in_python(compiled)
+
+
+@dataclass(frozen=True)
+class StreamTask:
+    """One pass over the shards, as a worker runs its part of it."""
+
+    urls: list[str]
+    worker: int  # the torch worker the loader runs in (for the engine's seed)
+    rank: int
+    epoch: int
+    pass_index: int
+    skip_batches: int
+    skip_rows: int
+    shuffle_seed: int | None
+    extensions: list[str] | None  # the first sample's, when the loader looked
+    torch_batch: tuple[int, bool] | None  # the engine makes torch's batches (size, drop_last)
+    plan: dict[str, Any]  # the loader's plan's values of PLAN_FIELDS
+    stages: int  # Python stages the worker runs
+    threads: int
+    timeout: float
+
+
+class WorkerEpochRun(EpochRun):
+    """`EpochRun` with the engine and the item-wise Python stages on the
+    workers of `pool`."""
+
+    default_collate: Callable[[list[Any]], Any] = staticmethod(default_collate)
+
+    def __init__(
+        self,
+        dataset: WebDataset,
+        epoch: int,
+        settings: EngineSettings,
+        loader: LoaderSettings | None,
+        resume: StreamPosition | None,
+        pool: WorkerPool,
+    ) -> None:
+        self.pool = pool
+        self.worker_figures: dict[int, dict[str, Any]] = {}
+        super().__init__(dataset, epoch, settings, loader, resume)
+        self.worker_stages = worker_stage_count(self.compiled)
+        self.local_stages = self.compiled.python_stages[self.worker_stages :]
+        self.python_work = bool(self.local_stages) or self.python_batching
+
+    def current_figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for figures in self.worker_figures.values():
+            shared = {k: v for k, v in figures.items() if k in _EVERY_WORKER}
+            for key, value in shared.items():
+                out[key] = max(out.get(key, 0), value)
+            out = add_figures(out, {k: v for k, v in figures.items() if k not in shared})
+        return out
+
+    def _native_items(self, pass_index: int, skip_batches: int, skip_rows: int) -> Iterator[Any]:
+        compiled = self.compiled
+        with engine_errors():
+            # The loader's plan, for what the workers must not work out on
+            # their own (PLAN_FIELDS).
+            plan = self.dataset.make_plan(
+                compiled,
+                self.urls,
+                self.worker,
+                self.rank,
+                self.position.epoch,
+                pass_index,
+                self.settings,
+                self.handlers,
+            )
+            if self.elastic is not None:
+                self.elastic.configure(plan)
+        task = StreamTask(
+            urls=self.urls,
+            worker=self.worker,
+            rank=self.rank,
+            epoch=self.position.epoch,
+            pass_index=pass_index,
+            skip_batches=skip_batches,
+            skip_rows=skip_rows,
+            shuffle_seed=compiled.shuffle[2] if compiled.shuffle else None,
+            extensions=self.sample_extensions,
+            torch_batch=(compiled.batch_size or 0, not compiled.partial)
+            if compiled.torch_collate
+            else None,
+            plan={name: getattr(plan, name) for name in PLAN_FIELDS},
+            stages=self.worker_stages,
+            threads=self.pool.threads,
+            timeout=self.settings.timeout,
+        )
+        pool = self.pool
+        tag = pool.new_task("stream", task, pool.prefetch)
+        # The workers' engines do not pin: the loader copies what it receives.
+        pin = self.settings.pin_memory and torch.cuda.is_available()
+        position = self.position
+        batched = compiled.batch_size is not None
+        absolute = skip_batches
+        try:
+            while True:
+                worker = absolute % pool.num_workers
+                started = time.perf_counter()
+                message, fds = pool.receive(worker, tag, self.settings.timeout)
+                self.figures.wait_seconds += time.perf_counter() - started
+                if message[0] == "error":
+                    failure: Failure = message[2]
+                    failure.reraise()
+                body = message[2]
+                for caught in body["warnings"]:
+                    caught.reissue()
+                self.worker_figures[worker] = body["stats"]
+                self.figures.python_items += body["python_items"]
+                self.figures.python_skipped += body["python_skipped"]
+                if message[0] == "end":
+                    self.pass_samples = int(body["stats"]["samples_read"])
+                    if body["error"] is not None:
+                        body["error"].reraise()
+                    return
+                pool.send(worker, ("credit", tag, 1))
+                items = unpack(body["items"], fds[0] if fds else -1, pin)
+                rows: list[int | None] = body["rows"]
+                if batched:
+                    position.batches += 1
+                for i in range(len(items)):
+                    row = rows[i]
+                    if row is not None:
+                        position.rows = row + 1
+                    item, items[i] = items[i], None
+                    yield item
+                    # Hold no batch while the next one is awaited.
+                    del item
+                del items
+                if not batched:
+                    position.batches += 1
+                    position.rows = 0
+                if body["error"] is not None:
+                    body["error"].reraise()
+                if body["stop"]:
+                    return
+                absolute += 1
+        finally:
+            if pool.alive:
+                pool.stop_task(tag)
+            self.figures.finished = add_figures(
+                self.figures.finished, self.current_figures(), gauges="replace"
+            )
+            self.worker_figures = {}
+
+
+def stream_task(
+    dataset: WebDataset, task: StreamTask, context: WorkerContext
+) -> Iterator[Outgoing]:
+    """A worker's part of one pass: for each of its engine batches, the
+    items the loader would make of it after the worker's Python stages."""
+    compiled = compile_stages(
+        dataset.stages,
+        lambda: task.extensions or [],
+        seed=dataset.seed,
+        shuffle_seed=task.shuffle_seed,
+    )
+    if task.torch_batch is not None:
+        batching = native_torch_batch(compiled, *task.torch_batch, single_pass=True)
+        assert batching is not None
+        compiled = batching
+    handlers = error_handlers(compiled.native_stages, dataset.handler)
+    settings = EngineSettings(threads=task.threads, prefetch=None, timeout=task.timeout)
+    # The loader agreed on the DDP batch count (task.max_batches): this
+    # copy of the dataset must not try to on its own.
+    dataset.even_batches = "off"
+    with engine_errors():
+        plan = dataset.make_plan(
+            compiled,
+            task.urls,
+            task.worker,
+            task.rank,
+            task.epoch,
+            task.pass_index,
+            settings,
+            handlers,
+        )
+        for name, value in task.plan.items():
+            setattr(plan, name, value)
+        plan.skip_batches = task.skip_batches
+        plan.deliver_stride = context.num_workers
+        plan.deliver_offset = context.index
+        engine = _core.StreamEngine(plan)
+    counts = {"python_items": 0, "python_skipped": 0}
+
+    def on_failure(error: BaseException) -> bool:
+        counts["python_skipped"] += 1
+        return member_failure(handlers.member, error)
+
+    def count(n: int) -> None:
+        counts["python_items"] += n
+
+    converter = BatchConverter(compiled, task.urls, on_failure)
+    stages = compiled.python_stages[: task.stages]
+    # The first batch of the pass that is this worker's.
+    absolute = task.skip_batches + (context.index - task.skip_batches) % context.num_workers
+    try:
+        while True:
+            rows: list[int | None] = []
+            items: list[Any] = []
+            error = None
+            stop = end = False
+            with warnings.catch_warnings(record=True) as records:
+                warnings.simplefilter("always")
+                try:
+                    with engine_errors():
+                        batch = engine.next(task.timeout)
+                    stop = report_skips(engine, handlers)
+                    if batch is None:
+                        end = True
+                    else:
+                        skip = task.skip_rows if absolute == task.skip_batches else 0
+                        inputs = _inputs(converter, batch, compiled.batch_size is not None, skip)
+                        del batch
+                        stop = _run_stages(inputs, stages, count, dataset.handler, rows, items) or (
+                            stop or converter.stopped
+                        )
+                except Exception as exc:  # noqa: BLE001 - raised by the loader in its place
+                    error = Failure.capture(exc, context.where)
+            body: dict[str, Any] = {
+                "error": error,
+                "warnings": caught_warnings(records),
+                "stats": engine.stats(),
+                **counts,
+            }
+            counts = dict.fromkeys(counts, 0)
+            if end:
+                yield _outgoing(("end", context.tag, body))
+                return
+            packed, arena, fd = pack(items)
+            del items
+            body.update(items=packed, rows=rows, stop=stop)
+            yield _outgoing(("chunk", context.tag, body), arena, fd)
+            if error is not None or stop:
+                return
+            absolute += context.num_workers
+    finally:
+        engine.close()
+
+
+def _outgoing(message: tuple[Any, ...], arena: Any = None, fd: int = -1) -> Outgoing:
+    from chute.workers.main import Outgoing
+
+    return Outgoing(message, arena, fd)
+
+
+def _inputs(
+    converter: BatchConverter, batch: Any, batched: bool, skip_rows: int
+) -> Iterator[tuple[int | None, Any]]:
+    """What the loader's epoch makes of one engine batch before the Python
+    stages, with each item's row (None for a whole batch)."""
+    if batched:
+        out = converter.batch(batch) if batch.size else None
+        del batch
+        if out is not None:
+            yield None, out
+        return
+    for i, row in enumerate(converter.rows(batch)):
+        if i >= skip_rows and row is not DROPPED:
+            yield i, row
+
+
+def _run_stages(
+    inputs: Iterator[tuple[int | None, Any]],
+    stages: list[Any],
+    count: Callable[[int], None],
+    handler: Handler,
+    rows: list[int | None],
+    items: list[Any],
+) -> bool:
+    """Appends to `items` what `stages` make of `inputs`, and to `rows` the
+    row each came from; True when a stage's handler ended the iteration."""
+    current: list[int | None] = [None]
+    exhausted = [False]
+
+    def source() -> Iterator[Any]:
+        for row, item in inputs:
+            current[0] = row
+            yield item
+        exhausted[0] = True
+
+    out: Iterator[Any] = source()
+    for stage in stages:
+        out = apply_python_stage(stage, out, count, handler)
+    # Each stage takes one item and gives at most one: an item comes from
+    # the row the source gave last.
+    for item in out:
+        rows.append(current[0])
+        items.append(item)
+    return not exhausted[0]

@@ -1,0 +1,267 @@
+"""The loader's side of its worker processes: starting them, handing them
+tasks, receiving their results in the order the loader asks for them, and
+ending them.
+
+Each worker has one Unix socket to the loader (commands one way, results
+the other; see `chute.workers.transport`). The loader holds only its own
+end: a worker that dies, however it dies, closes the other, so the loader's
+wait ends at once with a RuntimeError naming the worker and how it ended,
+and a worker whose loader is gone (closed, collected, killed) finds its
+socket closed and exits. Results are bounded by credits: a worker sends a
+result only for a credit the loader gave it, `prefetch` at the start of a
+task and one for each result taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import pickle
+import select
+import signal
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from chute.workers.failures import Failure
+from chute.workers.transport import Channel
+
+# Seconds close() waits for the workers to exit before it ends them (one
+# busy in a user's function does not look at its socket meanwhile).
+_EXIT_GRACE = 1.0
+
+
+class WorkerFallbackWarning(UserWarning):
+    """A loader's dataset (or its ``worker_init_fn`` or ``collate_fn``)
+    could not be sent to worker processes, so its Python stages run in the
+    loader's process."""
+
+
+class NotSendable(Exception):
+    """What a worker needs does not pickle (the cause says why)."""
+
+
+class WorkerPool:
+    """`num_workers` processes, each holding a copy of `dataset`."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        num_workers: int,
+        *,
+        threads: int,
+        prefetch: int,
+        context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        base_seed: int = 0,
+    ) -> None:
+        """Raises NotSendable when `dataset`, `worker_init_fn` or
+        `collate_fn` cannot be sent to a worker of `context`."""
+        self.channels: list[Channel] = []
+        self.processes: list[Any] = []
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.threads = threads
+        self.prefetch = prefetch
+        self.context = resolve_context(context)
+        self.tags = itertools.count(1)
+        self.broken = False
+        forked = self.context.get_start_method() == "fork"
+        payload = None
+        if not forked:
+            try:
+                payload = pickle.dumps((dataset, worker_init_fn, collate_fn), protocol=5)
+            except (pickle.PicklingError, AttributeError, TypeError) as exc:
+                raise NotSendable(str(exc)) from exc
+        inherited = (dataset, worker_init_fn, collate_fn) if forked else None
+        from chute.workers.main import worker_main
+
+        try:
+            for index in range(num_workers):
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.channels.append(Channel(ours))
+                # A forked child inherits every descriptor: it closes the
+                # loader's ends, or a worker would never see its loader go.
+                close_in_child = [c.fileno() for c in self.channels] if forked else []
+                process = self.context.Process(
+                    target=worker_main,
+                    args=(
+                        index,
+                        num_workers,
+                        theirs,
+                        payload,
+                        inherited,
+                        base_seed,
+                        close_in_child,
+                    ),
+                    name=f"chute-worker-{index}",
+                    daemon=True,
+                )
+                process.start()
+                theirs.close()
+                self.processes.append(process)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def alive(self) -> bool:
+        return not self.broken and bool(self.processes)
+
+    def new_task(self, kind: str, spec: Any, credits: int) -> int:
+        """Hands every worker the task `spec` (of `kind`) and `credits`;
+        returns its tag (results of earlier tasks are dropped from now on)."""
+        tag = next(self.tags)
+        for channel in self.channels:
+            self._send(channel, ("task", tag, kind, spec, credits))
+        return tag
+
+    def send(self, worker: int, command: tuple[Any, ...]) -> None:
+        self._send(self.channels[worker], command)
+
+    def stop_task(self, tag: int) -> None:
+        """Asks every worker to drop the task `tag`."""
+        if self.broken:
+            return
+        for channel in self.channels:
+            try:
+                self._send(channel, ("stop", tag))
+            except RuntimeError:
+                return
+
+    def _send(self, channel: Channel, command: tuple[Any, ...]) -> None:
+        try:
+            channel.send(command)
+        except OSError as exc:
+            worker = self.channels.index(channel)
+            raise self._ended(worker) from exc
+
+    def receive(self, worker: int, tag: int, timeout: float) -> tuple[Any, list[int]]:
+        """The next message of `worker` for the task `tag` and its
+        descriptors. RuntimeError when the worker has died, TimeoutError
+        after `timeout` > 0 seconds without one."""
+        channel = self.channels[worker]
+        sentinel = self.processes[worker].sentinel
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([channel.fileno(), sentinel], [], [], wait)
+            if not ready:
+                raise TimeoutError(
+                    f"chute DataLoader worker {worker} sent no batch within {timeout} s"
+                )
+            if channel.fileno() not in ready:
+                raise self._ended(worker)
+            try:
+                message, fds = channel.recv()
+            except (EOFError, ConnectionError) as exc:
+                raise self._ended(worker) from exc
+            if message[0] == "failed":  # the worker could not start
+                self.broken = True
+                failure: Failure = message[2]
+                failure.reraise()
+            if message[1] != tag:  # a result of a task given up
+                for fd in fds:
+                    os.close(fd)
+                continue
+            return message, fds
+
+    def _ended(self, worker: int) -> RuntimeError:
+        """The error of a worker that died or closed its connection."""
+        self.broken = True
+        process = self.processes[worker]
+        process.join(1.0)
+        code = process.exitcode
+        if code is None:
+            how = "closed its connection unexpectedly"
+        elif code < 0:
+            how = f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        else:
+            how = f"exited unexpectedly with code {code}"
+        return RuntimeError(
+            f"chute DataLoader worker {worker} (pid {process.pid}) {how}; "
+            "the iteration cannot go on"
+        )
+
+    def close(self) -> None:
+        """Ends the workers: each is told to exit and finds its socket
+        closed; one still there after a grace period is terminated."""
+        for channel in self.channels:
+            with contextlib.suppress(OSError):
+                channel.send(None)
+            channel.close()
+        self.channels = []
+        deadline = time.monotonic() + _EXIT_GRACE
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                process.terminate()
+                process.join(1.0)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+            process.close()
+        self.processes = []
+        self.broken = True
+
+    def __del__(self) -> None:
+        if getattr(self, "processes", None) or getattr(self, "channels", None):
+            self.close()
+
+
+def resolve_context(context: Any) -> Any:
+    """The multiprocessing context workers start with: the one given (a
+    context or a start method's name); else fork, as torch's DataLoader,
+    while no native thread of chute runs in this process; else forkserver
+    where the platform has it, else spawn. A fork taken while an engine's
+    threads (an open iteration of another loader) hold its locks can leave
+    the child a lock no thread will release; with none running, fork is
+    what torch does, and a worker starts in milliseconds. The forkserver
+    imports chute's worker module (and so torch) once, so that a worker
+    started from it does not import torch itself."""
+    if context is None:
+        methods = multiprocessing.get_all_start_methods()
+        if "fork" in methods and not native_threads_running():
+            method = "fork"
+        else:
+            method = "forkserver" if "forkserver" in methods else "spawn"
+        context = multiprocessing.get_context(method)
+    elif isinstance(context, str):
+        context = multiprocessing.get_context(context)
+    if context.get_start_method() == "forkserver":
+        _preload_worker_module()
+    return context
+
+
+def native_threads_running() -> bool:
+    """Whether a thread of chute's engines runs in this process (they are
+    named chute-*); True where threads cannot be listed."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                if f.read().startswith("chute-"):
+                    return True
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return False
+
+
+def _preload_worker_module() -> None:
+    """Adds chute's worker module to what the forkserver imports when it
+    starts (no effect once it runs; the modules already named are kept)."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:
+        return
+    modules = list(getattr(server, "_preload_modules", ["__main__"]))
+    if "chute.workers.main" not in modules:
+        forkserver.set_forkserver_preload([*modules, "chute.workers.main"])
