@@ -4,11 +4,13 @@ arrive; stores, listing and the error without the optional dependency."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import chute
@@ -253,6 +255,75 @@ def test_closed_session_stops_its_thread(object_server: ObjectServer):
     assert not s._executor.alive
     with pytest.raises(ValueError, match="closed"):
         s.open(f"{object_server.url}/a")
+
+
+def test_close_waits_for_the_store_threads_to_leave_python(
+    object_server: ObjectServer, monkeypatch: pytest.MonkeyPatch
+):
+    # obstore's own thread hands each result to the fetcher's loop and then
+    # still has to return through Python (the loop's wake-up write releases
+    # the GIL). Were the process to finalize meanwhile, that thread would be
+    # unwound through obstore's frames and the process would abort; so
+    # close() returns only after every such thread has left.
+    object_server.objects["/a"] = payload(3 * 64 * KiB, seed=3)
+    wake = asyncio.selector_events.BaseSelectorEventLoop._write_to_self
+    lock = threading.Lock()
+    calls = {"entered": 0, "left": 0}
+    loop_threads: set[int | None] = set()
+
+    def slow_wake(loop: asyncio.AbstractEventLoop) -> None:
+        wake(loop)  # type: ignore[arg-type]
+        if threading.get_ident() in loop_threads:
+            return
+        with lock:
+            calls["entered"] += 1
+        time.sleep(0.2)  # the loop has its result already and carries on
+        with lock:
+            calls["left"] += 1
+
+    monkeypatch.setattr(asyncio.selector_events.BaseSelectorEventLoop, "_write_to_self", slow_wake)
+    with session() as s:
+        loop_threads.add(s._executor._thread.ident)
+        assert s.read_bytes(f"{object_server.url}/a") == payload(3 * 64 * KiB, seed=3)
+    with lock:
+        assert calls["entered"] == 7  # the HEAD; each of three ranges: its GET, its body
+        assert calls["left"] == calls["entered"]
+    assert s._executor.store_outstanding_at_exit == 0
+
+
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_process_exits_cleanly_while_store_threads_return(
+    object_server: ObjectServer, closed: bool
+):
+    # As above, with obstore's threads made slow to leave Python after each
+    # answer: a process that exits right after its reads must not abort
+    # (SIGABRT when one of them touches the GIL while the interpreter
+    # finalizes), whether it closed its session or left that to exit.
+    object_server.objects["/a"] = b"abc"
+    script = textwrap.dedent(
+        f"""
+        import asyncio, threading, time
+        from chute.remote import RemoteSession
+        from asyncio.selector_events import BaseSelectorEventLoop
+        wake = BaseSelectorEventLoop._write_to_self
+        def slow_wake(loop):
+            wake(loop)
+            if threading.current_thread().name != "chute-fetch":
+                until = time.monotonic() + 0.5
+                while time.monotonic() < until:
+                    time.sleep(0.001)
+        BaseSelectorEventLoop._write_to_self = slow_wake
+        s = RemoteSession()
+        assert s.read_bytes("{object_server.url}/a") == b"abc"
+        if {closed}:
+            s.close()
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_shared_sessions_per_options(object_server: ObjectServer):

@@ -254,5 +254,7 @@ def test_session_close_during_a_stalled_request(object_server: ObjectServer):
         assert not t.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], chute.ReadError)
         assert not s._executor.alive
+        # obstore's thread saw the cancelled request before the fetcher left.
+        assert s._executor.store_outstanding_at_exit == 0
         assert _wait_for(lambda: proxy.abandoned == 1)
         f.close()

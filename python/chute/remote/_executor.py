@@ -8,16 +8,30 @@ blocked until a stalled server times out; and one thread serves any number
 of requests in flight. The thread sleeps on the queue's eventfd; the I/O runs
 on obstore's own runtime without the GIL; handing bytes to the engine is one
 copy with the GIL released.
+
+obstore answers an awaited call from one of its runtime's own threads: once
+the request is over, that thread enters Python to check whether the future
+was cancelled and, if not, hands the result to the loop with
+call_soon_threadsafe (whose wake-up write releases the GIL). A native thread
+that is inside Python, or waiting to enter it, once the interpreter has
+begun to finalize is ended by a forced unwind that obstore's frames cannot
+take, and the process aborts. So the loop tracks every future obstore
+creates until its thread is done with it, and the fetcher does not exit
+while one is outstanding: a closed session leaves no such thread behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import re
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from typing_extensions import TypeVarTuple, Unpack
 
 from chute import _core
 from chute.remote._stores import RemoteDependencyError, Stores, claim_runtime, obstore_module
@@ -25,6 +39,12 @@ from chute.remote._stores import RemoteDependencyError, Stores, claim_runtime, o
 # A timer tick even when nothing wakes the loop: lets the queue fail requests
 # the store never answered (FetchQueue.try_pop does that).
 _TICK_S = 1.0
+# How long a stopping fetcher waits for obstore's threads to be done with its
+# futures (each is a moment's work once its request is over or cancelled),
+# and how often it looks. Within RemoteSession's join.
+_STORE_GRACE_S = 5.0
+_STORE_POLL_S = 0.002
+_Ts = TypeVarTuple("_Ts")
 _STATUS = re.compile(r"status code: (\d{3})")
 _RETRYABLE_STATUS = {408, 429}
 
@@ -65,6 +85,78 @@ def classify(exc: BaseException) -> tuple[str, int, str, bool]:
     return "io", 0, f"{type(exc).__name__}: {message}", False
 
 
+class _StoreFuture(asyncio.Future[Any]):
+    """A future that obstore completes from its runtime's thread (see the
+    module's docstring). That thread calls cancelled() first: when that is
+    True it leaves Python at once, which ends its work on this future."""
+
+    def __init__(self, loop: _FetchLoop) -> None:
+        super().__init__(loop=loop)
+        self._owner = loop
+
+    def cancelled(self) -> bool:
+        cancelled = super().cancelled()
+        if cancelled and threading.get_ident() != self._owner.thread_id:
+            self._owner.store_done(self)
+        return cancelled
+
+
+class _FetchLoop(asyncio.SelectorEventLoop):
+    """The fetcher's event loop, which knows which of its futures obstore's
+    threads have yet to answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread_id = threading.get_ident()
+        self._store_call = False
+        # Futures whose obstore thread has not yet left Python for good.
+        self._outstanding: set[_StoreFuture] = set()
+
+    @contextlib.contextmanager
+    def store_call(self) -> Iterator[None]:
+        """Around a call of obstore's async API: the future it creates is
+        answered by obstore's thread. (Only the loop's thread creates futures.)"""
+        self._store_call = True
+        try:
+            yield
+        finally:
+            self._store_call = False
+
+    def create_future(self) -> asyncio.Future[Any]:
+        if not self._store_call:
+            return super().create_future()
+        future = _StoreFuture(self)
+        self._outstanding.add(future)
+        return future
+
+    def call_soon_threadsafe(
+        self,
+        callback: Callable[[Unpack[_Ts]], object],
+        *args: Unpack[_Ts],
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
+        try:
+            return super().call_soon_threadsafe(callback, *args, context=context)
+        finally:
+            # obstore's thread hands over a result as (callback, future, ...);
+            # the wake-up write is behind it, only returning is left.
+            future = args[0] if args else None
+            if isinstance(future, _StoreFuture):
+                self.store_done(future)
+
+    def store_done(self, future: _StoreFuture) -> None:
+        self._outstanding.discard(future)
+
+    @property
+    def store_outstanding(self) -> int:
+        return len(self._outstanding)
+
+    async def wait_for_store_threads(self, timeout: float) -> None:
+        deadline = self.time() + timeout
+        while self._outstanding and self.time() < deadline:
+            await asyncio.sleep(_STORE_POLL_S)
+
+
 class FetchExecutor:
     """Serves `queue` until it is closed; then the thread exits."""
 
@@ -74,6 +166,8 @@ class FetchExecutor:
         self._limit = max_concurrency
         self._obstore: Any = obstore_module()
         self._thread = threading.Thread(target=self._run, name="chute-fetch", daemon=True)
+        # What obstore's threads still owe the loop once it stopped (for tests).
+        self.store_outstanding_at_exit = 0
 
     def start(self) -> None:
         claim_runtime()
@@ -88,14 +182,14 @@ class FetchExecutor:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = _FetchLoop()
         try:
-            loop.run_until_complete(self._serve())
+            loop.run_until_complete(self._serve(loop))
         finally:
+            self.store_outstanding_at_exit = loop.store_outstanding
             loop.close()
 
-    async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
+    async def _serve(self, loop: _FetchLoop) -> None:
         wake = asyncio.Event()
         queue = self._queue
         tasks: dict[int, asyncio.Task[None]] = {}
@@ -122,7 +216,7 @@ class FetchExecutor:
                     ticket = queue.try_pop()
                     if ticket is None:
                         break
-                    task = loop.create_task(self._fetch(ticket))
+                    task = loop.create_task(self._fetch(loop, ticket))
                     tasks[ticket.id] = task
                     task.add_done_callback(functools.partial(on_done, ticket.id))
                 delay = queue.next_delay()
@@ -135,13 +229,16 @@ class FetchExecutor:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            await loop.wait_for_store_threads(_STORE_GRACE_S)
 
-    async def _fetch(self, ticket: _core.FetchTicket) -> None:
+    async def _fetch(self, loop: _FetchLoop, ticket: _core.FetchTicket) -> None:
         obstore = self._obstore
         try:
             store, path = self._stores.resolve(ticket.url)
             if ticket.op == "head":
-                meta = await obstore.head_async(store, path)
+                with loop.store_call():
+                    head = obstore.head_async(store, path)
+                meta = await head
                 etag = meta["e_tag"] or ""
                 version = etag or f"modified {meta['last_modified'].isoformat()}"
                 ticket.complete_head(int(meta["size"]), etag, version)
@@ -149,8 +246,12 @@ class FetchExecutor:
             options: dict[str, Any] = {"range": (ticket.offset, ticket.offset + ticket.length)}
             if ticket.if_match:
                 options["if_match"] = ticket.if_match
-            result = await obstore.get_async(store, path, options=options)
-            ticket.complete(await result.bytes_async())
+            with loop.store_call():
+                get = obstore.get_async(store, path, options=options)
+            result = await get
+            with loop.store_call():
+                body = result.bytes_async()
+            ticket.complete(await body)
         except asyncio.CancelledError:
             raise  # the queue has already forgotten this request
         except Exception as exc:

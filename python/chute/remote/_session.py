@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -88,6 +89,7 @@ class RemoteSession:
         self._pid = os.getpid()
         self._executor = FetchExecutor(self.queue, self._stores, o.max_concurrency)
         self._executor.start()
+        _live.add(self)
 
     def _check(self) -> None:
         if self.queue.closed:
@@ -194,6 +196,9 @@ class RemoteSession:
 
 _sessions: dict[tuple[int, tuple[object, ...]], RemoteSession] = {}
 _sessions_lock = threading.Lock()
+# Every session not yet collected, closed at exit if its owner did not: its
+# fetcher must stop before the interpreter finalizes (see _executor).
+_live: weakref.WeakSet[RemoteSession] = weakref.WeakSet()
 
 
 def get_session(options: RemoteOptions | None = None) -> RemoteSession:
@@ -213,7 +218,7 @@ def get_session(options: RemoteOptions | None = None) -> RemoteSession:
 @atexit.register
 def _close_sessions() -> None:
     with _sessions_lock:
-        sessions = [s for (pid, _), s in _sessions.items() if pid == os.getpid()]
+        sessions = [s for s in list(_live) if s._pid == os.getpid()]
         _sessions.clear()
     for s in sessions:
         s.close()
