@@ -32,27 +32,19 @@ STATS_KEYS = (
     "wait_seconds",
 )
 
-# Figures that add up over engines run one after another (the passes of an
-# epoch, the epochs of a map-style dataset); the "peak" ones are maxima, the
-# others (gauges) describe the engines running now.
-ADDITIVE_STATS = frozenset(
+# What an engine holds now; the "peak" keys are maxima; every other figure
+# adds up over engines run one after another (the passes of an epoch, the
+# epochs of a map-style dataset).
+GAUGES = frozenset(
     {
-        "shards_opened",
-        "samples_read",
-        "samples_skipped",
-        "samples_batched",
-        "batches_submitted",
-        "batches",
-        "samples_yielded",
-        "bytes_yielded",
-        "encoded_bytes",
-        "read_seconds",
-        "decode_seconds",
-        "arenas_created",
-        "python_items",
-        "wait_seconds",
+        "shuffle_bytes",
+        "queued_batches",
+        "batch_bytes_reserved",
+        "batch_bytes_in_use",
+        "batch_bytes_pinned",
     }
 )
+ADDITIVE_STATS = frozenset(k for k in STATS_KEYS if k not in GAUGES and "peak" not in k)
 
 
 def empty_stats() -> dict[str, Any]:
