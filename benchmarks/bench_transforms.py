@@ -62,14 +62,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_wds import (  # noqa: E402
-    _write,
     concurrent_decode_round,
     decode_limit_round,
     jpeg_payloads,
 )
-from common import current_rss, run_config, save, table  # noqa: E402
+from common import cached_shards, current_rss, run_config, save, table  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data"
 HEIGHT, WIDTH = 375, 500
 BATCH = 256
 CROP = 224
@@ -134,10 +132,6 @@ def natural_image(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
 def shards(n: int) -> list[str]:
     from PIL import Image
 
-    directory = DATA / f"transforms-{n}"
-    marker = directory / "done.json"
-    if marker.exists():
-        return list(json.loads(marker.read_text()))
     rng = np.random.default_rng(12)
 
     def samples() -> Any:
@@ -148,19 +142,13 @@ def shards(n: int) -> list[str]:
             )
             yield {"__key__": f"img{i:07d}", "jpg": out.getvalue(), "cls": i % 1000}
 
-    paths = _write(directory, samples(), per_shard=n // 8)
-    marker.write_text(json.dumps(paths))
-    return paths
+    return cached_shards(f"transforms-{n}", samples, per_shard=n // 8)
 
 
 def map_shards(n: int) -> list[str]:
     """n 256x256 JPEGs (quality 90) + `cls`, for the map job."""
     from PIL import Image
 
-    directory = DATA / f"transforms-map-{n}"
-    marker = directory / "done.json"
-    if marker.exists():
-        return list(json.loads(marker.read_text()))
     rng = np.random.default_rng(13)
 
     def samples() -> Any:
@@ -170,9 +158,7 @@ def map_shards(n: int) -> list[str]:
             Image.fromarray(image).save(out, format="JPEG", quality=90)
             yield {"__key__": f"img{i:07d}", "jpg": out.getvalue(), "cls": i % 1000}
 
-    paths = _write(directory, samples(), per_shard=max(1, n // 8))
-    marker.write_text(json.dumps(paths))
-    return paths
+    return cached_shards(f"transforms-map-{n}", samples, per_shard=max(1, n // 8))
 
 
 def normalise_and_flip(sample: tuple[Any, int]) -> tuple[Any, int]:

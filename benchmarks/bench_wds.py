@@ -33,39 +33,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, current_rss, run_config, save, table  # noqa: E402
-
-DATA = Path(__file__).resolve().parent / "data"
-
+from common import RESULTS, cached_shards, current_rss, run_config, save, table  # noqa: E402
 
 # ---------------------------------------------------------------- data
 
 
-def _write(directory: Path, samples: Any, per_shard: int) -> list[str]:
-    import webdataset
-
-    directory.mkdir(parents=True, exist_ok=True)
-    paths: list[str] = []
-    sink = None
-    for i, sample in enumerate(samples):
-        if i % per_shard == 0:
-            if sink is not None:
-                sink.close()
-            path = directory / f"shard-{i // per_shard:06d}.tar"
-            paths.append(str(path))
-            sink = webdataset.TarWriter(str(path))
-        assert sink is not None
-        sink.write(sample)
-    if sink is not None:
-        sink.close()
-    return paths
-
-
 def tiny_shards(n: int) -> list[str]:
-    directory = DATA / f"tiny-{n}"
-    marker = directory / "done.json"
-    if marker.exists():
-        return list(json.loads(marker.read_text()))
     rng = np.random.default_rng(0)
 
     def samples() -> Any:
@@ -76,18 +49,12 @@ def tiny_shards(n: int) -> list[str]:
                 "cls": i % 1000,
             }
 
-    paths = _write(directory, samples(), per_shard=n // 20)
-    marker.write_text(json.dumps(paths))
-    return paths
+    return cached_shards(f"tiny-{n}", samples, per_shard=n // 20)
 
 
 def jpeg_shards(n: int) -> list[str]:
     from PIL import Image
 
-    directory = DATA / f"jpeg-{n}"
-    marker = directory / "done.json"
-    if marker.exists():
-        return list(json.loads(marker.read_text()))
     rng = np.random.default_rng(1)
 
     def samples() -> Any:
@@ -100,9 +67,7 @@ def jpeg_shards(n: int) -> list[str]:
             Image.fromarray(pixels).save(out, format="JPEG", quality=90)
             yield {"__key__": f"img{i:07d}", "jpg": out.getvalue(), "cls": i % 10}
 
-    paths = _write(directory, samples(), per_shard=n // 8)
-    marker.write_text(json.dumps(paths))
-    return paths
+    return cached_shards(f"jpeg-{n}", samples, per_shard=n // 8)
 
 
 # ---------------------------------------------------------------- one configuration (subprocess)

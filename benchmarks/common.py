@@ -11,11 +11,13 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def _load_rss() -> ModuleType:
@@ -102,3 +104,33 @@ def _fmt(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+def cached_shards(
+    name: str, samples: Callable[[], Iterable[dict[str, Any]]], per_shard: int
+) -> list[str]:
+    """The shards of data set `name` under benchmarks/data: written once from
+    `samples()` with webdataset's TarWriter (`per_shard` samples each), then
+    found again by the marker the write leaves."""
+    import webdataset
+
+    directory = DATA / name
+    marker = directory / "done.json"
+    if marker.exists():
+        return list(json.loads(marker.read_text()))
+    directory.mkdir(parents=True, exist_ok=True)
+    paths: list[str] = []
+    sink = None
+    for i, sample in enumerate(samples()):
+        if i % per_shard == 0:
+            if sink is not None:
+                sink.close()
+            path = directory / f"shard-{i // per_shard:06d}.tar"
+            paths.append(str(path))
+            sink = webdataset.TarWriter(str(path))
+        assert sink is not None
+        sink.write(sample)
+    if sink is not None:
+        sink.close()
+    marker.write_text(json.dumps(paths))
+    return paths

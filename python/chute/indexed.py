@@ -128,14 +128,18 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     def __len__(self) -> int:
         raise NotImplementedError
 
-    def __getitem__(self, index: int) -> Batch:
+    def _one_index(self, index: int) -> np.ndarray:
+        """`index` (negative counts from the end) as a one-row index array."""
         n = len(self)
         i = int(index)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"index {index} is out of range for a dataset of length {n}")
-        batch = self.read_batch(np.array([i], dtype=np.int64))
+        return np.array([i], dtype=np.int64)
+
+    def __getitem__(self, index: int) -> Batch:
+        batch = self.read_batch(self._one_index(index))
         return {name: t[0] for name, t in batch.items()}
 
     def __getitems__(self, indices: Sequence[int]) -> list[Batch]:

@@ -194,16 +194,11 @@ class TarDataset(IndexedDataset):
         return self._columns.num_samples
 
     def __getitem__(self, index: int) -> Any:
-        n = len(self)
-        i = int(index)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"index {index} is out of range for a dataset of length {n}")
-        native = self._read_native(np.array([i], dtype=np.int64))
+        idx = self._one_index(index)
+        native = self._read_native(idx)
         rows = self._rows(native.batch)
         if not rows:  # skipped by the handler: a single sample has nothing else to give
-            raise native.skipped[0] if native.skipped else IndexError(i)
+            raise native.skipped[0] if native.skipped else IndexError(int(idx[0]))
         return rows[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
