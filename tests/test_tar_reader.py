@@ -568,3 +568,31 @@ def test_peek_passes_over_errors_only_when_asked(tmp_path):
     assert _core.peek_tar_sample(str(cut), skip_errors=True) is None
     with pytest.raises(DataError, match="truncated"):
         _core.peek_tar_sample(str(cut))
+
+
+def test_dict_pipeline_under_a_skip_handler_peeks_past_a_bad_first_sample(tmp_path):
+    import chute.wds as cwds
+
+    path = tmp_path / "bad-first.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
+        for name, payload, pax in [
+            ("a.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"}),
+            ("b.txt", b"t", None),
+            ("b.cls", b"2", None),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            if pax:
+                info.pax_headers = pax
+            tf.addfile(info, io.BytesIO(payload))
+    other = tmp_path / "other.tar"
+    with tarfile.open(other, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name in ["c.json", "c.cls"]:
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tf.addfile(info, io.BytesIO(b"{}"))
+    urls = [str(path), str(other)]
+    skipping = cwds.WebDataset(urls, shardshuffle=False, handler=cwds.warn_and_continue)
+    assert skipping.first_sample_extensions(urls)[:2] == ["txt", "cls"]
+    raising = cwds.WebDataset(urls, shardshuffle=False)
+    assert raising.first_sample_extensions(urls)[:2] == ["json", "cls"]  # left to the engine

@@ -365,7 +365,13 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
                 continue
             try:
                 with engine_errors():
-                    members = _core.peek_tar_sample(url, self.cache_dir or "", self.pipe_timeout)
+                    members = _core.peek_tar_sample(
+                        url,
+                        self.cache_dir or "",
+                        self.pipe_timeout,
+                        # A handler that goes on passes over a bad first sample.
+                        skip_errors=self.handler is not reraise_exception,
+                    )
             except (_core.DataError, _core.ReadError):
                 continue
             if members is not None:
