@@ -80,9 +80,12 @@ def baseline(tiny_shards: list[str], h5_file: Path) -> Iterator[tuple[int, int]]
     gc.collect()
     before = (tasks(), fds())
     names = fd_names()
+    # multiprocessing's forkserver and resource tracker, once an earlier test
+    # started them, stay for the life of the process: only new ones leak.
+    kids = set(children())
     yield before
     assert settle(*before) == before, f"threads or descriptors leaked: {fd_names() - names}"
-    assert children() == []
+    assert set(children()) <= kids
 
 
 @pytest.fixture(scope="module")

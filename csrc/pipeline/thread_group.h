@@ -29,14 +29,23 @@ class ThreadGroup {
     threads_.emplace_back(named(name, std::forward<Fn>(fn)));
   }
 
+  // Named twice, to the same name: by the new thread before `fn` runs, and
+  // by the thread that starts it before this returns, so that code looking
+  // for chute's threads by name right after an engine is made (the choice
+  // between fork and forkserver for worker processes) finds them even when
+  // the new thread has not run yet.
   template <typename Fn>
   static std::thread named(const char* name, Fn&& fn) {
-    return std::thread([name, fn = std::forward<Fn>(fn)]() mutable {
+    std::thread thread([name, fn = std::forward<Fn>(fn)]() mutable {
 #if defined(__linux__)
       pthread_setname_np(pthread_self(), name);
 #endif
       fn();
     });
+#if defined(__linux__)
+    pthread_setname_np(thread.native_handle(), name);
+#endif
+    return thread;
   }
 
   void join() {
