@@ -381,7 +381,10 @@ def main():
     assert [r[0] for r in rows] == [k for k, _ in ds]
     assert len({{r[1] for r in rows}}) == 2 and os.getpid() not in {{r[1] for r in rows}}
     # While an engine's threads run here, workers start from the forkserver.
-    running = iter(ds)
+    # The running engine reads more samples than its queues hold, so its
+    # threads still wait on them after next() (a small dataset's engine may
+    # finish and end its threads before the check).
+    running = iter(chute.WebDataset({urls!r} * 200, shardshuffle=False).to_tuple("__key__"))
     next(running)
     assert native_threads_running()
     assert resolve_context(None).get_start_method() == "forkserver"
