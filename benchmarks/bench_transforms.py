@@ -477,6 +477,12 @@ def main() -> None:
             + ", ".join(f"{x:,.0f}" for x in results["decode_limit_rounds"])
             + "/s (in time order; chute ran between each two)"
         )
+    if "entropy_share_rounds" in results:
+        print(
+            "entropy decoding alone: "
+            + ", ".join(f"{x:.0%}" for x in results["entropy_share_rounds"])
+            + " of a full-size decode's time (one thread; three rounds)"
+        )
     for key, s in results.get("map_summary", {}).items():
         print(
             f"map {key}: chute {s['chute_images_per_s']:,.0f}/s = {s['speedup_vs_torch']:.2f}x"
@@ -489,6 +495,19 @@ def main() -> None:
         return
     path = save("transforms_quick" if args.quick else "transforms", results)
     print(f"wrote {path}")
+
+
+def entropy_share_round(payloads: list[bytes], seconds: float = 2.0) -> float:
+    """The fraction of a full-size decode's time that entropy decoding (the
+    coefficients alone: no inverse DCT, upsampling or colour conversion)
+    takes, on one thread. A region decode still pays it for every row down to
+    the crop's last (the rows above are skipped by entropy-decoding them), so
+    it bounds how far below a full decode a cropped decode can go."""
+    from chute import _core
+
+    full = float(_core._decode_loop(payloads, seconds))
+    entropy = float(_core._decode_loop(payloads, seconds, entropy_only=True))
+    return full / entropy
 
 
 def image_jobs_run(
@@ -565,7 +584,9 @@ def image_jobs_run(
             "ratio_to_decode_limit_median": ratios[len(ratios) // 2],
             "ratios_to_decode_limit": [r["ratio_to_decode_limit"] for r in chute_runs[job]],
         }
+    shares = [entropy_share_round(payloads) for _ in range(3)]
     results.update(
+        entropy_share_rounds=shares,
         image_size=[HEIGHT, WIDTH],
         mean_jpeg_bytes=float(np.mean([len(p) for p in every_payload])),
         summary=summary,

@@ -157,7 +157,8 @@ py::array transform_image_py(
 // `seconds` have passed; returns images per second. The benchmarks' decode
 // limit: libjpeg-turbo's own rate on one thread, with no Python and no
 // allocation between images.
-double decode_loop_py(const py::list& images, double seconds, const std::string& mode_name) {
+double decode_loop_py(const py::list& images, double seconds, const std::string& mode_name,
+                      bool entropy_only) {
   const ColorMode mode = parse_mode(mode_name);
   // Our own references: the list may change while the GIL is released.
   std::vector<py::bytes> held;
@@ -171,6 +172,8 @@ double decode_loop_py(const py::list& images, double seconds, const std::string&
   std::vector<uint8_t> out;
   for (const Bytes& in : inputs) {
     const ImageInfo info = probe_image(in.data, in.size, "<bytes>");
+    CHUTE_CHECK(!entropy_only || info.format == ImageFormat::kJpeg, kUsage,
+                "_decode_loop(entropy_only=True) takes JPEGs only");
     const size_t bytes = static_cast<size_t>(info.height) * info.width * 3;
     if (bytes > out.size()) out.resize(bytes);
   }
@@ -178,7 +181,13 @@ double decode_loop_py(const py::list& images, double seconds, const std::string&
   double elapsed = 0;
   uint64_t done = 0;
   do {
-    for (const Bytes& in : inputs) decode_image(in.data, in.size, mode, out.data(), "<bytes>");
+    for (const Bytes& in : inputs) {
+      if (entropy_only) {
+        detail::entropy_decode_jpeg(in.data, in.size, "<bytes>");
+      } else {
+        decode_image(in.data, in.size, mode, out.data(), "<bytes>");
+      }
+    }
     done += inputs.size();
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   } while (elapsed < seconds);
@@ -222,9 +231,10 @@ void register_decode(py::module_& m) {
         py::arg("chw") = false, py::arg("to_float") = false,
         "Resize/crop/flip/layout one uint8 image as the engine does.");
   m.def("_decode_loop", &decode_loop_py, py::arg("images"), py::arg("seconds"),
-        py::arg("mode") = "rgb",
+        py::arg("mode") = "rgb", py::arg("entropy_only") = false,
         "Benchmark: decode the images in turn into one buffer, on this thread with the GIL "
-        "released, until `seconds` pass; images per second.");
+        "released, until `seconds` pass; images per second. entropy_only (JPEGs): decode "
+        "the coefficients only, the part of a decode that region decoding cannot skip.");
 }
 
 }  // namespace chute::bindings

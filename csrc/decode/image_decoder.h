@@ -88,6 +88,9 @@ void decode_jpeg_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink&
 RegionDecodeInfo decode_jpeg_resampled(const uint8_t* data, size_t size, ColorMode mode,
                                        const SourceArea& area, const ResampleOutput& out,
                                        bool dct_scaling, const std::string& where);
+// The entropy-decoding part of decode_jpeg only (coefficients, no pixels):
+// a benchmark's floor for region decoding.
+void entropy_decode_jpeg(const uint8_t* data, size_t size, const std::string& where);
 ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where);
 void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                 const std::string& where);

@@ -197,6 +197,16 @@ class JpegDecoder {
     CHUTE_CHECK(ok, kData, At{where} << "corrupt JPEG" << Detail{err_.message});
   }
 
+  // Entropy decoding alone: every coefficient, with no inverse DCT,
+  // upsampling or colour conversion. No crop or DCT scale avoids this part of
+  // a decode for the rows it keeps, so it bounds what region decoding can gain.
+  void entropy_decode(const uint8_t* data, size_t size, const std::string& where) {
+    Session session(this);
+    read_header(data, size, where);
+    const bool ok = guarded_read_coefficients(this);
+    CHUTE_CHECK(ok, kData, At{where} << "corrupt JPEG" << Detail{err_.message});
+  }
+
   // Only what the resample of `area` reads: its rows (those above are
   // skipped, those below never decoded) and its columns widened to the iMCU
   // boundary, optionally at a DCT scale M/8.
@@ -386,6 +396,13 @@ class JpegDecoder {
     return true;
   }
 
+  static bool guarded_read_coefficients(JpegDecoder* d) {
+    if (setjmp(d->err_.jump)) return false;
+    jpeg_read_coefficients(&d->cinfo_);
+    jpeg_finish_decompress(&d->cinfo_);
+    return true;
+  }
+
   // The output size at the requested scale, before decoding starts.
   static bool guarded_calc_output(JpegDecoder* d, const DecodeJob* job) {
     if (setjmp(d->err_.jump)) return false;
@@ -473,6 +490,10 @@ void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
 void decode_jpeg_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
                       const std::string& where) {
   thread_decoder().decode(data, size, mode, nullptr, &sink, where);
+}
+
+void entropy_decode_jpeg(const uint8_t* data, size_t size, const std::string& where) {
+  thread_decoder().entropy_decode(data, size, where);
 }
 
 RegionDecodeInfo decode_jpeg_resampled(const uint8_t* data, size_t size, ColorMode mode,
