@@ -24,7 +24,15 @@ from chute.intraop import one_intraop_thread, single_threaded
 from chute.wds.compiler import compile_stages, error_handlers
 from chute.wds.native import EngineSettings
 from chute.workers.failures import Failure, caught_warnings
-from chute.workers.transport import Channel, collate_tensors, default_collate, pack, unpack
+from chute.workers.transport import (
+    ArenaPool,
+    Channel,
+    Packed,
+    collate_tensors,
+    default_collate,
+    pack,
+    unpack,
+)
 
 Point = collections.namedtuple("Point", ["x", "label"])
 
@@ -48,16 +56,14 @@ def same(a: Any, b: Any) -> None:
 
 
 def roundtrip(items: list[Any]) -> list[Any]:
-    packed, arena, fd = pack(items)
-    data = pickle.dumps(packed)
-    assert len(data) < 4096  # the arrays' bytes are in the arena, not the pickle
+    arenas = ArenaPool()
     try:
+        packed, fd = pack(items, arenas)
+        data = pickle.dumps(packed)
+        assert len(data) < 4096  # the arrays' bytes are in the arena, not the pickle
         received = os.dup(fd) if fd >= 0 else -1
     finally:
-        if fd >= 0:
-            os.close(fd)
-        if arena is not None:
-            arena.close()
+        arenas.close()
     return unpack(pickle.loads(data), received)
 
 
@@ -111,15 +117,63 @@ def test_collation_of_consecutive_rows_is_a_view() -> None:
     )
 
 
+def test_an_arena_is_reused_only_once_nothing_views_it() -> None:
+    arenas = ArenaPool(keep=2)
+    released: list[int] = []
+
+    def send(items: list[Any]) -> tuple[Packed, list[Any]]:
+        packed, fd = pack(items, arenas)
+        return packed, unpack(packed, os.dup(fd), on_release=released.append)
+
+    packed_a, got_a = send([torch.full((100_000,), 1.0)])
+    packed_b, got_b = send([torch.full((100_000,), 2.0)])  # `a` is still viewed: a new arena
+    assert packed_b.arena_id != packed_a.arena_id and arenas.created == 2
+    view = got_a[0][10:20]  # a view keeps the arena as well as the batch does
+    del got_a
+    assert released == []
+    del view  # released at once, not at the garbage collector's next run
+    assert released == [packed_a.arena_id]
+    arenas.release(released)
+    packed_c, got_c = send([torch.full((90_000,), 3.0)])  # the pages of `a`, rewritten
+    assert packed_c.arena_id == packed_a.arena_id and arenas.created == 2
+    assert torch.equal(got_c[0], torch.full((90_000,), 3.0))
+    assert torch.equal(got_b[0], torch.full((100_000,), 2.0))
+    # One twice as large does not fit a released arena; a much smaller one
+    # does not take a large arena.
+    del got_b, got_c
+    arenas.release(released)
+    assert arenas.free == 2
+    packed_d, _ = send([torch.zeros(400_000)])
+    packed_e, _ = send([torch.zeros(10_000)])
+    assert {packed_d.arena_id, packed_e.arena_id}.isdisjoint({packed_a.arena_id, packed_b.arena_id})
+    assert arenas.free == 2
+    arenas.release([packed_d.arena_id, packed_e.arena_id, 12345])  # an unknown id is ignored
+    assert arenas.free == 2  # at most `keep` wait; the others are closed
+    arenas.close()
+
+
+def test_an_arena_pool_forgets_its_oldest_lent_arenas() -> None:
+    arenas = ArenaPool(max_lent=3)
+    before = len(os.listdir("/proc/self/fd"))
+    kept = [pack([torch.full((10,), float(i))], arenas) for i in range(3)]
+    with_three = len(os.listdir("/proc/self/fd"))
+    assert with_three > before
+    kept += [pack([torch.full((10,), float(i))], arenas) for i in range(3, 10)]
+    assert len(os.listdir("/proc/self/fd")) == with_three
+    arenas.release([packed.arena_id for packed, _ in kept])  # the forgotten ones are ignored
+    assert arenas.free == 2
+    arenas.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_a_channel_carries_messages_and_descriptors() -> None:
     a, b = socket.socketpair()
     left, right = Channel(a), Channel(b)
     items = [torch.arange(100_000, dtype=torch.int64), {"x": np.ones(3)}]
-    packed, arena, fd = pack(items)
+    arenas = ArenaPool()
+    packed, fd = pack(items, arenas)
     left.send(("chunk", 1, packed), [fd])
-    os.close(fd)
-    assert arena is not None
-    arena.close()
+    arenas.close()
     big = b"x" * 3_000_000  # larger than the socket's buffer: sent while read
     sender = threading.Thread(target=left.send, args=(("raw", 2, big),))
     sender.start()

@@ -63,6 +63,11 @@ def normalise_batch(batch: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]
     return images.float().mean(dim=(1, 2, 3)), classes
 
 
+def float_batch(batch: tuple[torch.Tensor, Any]) -> tuple[torch.Tensor, Any]:
+    images, classes = batch
+    return images.float().div(255.0), classes
+
+
 def describe(sample: dict[str, Any]) -> dict[str, Any]:
     image = sample["jpg"] if "jpg" in sample else sample["png"]
     return {"key": sample["__key__"], "pixels": image.sum(), "meta": sample["json"]}
@@ -630,6 +635,35 @@ def test_results_in_flight_are_bounded(tiny_shards: list[str], tmp_path: Path) -
         time.sleep(0.1)
     assert len(calls.read_text()) <= bound < 1000
     del it
+
+
+def _mapped_arenas() -> set[int]:
+    """The inodes of the worker arenas this process maps now."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return {int(line.split()[4]) for line in maps if "memfd:chute-batch" in line}
+
+
+def test_workers_reuse_arenas_the_loader_no_longer_views(images: list[str]) -> None:
+    # A message (and an arena) per batch of 4.
+    ds = _tuple(images).batched(4).map(float_batch)
+    expected = list(chute.DataLoader(ds, batch_size=None, num_workers=0))
+    seen: set[int] = set()
+    kept: list[tuple[int, Any]] = []
+    count = 0
+    for i, batch in enumerate(chute.DataLoader(ds, batch_size=None, num_workers=2)):
+        seen |= _mapped_arenas()
+        assert_same(batch, expected[i], f"batch {i}")
+        if i % 5 == 0:
+            kept.append((i, batch))  # viewed to the end: never written again
+        count += 1
+        del batch  # released at once: no garbage collection needed
+    assert count == len(expected) > 30
+    for i, batch in kept:
+        assert_same(batch, expected[i], f"kept batch {i}")
+    # Arenas dropped by the loader were written again: far fewer arenas
+    # than batches (each worker keeps its in-flight ones, the kept ones and
+    # a few released ones).
+    assert len(seen) < count - len(kept)
 
 
 def _worker_pids(loader: Any) -> list[int]:

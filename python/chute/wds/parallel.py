@@ -218,7 +218,7 @@ class WorkerEpochRun(EpochRun):
                         body["error"].reraise()
                     return
                 pool.send(worker, ("credit", tag, 1))
-                items = unpack(body["items"], fds[0] if fds else -1, pin)
+                items = unpack(body["items"], fds[0] if fds else -1, pin, pool.releaser(worker))
                 rows: list[int | None] = body["rows"]
                 if batched:
                     position.batches += 1
@@ -331,10 +331,10 @@ def stream_task(
             if end:
                 yield _outgoing(("end", context.tag, body))
                 return
-            packed, arena, fd = pack(items)
+            packed, fd = pack(items, context.arenas)
             del items
             body.update(items=packed, rows=rows, stop=stop)
-            yield _outgoing(("chunk", context.tag, body), arena, fd)
+            yield _outgoing(("chunk", context.tag, body), fd)
             if error is not None or stop:
                 return
             absolute += context.num_workers
@@ -342,10 +342,10 @@ def stream_task(
         engine.close()
 
 
-def _outgoing(message: tuple[Any, ...], arena: Any = None, fd: int = -1) -> Outgoing:
+def _outgoing(message: tuple[Any, ...], fd: int = -1) -> Outgoing:
     from chute.workers.main import Outgoing
 
-    return Outgoing(message, arena, fd)
+    return Outgoing(message, fd)
 
 
 def _inputs(

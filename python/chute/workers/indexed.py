@@ -106,7 +106,9 @@ class WorkerBatches(Iterator[Any]):
             for caught in body["warnings"]:
                 caught.reissue()
             self.worker_stats[worker] = body["stats"]
-            self.ready = unpack(body["items"], fds[0] if fds else -1, self.pin)
+            self.ready = unpack(
+                body["items"], fds[0] if fds else -1, self.pin, self.pool.releaser(worker)
+            )
             if body["stop"]:
                 self.close()
             if body["error"] is not None:
@@ -163,7 +165,7 @@ def indexed_task(
                     raise
                 except Exception as exc:  # noqa: BLE001 - raised by the loader in its place
                     error = Failure.capture(exc, context.where)
-            packed, arena, fd = pack(results)
+            packed, fd = pack(results, context.arenas)
             del results
             body = {
                 "items": packed,
@@ -172,7 +174,7 @@ def indexed_task(
                 "warnings": caught_warnings(records),
                 "stats": dataset.stats(),
             }
-            yield Outgoing(("out", context.tag, body), arena, fd)
+            yield Outgoing(("out", context.tag, body), fd)
             if error is not None or stop:
                 return
     finally:

@@ -5,7 +5,8 @@ Commands, each a tuple whose second element is the tag of a task:
 ``("task", tag, kind, spec, credits)`` starts a task (ending the one that
 runs), ``("credit", tag, n)`` allows `n` more results, ``("indices", tag,
 idx)`` and ``("end", tag)`` feed an index-driven task, ``("stop", tag)``
-ends it; None (or the socket closing) ends the process. A task is a
+ends it, ``("release", 0, ids)`` returns arenas the loader is done with
+(whatever task runs); None (or the socket closing) ends the process. A task is a
 generator of results (`Outgoing`) that the dataset's ``worker_task`` makes.
 """
 
@@ -26,15 +27,15 @@ from typing import Any
 import torch
 
 from chute.workers.failures import Failure
-from chute.workers.transport import Channel
+from chute.workers.transport import ArenaPool, Channel
 
 
 @dataclass
 class Outgoing:
-    """A result on its way to the loader, with its arena (see `transport.pack`)."""
+    """A result on its way to the loader, with its arena's descriptor (see
+    `transport.pack`; the worker's `ArenaPool` owns it)."""
 
     message: tuple[Any, ...]
-    arena: Any = None  # the arena's mapping, closed once sent
     fd: int = -1
 
 
@@ -57,6 +58,7 @@ class WorkerContext:
     tag: int  # the task's: every result carries it
     collate_fn: Callable[[list[Any]], Any] | None
     next_indices: Callable[[], Any]  # the next index batch of this task; None at its end
+    arenas: ArenaPool  # where results' arrays go (`transport.pack`)
 
     @property
     def where(self) -> str:
@@ -135,8 +137,16 @@ class _Loop:
         self.tag: int | None = None
         self.credits = 0
         self.inbox: deque[tuple[Any, ...]] = deque()
+        self.arenas = ArenaPool()
 
     def run(self) -> None:
+        try:
+            self.serve()
+        finally:
+            self.end_task()
+            self.arenas.close()
+
+    def serve(self) -> None:
         while True:
             if self.task is None or self.credits <= 0:
                 if not self.handle(self.channel.recv()[0]):
@@ -166,13 +176,7 @@ class _Loop:
             self.send(out)
 
     def send(self, out: Outgoing) -> None:
-        try:
-            self.channel.send(out.message, [out.fd] if out.fd >= 0 else [])
-        finally:
-            if out.fd >= 0:
-                os.close(out.fd)
-            if out.arena is not None:
-                out.arena.close()
+        self.channel.send(out.message, [out.fd] if out.fd >= 0 else [])
         self.credits -= 1
 
     def end_task(self) -> None:
@@ -189,12 +193,14 @@ class _Loop:
             self.end_task()
             return False
         kind, tag = command[0], command[1]
-        if kind == "task":
+        if kind == "release":
+            self.arenas.release(command[2])
+        elif kind == "task":
             self.end_task()
             self.tag = tag
             self.credits = int(command[4])
             context = WorkerContext(
-                self.index, self.num_workers, tag, self.collate_fn, self.next_indices
+                self.index, self.num_workers, tag, self.collate_fn, self.next_indices, self.arenas
             )
             self.task = self.dataset.worker_task(command[2], command[3], context)
         elif tag != self.tag:
@@ -212,6 +218,9 @@ class _Loop:
         for the loader to send it; Interrupted by any other command."""
         while not self.inbox:
             command = self.channel.recv()[0]
+            if command is not None and command[0] == "release":
+                self.arenas.release(command[2])
+                continue
             if command is not None and command[0] in ("indices", "end", "credit"):
                 if command[1] == self.tag:
                     if command[0] == "credit":

@@ -9,7 +9,9 @@ wait ends at once with a RuntimeError naming the worker and how it ended,
 and a worker whose loader is gone (closed, collected, killed) finds its
 socket closed and exits. Results are bounded by credits: a worker sends a
 result only for a credit the loader gave it, `prefetch` at the start of a
-task and one for each result taken.
+task and one for each result taken. Arenas the loader no longer views go
+back to their worker (``("release", 0, ids)``) ahead of the next command
+the loader sends it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import select
 import signal
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +73,8 @@ class WorkerPool:
         self.context = resolve_context(context)
         self.tags = itertools.count(1)
         self.broken = False
+        # Per worker, the ids of its arenas that nothing here views any more.
+        self.released: list[deque[int]] = [deque() for _ in range(num_workers)]
         forked = self.context.get_start_method() == "fork"
         payload = None
         if not forked:
@@ -123,6 +128,11 @@ class WorkerPool:
     def send(self, worker: int, command: tuple[Any, ...]) -> None:
         self._send(self.channels[worker], command)
 
+    def releaser(self, worker: int) -> Callable[[int], None]:
+        """What `transport.unpack` calls with the id of an arena of `worker`
+        that nothing views any more (from any thread: it only records it)."""
+        return self.released[worker].append
+
     def stop_task(self, tag: int) -> None:
         """Asks every worker to drop the task `tag`."""
         if self.broken:
@@ -134,10 +144,14 @@ class WorkerPool:
                 return
 
     def _send(self, channel: Channel, command: tuple[Any, ...]) -> None:
+        worker = self.channels.index(channel)
+        released = self.released[worker]
+        ids = [released.popleft() for _ in range(len(released))]
         try:
+            if ids:
+                channel.send(("release", 0, ids))
             channel.send(command)
         except OSError as exc:
-            worker = self.channels.index(channel)
             raise self._ended(worker) from exc
 
     def receive(self, worker: int, tag: int, timeout: float) -> tuple[Any, list[int]]:

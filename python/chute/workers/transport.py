@@ -16,18 +16,26 @@ them is a view (`collate_tensors`), not a copy.
 Only the arrays' bytes go through the arena; the rest of a message (ints,
 strings, the structure) is pickled, as are tensors the arena does not take
 (ones that require grad, sparse or quantized ones, subclasses).
+
+Arenas are reused (`ArenaPool`): once the loader no longer views one (the
+last tensor or array of its message is gone), it tells the worker, which
+writes a later message into the same pages. A new arena's pages must each
+be faulted in and zeroed by the kernel, which for float images costs more
+than the copy into them and often more than the user's transform.
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import pickle
 import select
 import socket
 import struct
+import weakref
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +44,7 @@ import torch
 _HEADER = struct.Struct("<QI4x")  # payload bytes, descriptors
 _MAX_FDS = 4
 _ALIGN = 64
+_ARENA_GRAIN = 1 << 16  # arena sizes are multiples of this
 _NUMPY_KINDS = frozenset("biufcmM")
 
 
@@ -80,16 +89,93 @@ def _packable_array(value: Any) -> bool:
 class Packed:
     """A list of items whose arrays are in an arena (see `pack`)."""
 
-    def __init__(self, template: list[Any], arena_bytes: int) -> None:
+    def __init__(self, template: list[Any], arena_bytes: int, arena_id: int = 0) -> None:
         self.template = template
         self.arena_bytes = arena_bytes
+        self.arena_id = arena_id  # the worker's name for the arena; 0: none
 
 
-def pack(items: list[Any]) -> tuple[Packed, mmap.mmap | None, int]:
-    """`items` with their tensors and numpy arrays copied into a new arena:
-    the packed form, the arena's mapping and its descriptor (-1 when there
-    is nothing to put in one). The caller sends the descriptor with the
-    message, then closes both."""
+class _Arena:
+    """A memfd and the worker's mapping of it, kept for as long as the
+    arena is: a fresh mapping would fault on every page it writes again."""
+
+    __slots__ = ("arena_id", "fd", "size", "mapping")
+
+    def __init__(self, arena_id: int, size: int) -> None:
+        self.arena_id = arena_id
+        self.size = size
+        self.fd = os.memfd_create("chute-batch")
+        try:
+            os.ftruncate(self.fd, size)
+            self.mapping = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def close(self) -> None:
+        self.mapping.close()
+        os.close(self.fd)
+
+
+class ArenaPool:
+    """A worker's arenas. `take` lends one out for a message: a released
+    one of a fitting size when there is one, else a new one. `release`
+    takes back those the loader is done with; at most `keep` wait for reuse
+    and the rest are closed. The worker forgets the oldest lent arena beyond
+    `max_lent` (closing its descriptor and mapping: the loader's mapping
+    keeps the memory for as long as it views it), so a loader whose user
+    keeps every batch does not make the worker hold one of each."""
+
+    def __init__(self, keep: int = 2, max_lent: int = 64) -> None:
+        self.keep = keep
+        self.max_lent = max_lent
+        self._ids = itertools.count(1)
+        self._lent: dict[int, _Arena] = {}  # oldest first
+        self._free: list[_Arena] = []
+        self.created = 0
+
+    def take(self, nbytes: int) -> _Arena:
+        """An arena of at least `nbytes` (and at most twice that, rounded,
+        when it is a reused one)."""
+        size = -(-nbytes // _ARENA_GRAIN) * _ARENA_GRAIN
+        fitting = [arena for arena in self._free if size <= arena.size <= 2 * size]
+        if fitting:
+            arena = min(fitting, key=lambda a: a.size)
+            self._free.remove(arena)
+        else:
+            arena = _Arena(next(self._ids), size)
+            self.created += 1
+        self._lent[arena.arena_id] = arena
+        while len(self._lent) > self.max_lent:
+            self._lent.pop(next(iter(self._lent))).close()
+        return arena
+
+    def release(self, ids: Iterable[int]) -> None:
+        for arena_id in ids:
+            arena = self._lent.pop(arena_id, None)
+            if arena is not None:
+                self._free.append(arena)
+        self._free.sort(key=lambda a: a.size)
+        while len(self._free) > self.keep:
+            self._free.pop(0).close()  # the smallest go first
+
+    @property
+    def free(self) -> int:
+        """Arenas waiting for reuse."""
+        return len(self._free)
+
+    def close(self) -> None:
+        for arena in [*self._lent.values(), *self._free]:
+            arena.close()
+        self._lent.clear()
+        self._free.clear()
+
+
+def pack(items: list[Any], arenas: ArenaPool) -> tuple[Packed, int]:
+    """`items` with their tensors and numpy arrays copied into an arena of
+    `arenas`: the packed form and the arena's descriptor (-1 when there is
+    nothing to put in one), which the caller sends with the message and
+    does not close (the pool owns it)."""
     groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]] = {}
 
     def walk(value: Any, path: tuple[Any, ...]) -> Any:
@@ -118,14 +204,15 @@ def pack(items: list[Any]) -> tuple[Packed, mmap.mmap | None, int]:
             leaf.offset = size
             size += leaf.nbytes
     if size == 0:
-        return Packed(template, 0), None, -1
-    fd = os.memfd_create("chute-batch")
-    try:
-        os.ftruncate(fd, size)
-        arena = mmap.mmap(fd, size)
-    except BaseException:
-        os.close(fd)
-        raise
+        return Packed(template, 0), -1
+    arena = arenas.take(size)
+    _fill(arena.mapping, groups)
+    return Packed(template, arena.size, arena.arena_id), arena.fd
+
+
+def _fill(arena: mmap.mmap, groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]]) -> None:
+    """Copies the arrays into their places in `arena`; no view of it
+    outlives the call (the pool may close the mapping later)."""
     base = torch.frombuffer(arena, dtype=torch.uint8)
     for members in groups.values():
         for leaf, value in members:
@@ -139,14 +226,16 @@ def pack(items: list[Any]) -> tuple[Packed, mmap.mmap | None, int]:
                     arena, dtype=value.dtype, count=value.size, offset=leaf.offset
                 )
                 target.reshape(value.shape)[...] = value
-    del base
-    return Packed(template, size), arena, fd
 
 
-def unpack(packed: Packed, fd: int, pin: bool = False) -> list[Any]:
+def unpack(
+    packed: Packed, fd: int, pin: bool = False, on_release: Callable[[int], None] | None = None
+) -> list[Any]:
     """The items of `packed`, their arrays viewing the arena `fd` (which is
     mapped, then closed: the views keep the mapping alive); with `pin`, the
-    tensors copied to page-locked memory instead (``pin_memory=True``)."""
+    tensors copied to page-locked memory instead (``pin_memory=True``).
+    `on_release(arena_id)` runs once nothing views the arena any more (on
+    whichever thread drops the last view: it must only record the id)."""
     arena: mmap.mmap | None = None
     base: torch.Tensor | None = None
     if packed.arena_bytes:
@@ -154,38 +243,42 @@ def unpack(packed: Packed, fd: int, pin: bool = False) -> list[Any]:
             arena = mmap.mmap(fd, packed.arena_bytes)
         finally:
             os.close(fd)
+        if on_release is not None:
+            weakref.finalize(arena, on_release, packed.arena_id)
         base = torch.frombuffer(arena, dtype=torch.uint8)
+    # Plain functions, not closures over the arena: a closure that calls
+    # itself is a reference cycle, which would keep the arena mapped (and
+    # from its worker) until the garbage collector next runs.
+    return [_rebuild(item, arena, base, pin) for item in packed.template]
 
-    def leaf_value(leaf: Leaf) -> Any:
-        n = leaf.nbytes
-        if leaf.kind == "tensor":
-            dtype = _torch_dtype(leaf.dtype)
-            if n == 0 or base is None:
-                tensor = torch.empty(leaf.shape, dtype=dtype)
-            else:
-                tensor = base[leaf.offset : leaf.offset + n].view(dtype).view(leaf.shape)
-            return tensor.pin_memory() if pin else tensor
-        np_dtype = np.dtype(leaf.dtype)
-        if n == 0 or arena is None:
-            return np.empty(leaf.shape, dtype=np_dtype)
-        count = n // np_dtype.itemsize
-        return np.frombuffer(arena, dtype=np_dtype, count=count, offset=leaf.offset).reshape(
-            leaf.shape
-        )
 
-    def walk(value: Any) -> Any:
-        kind = type(value)
-        if kind is Leaf:
-            return leaf_value(value)
-        if kind is tuple or kind is list:
-            return kind(walk(v) for v in value)
-        if kind is dict:
-            return {k: walk(v) for k, v in value.items()}
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return kind(*(walk(v) for v in value))
-        return value
+def _rebuild(value: Any, arena: mmap.mmap | None, base: torch.Tensor | None, pin: bool) -> Any:
+    kind = type(value)
+    if kind is Leaf:
+        return _leaf_value(value, arena, base, pin)
+    if kind is tuple or kind is list:
+        return kind(_rebuild(v, arena, base, pin) for v in value)
+    if kind is dict:
+        return {k: _rebuild(v, arena, base, pin) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return kind(*(_rebuild(v, arena, base, pin) for v in value))
+    return value
 
-    return [walk(item) for item in packed.template]
+
+def _leaf_value(leaf: Leaf, arena: mmap.mmap | None, base: torch.Tensor | None, pin: bool) -> Any:
+    n = leaf.nbytes
+    if leaf.kind == "tensor":
+        dtype = _torch_dtype(leaf.dtype)
+        if n == 0 or base is None:
+            tensor = torch.empty(leaf.shape, dtype=dtype)
+        else:
+            tensor = base[leaf.offset : leaf.offset + n].view(dtype).view(leaf.shape)
+        return tensor.pin_memory() if pin else tensor
+    np_dtype = np.dtype(leaf.dtype)
+    if n == 0 or arena is None:
+        return np.empty(leaf.shape, dtype=np_dtype)
+    count = n // np_dtype.itemsize
+    return np.frombuffer(arena, dtype=np_dtype, count=count, offset=leaf.offset).reshape(leaf.shape)
 
 
 def collate_tensors(
