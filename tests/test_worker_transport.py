@@ -7,11 +7,13 @@ plan (deliver_stride) that makes every worker's batches the plan's."""
 from __future__ import annotations
 
 import collections
+import gc
 import os
 import pickle
 import socket
 import threading
 import warnings
+import weakref
 from typing import Any
 
 import chute
@@ -150,6 +152,26 @@ def test_an_arena_is_reused_only_once_nothing_views_it() -> None:
     arenas.release([packed_d.arena_id, packed_e.arena_id, 12345])  # an unknown id is ignored
     assert arenas.free == 2  # at most `keep` wait; the others are closed
     arenas.close()
+
+
+def test_packing_keeps_no_item_alive() -> None:
+    """Items are freed as soon as the caller drops them, without waiting for
+    the garbage collector (a reference cycle would keep a chunk's arrays)."""
+    arenas = ArenaPool()
+    gc.disable()
+    try:
+        item = (torch.ones(1000), {"x": np.ones(10)})
+        tensor, array = weakref.ref(item[0]), weakref.finalize(item[1]["x"], lambda: None)
+        packed, fd = pack([item], arenas)
+        del item
+        assert tensor() is None and not array.alive
+        got = unpack(packed, os.dup(fd))
+        view = weakref.ref(got[0][0])
+        del got
+        assert view() is None
+    finally:
+        gc.enable()
+        arenas.close()
 
 
 def test_an_arena_pool_forgets_its_oldest_lent_arenas() -> None:

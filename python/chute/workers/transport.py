@@ -177,26 +177,10 @@ def pack(items: list[Any], arenas: ArenaPool) -> tuple[Packed, int]:
     nothing to put in one), which the caller sends with the message and
     does not close (the pool owns it)."""
     groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]] = {}
-
-    def walk(value: Any, path: tuple[Any, ...]) -> Any:
-        kind = type(value)
-        if kind is tuple or kind is list:
-            return kind(walk(v, (*path, i)) for i, v in enumerate(value))
-        if kind is dict:
-            return {k: walk(v, (*path, k)) for k, v in value.items()}
-        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
-            return kind(*(walk(v, (*path, i)) for i, v in enumerate(value)))
-        if _packable_tensor(value):
-            nbytes = value.numel() * value.element_size()
-            leaf = Leaf("tensor", str(value.dtype), tuple(value.shape), nbytes)
-        elif _packable_array(value):
-            leaf = Leaf("numpy", value.dtype.str, tuple(value.shape), value.nbytes)
-        else:
-            return value
-        groups.setdefault((path, leaf.kind, leaf.dtype, leaf.shape), []).append((leaf, value))
-        return leaf
-
-    template = [walk(item, ()) for item in items]
+    # A plain function, not a closure: a closure that calls itself is a
+    # reference cycle, which would keep every array of `items` alive until
+    # the garbage collector next runs.
+    template = [_leaves(item, (), groups) for item in items]
     size = 0
     for members in groups.values():
         size = -(-size // _ALIGN) * _ALIGN
@@ -208,6 +192,29 @@ def pack(items: list[Any], arenas: ArenaPool) -> tuple[Packed, int]:
     arena = arenas.take(size)
     _fill(arena.mapping, groups)
     return Packed(template, arena.size, arena.arena_id), arena.fd
+
+
+def _leaves(
+    value: Any, path: tuple[Any, ...], groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]]
+) -> Any:
+    """`value` with a `Leaf` in place of each array it holds, and each array
+    filed in `groups` under its place, kind, dtype and shape."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return kind(_leaves(v, (*path, i), groups) for i, v in enumerate(value))
+    if kind is dict:
+        return {k: _leaves(v, (*path, k), groups) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return kind(*(_leaves(v, (*path, i), groups) for i, v in enumerate(value)))
+    if _packable_tensor(value):
+        nbytes = value.numel() * value.element_size()
+        leaf = Leaf("tensor", str(value.dtype), tuple(value.shape), nbytes)
+    elif _packable_array(value):
+        leaf = Leaf("numpy", value.dtype.str, tuple(value.shape), value.nbytes)
+    else:
+        return value
+    groups.setdefault((path, leaf.kind, leaf.dtype, leaf.shape), []).append((leaf, value))
+    return leaf
 
 
 def _fill(arena: mmap.mmap, groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]]) -> None:
