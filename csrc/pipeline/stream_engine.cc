@@ -235,6 +235,17 @@ void StreamEngine::run_assembler() {
       results_.finish(sequence + 1);
     }
   };
+  // Numbers a formed batch and, when it is delivered here, queues it for
+  // decoding once a slot frees (`cost`: its bytes in flight). False once the
+  // engine closed.
+  auto submit = [&](BatchTask&& task, uint64_t cost) -> bool {
+    task.epoch = plan_.epoch;
+    task.absolute = formed++;
+    if (!delivers(task.absolute)) return true;
+    if (!results_.wait_for_slot(sequence, cost)) return false;
+    task.sequence = sequence++;
+    return queue_for_decoding(std::move(task));
+  };
   try {
     while (!active.empty() && !closed_.load() &&
            (plan_.max_batches < 0 || formed < plan_.max_batches)) {
@@ -256,13 +267,7 @@ void StreamEngine::run_assembler() {
             // Samples handed out one by one: those before the error are
             // the consumer's before it, as they would be one at a time.
             if (plan_.samples_one_by_one && !task.samples.empty()) {
-              task.epoch = plan_.epoch;
-              task.absolute = formed++;
-              if (delivers(task.absolute)) {
-                if (!results_.wait_for_slot(sequence, cost)) return;
-                task.sequence = sequence++;
-                if (!queue_for_decoding(std::move(task))) return;
-              }
+              if (!submit(std::move(task), cost)) return;
             }
             fail(item->error);
             decoding_.end();
@@ -300,15 +305,9 @@ void StreamEngine::run_assembler() {
         task.samples.push_back(std::move(sample));
         cut = plan_.max_batch_bytes > 0 && task_bytes >= plan_.max_batch_bytes;
       }
-      task.epoch = plan_.epoch;
       const bool full = task.samples.size() == batch_size || cut;
       if (full || (plan_.partial && !task.samples.empty())) {
-        task.absolute = formed++;
-        if (delivers(task.absolute)) {
-          if (!results_.wait_for_slot(sequence, cost)) return;
-          task.sequence = sequence++;
-          if (!queue_for_decoding(std::move(task))) return;
-        }
+        if (!submit(std::move(task), cost)) return;
       }
       if (ended[s] && pending[s].empty()) {
         active.erase(active.begin() + static_cast<std::ptrdiff_t>(slot));
