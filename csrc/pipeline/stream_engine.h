@@ -21,7 +21,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <vector>
 
@@ -32,9 +31,11 @@
 #include "pipeline/engine_stats.h"
 #include "pipeline/ordered_results.h"
 #include "pipeline/piece_scheduler.h"
+#include "pipeline/sample_chunk.h"
 #include "pipeline/sample_fields.h"
 #include "pipeline/skip_log.h"
 #include "pipeline/stream_batch.h"
+#include "pipeline/stream_counters.h"
 #include "pipeline/stream_plan.h"
 #include "pipeline/thread_group.h"
 
@@ -60,11 +61,6 @@ class StreamEngine {
   BatchAllocator& allocator() { return allocator_; }
 
  private:
-  struct StreamItem {
-    std::vector<PlannedSample> samples;
-    std::exception_ptr error;
-    bool end = false;
-  };
   struct ShardJob;
 
   void run_stream(int stream);
@@ -78,9 +74,6 @@ class StreamEngine {
   // Whether the batch formed `absolute`-th is decoded and delivered here
   // (not skipped by a resume, and this process worker's).
   bool delivers(int64_t absolute) const;
-  // Throws kUsage when batch_size samples of this many bytes (encoded and
-  // decoded) exceed the machine's memory.
-  void check_batch_fits(size_t sample_bytes) const;
 
   const StreamPlan plan_;
   const SampleDecoding sample_decoding_;
@@ -92,13 +85,11 @@ class StreamEngine {
   SkipLog skips_;
   const StreamBatchContext batch_context_{&sample_decoding_, &fields_, &allocator_, &skips_,
                                           &payload_buffers_};
-  std::vector<std::unique_ptr<BoundedQueue<StreamItem>>> stream_queues_;
+  std::vector<std::unique_ptr<BoundedQueue<SampleChunk>>> stream_queues_;
   std::atomic<bool> closed_{false};
 
   DeliveryCounter delivered_;
-  std::atomic<uint64_t> shards_opened_{0}, samples_read_{0}, samples_batched_{0},
-      batches_submitted_{0}, encoded_bytes_{0}, read_ns_{0}, shuffle_bytes_{0},
-      shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
+  StreamCounters counters_;
 
   ThreadGroup threads_;  // last: joined before the members above are destroyed
 };

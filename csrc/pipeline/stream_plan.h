@@ -6,6 +6,7 @@
 // epoch runs.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "memory/batch_allocator.h"
 #include "pipeline/sample_decoding.h"
 #include "pipeline/sample_source.h"
+#include "pipeline/shard_schedule.h"
 
 namespace chute {
 
@@ -77,8 +79,23 @@ struct StreamPlan {
   PinHooks pin;  // page-lock batch memory (see memory/batch_allocator.h)
 };
 
+// Throws kUsage naming what keeps `plan` from running: no urls or no source
+// factory, a count below 1, a deliver offset outside its stride, malformed
+// sample ranges (SelectedSamples::invalid) or ranges for more urls than the
+// plan has, a field that names no extension.
+void check_stream_plan(const StreamPlan& plan);
+
 // The plan's part that decodes samples into batches. `locate` refers to
 // `plan`, which must outlive the result.
 SampleDecoding sample_decoding_of(const StreamPlan& plan);
+
+// The shards that logical stream `stream` of `num_streams` reads.
+ShardScheduleSpec shard_schedule_of(const StreamPlan& plan, size_t stream, size_t num_streams);
+
+// Opens the plan's url `shard` as the engine reads it: in place unless its
+// samples wait in a shuffle buffer, and only the samples its ranges select.
+// `cancel` as in SourceOpenOptions.
+std::unique_ptr<SampleSource> open_planned_shard(const StreamPlan& plan, uint32_t shard,
+                                                 const std::atomic<bool>* cancel);
 
 }  // namespace chute

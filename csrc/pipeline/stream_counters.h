@@ -1,0 +1,65 @@
+// What the stream engine's threads count while an epoch runs, for
+// StreamEngine::stats() (the keys are explained in pipeline/engine_stats.h).
+// Any thread may count and read at any time: each counter is exact on its
+// own, the set of them is not one snapshot.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "pipeline/encoded_sample.h"
+#include "pipeline/engine_stats.h"
+
+namespace chute {
+
+class StreamCounters {
+ public:
+  // A parse thread.
+  void shard_opened() { shards_opened_.fetch_add(1); }
+  void sample_read(const EncodedSample& sample) {
+    samples_read_.fetch_add(1, std::memory_order_relaxed);
+    encoded_bytes_.fetch_add(sample.payload_bytes, std::memory_order_relaxed);
+  }
+  void read_time(uint64_t ns) { read_ns_.fetch_add(ns, std::memory_order_relaxed); }
+
+  // A stream thread, of its shuffle buffer: what it holds now and its peaks.
+  // The peaks kept are the largest that any stream's buffer reported.
+  void shuffle(uint64_t bytes, uint64_t peak_bytes, uint64_t peak_samples) {
+    shuffle_bytes_.store(bytes);
+    raise_to(shuffle_peak_bytes_, peak_bytes);
+    raise_to(shuffle_peak_samples_, peak_samples);
+  }
+
+  // The assembler, of a batch it hands to the decode threads.
+  void batch_submitted(size_t samples) {
+    samples_batched_.fetch_add(samples);
+    batches_submitted_.fetch_add(1);
+  }
+
+  // The counters' part of `s`.
+  void fill(EngineStats& s) const {
+    s.batches_submitted = batches_submitted_.load();
+    s.samples_read = samples_read_.load();
+    s.samples_batched = samples_batched_.load();
+    s.shards_opened = shards_opened_.load();
+    s.encoded_bytes = encoded_bytes_.load();
+    s.read_ns = read_ns_.load();
+    s.shuffle_bytes = shuffle_bytes_.load();
+    s.shuffle_peak_bytes = shuffle_peak_bytes_.load();
+    s.shuffle_peak_samples = shuffle_peak_samples_.load();
+  }
+
+ private:
+  static void raise_to(std::atomic<uint64_t>& target, uint64_t value) {
+    uint64_t current = target.load(std::memory_order_relaxed);
+    while (value > current && !target.compare_exchange_weak(current, value)) {
+    }
+  }
+
+  std::atomic<uint64_t> shards_opened_{0}, samples_read_{0}, samples_batched_{0},
+      batches_submitted_{0}, encoded_bytes_{0}, read_ns_{0}, shuffle_bytes_{0},
+      shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
+};
+
+}  // namespace chute
