@@ -18,7 +18,8 @@
 //       (stream) or gather rows (indexed) into batch memory
 //   shuffle_bytes, shuffle_peak_bytes, shuffle_peak_samples: the bytes of
 //       the samples in the shuffle buffers now, as the buffers count them
-//       (EncodedSample::encoded_bytes), and their peaks (stream)
+//       (EncodedSample::encoded_bytes), added up over the streams, and the
+//       peaks of that total (stream; see StreamCounters::shuffle)
 //   arenas_created, batch_bytes_reserved, batch_bytes_in_use,
 //   batch_peak_bytes_reserved, batch_peak_bytes_in_use, batch_bytes_pinned:
 //       the batch memory (see memory/batch_allocator.h)

@@ -4,6 +4,7 @@
 // own, the set of them is not one snapshot.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -23,12 +24,26 @@ class StreamCounters {
   }
   void read_time(uint64_t ns) { read_ns_.fetch_add(ns, std::memory_order_relaxed); }
 
-  // A stream thread, of its shuffle buffer: what it holds now and its peaks.
-  // The peaks kept are the largest that any stream's buffer reported.
-  void shuffle(uint64_t bytes, uint64_t peak_bytes, uint64_t peak_samples) {
-    shuffle_bytes_.store(bytes);
-    raise_to(shuffle_peak_bytes_, peak_bytes);
-    raise_to(shuffle_peak_samples_, peak_samples);
+  // What one stream's shuffle buffer held at its last report (each stream
+  // thread keeps its own; zero before the first).
+  struct ShuffleLevel {
+    uint64_t bytes = 0;
+    uint64_t samples = 0;
+  };
+
+  // A stream thread, of its shuffle buffer: what it holds now and its own
+  // peaks; `last` is updated to `now`. The figures add the streams' buffers
+  // up: shuffle_bytes is their total now, and each peak the largest total
+  // seen at a report or the largest one buffer reached, whichever is larger.
+  void shuffle(ShuffleLevel& last, const ShuffleLevel& now, uint64_t peak_bytes,
+               uint64_t peak_samples) {
+    // Unsigned arithmetic wraps: adding (now - last) works when it shrinks too.
+    const uint64_t bytes = shuffle_bytes_.fetch_add(now.bytes - last.bytes) + now.bytes - last.bytes;
+    const uint64_t samples =
+        shuffle_samples_.fetch_add(now.samples - last.samples) + now.samples - last.samples;
+    last = now;
+    raise_to(shuffle_peak_bytes_, std::max(bytes, peak_bytes));
+    raise_to(shuffle_peak_samples_, std::max(samples, peak_samples));
   }
 
   // The assembler, of a batch it hands to the decode threads.
@@ -59,7 +74,7 @@ class StreamCounters {
 
   std::atomic<uint64_t> shards_opened_{0}, samples_read_{0}, samples_batched_{0},
       batches_submitted_{0}, encoded_bytes_{0}, read_ns_{0}, shuffle_bytes_{0},
-      shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
+      shuffle_samples_{0}, shuffle_peak_bytes_{0}, shuffle_peak_samples_{0};
 };
 
 }  // namespace chute

@@ -19,7 +19,8 @@ TEST(StreamCounters, FillsWhatTheThreadsCounted) {
   counters.read_time(40);
   counters.read_time(2);
   counters.batch_submitted(2);
-  counters.shuffle(300, 500, 6);
+  StreamCounters::ShuffleLevel last;
+  counters.shuffle(last, {300, 4}, 500, 6);
   EngineStats s;
   s.queued_batches = 9;  // not the counters' part
   counters.fill(s);
@@ -35,15 +36,24 @@ TEST(StreamCounters, FillsWhatTheThreadsCounted) {
   EXPECT_EQ(s.queued_batches, 9);
 }
 
-TEST(StreamCounters, ShufflePeaksAreTheLargestReported) {
+TEST(StreamCounters, ShuffleFiguresAddTheStreamsUp) {
   StreamCounters counters;
-  counters.shuffle(100, 800, 3);
-  counters.shuffle(50, 200, 9);
+  StreamCounters::ShuffleLevel a, b;
+  counters.shuffle(a, {100, 3}, 800, 3);  // a buffer that was larger before
+  counters.shuffle(b, {50, 9}, 50, 9);
   EngineStats s;
   counters.fill(s);
-  EXPECT_EQ(s.shuffle_bytes, 50u);  // now, as reported last
+  EXPECT_EQ(s.shuffle_bytes, 150u);
+  EXPECT_EQ(s.shuffle_peak_bytes, 800u);  // one buffer's own peak
+  EXPECT_EQ(s.shuffle_peak_samples, 12u);  // the total at b's report
+  counters.shuffle(a, {700, 20}, 800, 20);
+  counters.shuffle(b, {0, 0}, 50, 9);  // drained
+  counters.fill(s);
+  EXPECT_EQ(s.shuffle_bytes, 700u);
   EXPECT_EQ(s.shuffle_peak_bytes, 800u);
-  EXPECT_EQ(s.shuffle_peak_samples, 9u);
+  EXPECT_EQ(s.shuffle_peak_samples, 29u);  // 20 + 9 at a's report
+  EXPECT_EQ(a.bytes, 700u);
+  EXPECT_EQ(b.samples, 0u);
 }
 
 TEST(StreamCounters, ThreadsCountTogether) {
@@ -51,9 +61,10 @@ TEST(StreamCounters, ThreadsCountTogether) {
   std::vector<std::thread> threads;
   for (uint64_t t = 0; t < 4; ++t) {
     threads.emplace_back([&counters, t] {
+      StreamCounters::ShuffleLevel last;
       for (uint64_t i = 0; i < 1000; ++i) {
         counters.batch_submitted(3);
-        counters.shuffle(i, t * 1000 + i, i);
+        counters.shuffle(last, {i, i}, t * 1000 + i, i);
       }
     });
   }
@@ -62,8 +73,8 @@ TEST(StreamCounters, ThreadsCountTogether) {
   counters.fill(s);
   EXPECT_EQ(s.batches_submitted, 4000u);
   EXPECT_EQ(s.samples_batched, 12000u);
+  EXPECT_EQ(s.shuffle_bytes, 4u * 999u);  // each stream's last report, added up
   EXPECT_EQ(s.shuffle_peak_bytes, 3999u);
-  EXPECT_EQ(s.shuffle_peak_samples, 999u);
 }
 
 }  // namespace

@@ -151,8 +151,10 @@ void StreamEngine::run_stream(int stream) {
   auto emit = [&](PlannedSample&& s) -> bool {
     return !filler.add(std::move(s)) || filler.flush_to(queue);
   };
+  StreamCounters::ShuffleLevel reported;
   auto account_shuffle = [&] {
-    counters_.shuffle(shuffle.bytes(), shuffle.peak_bytes(), shuffle.peak_items());
+    counters_.shuffle(reported, {shuffle.bytes(), shuffle.size()}, shuffle.peak_bytes(),
+                      shuffle.peak_items());
   };
 
   ShardSchedule schedule(
