@@ -9,6 +9,7 @@ RuntimeError naming it, and leaves no shared memory behind."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import os
@@ -188,6 +189,64 @@ def test_a_python_stage_runs_with_one_intraop_thread(images: list[str]) -> None:
         assert len({p for _, _, p in rows}) == 2
     finally:
         torch.set_num_threads(previous)
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def mapped_by_a_large_malloc() -> int:
+    """Bytes glibc maps apart from its heap for one 24 MiB block."""
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(24 << 20)
+    after = libc.mallinfo2().hblkhd
+    libc.free(ctypes.c_void_p(block))
+    return int(after - before)
+
+
+def with_malloc_probe(sample: tuple[Any, int]) -> tuple[Any, int, int]:
+    return sample[0], sample[1], mapped_by_a_large_malloc()
+
+
+def test_workers_keep_freed_memory_for_the_next_items(images: list[str]) -> None:
+    """A worker serves large blocks from its heap and keeps what they free
+    (glibc's defaults map each anew, so its pages fault again)."""
+    # A new process that imports what a worker imports maps such a block.
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import test_workers; print(test_workers.mapped_by_a_large_malloc())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path])),
+    )
+    assert int(fresh.stdout) >= 24 << 20, fresh.stderr
+    ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls")
+    # spawn: the workers start from a new interpreter, not from this process's heap.
+    loader = chute.DataLoader(
+        ds.map(with_malloc_probe), batch_size=None, num_workers=2, multiprocessing_context="spawn"
+    )
+    assert {mapped for _, _, mapped in loader} == {0}
 
 
 def test_the_thread_rule_covers_a_collate_fn_of_a_map_style_dataset() -> None:
