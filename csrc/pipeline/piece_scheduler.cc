@@ -129,8 +129,10 @@ void PieceScheduler::run_piece(PieceJob& job, size_t piece, bool allocate) {
 void PieceScheduler::deliver(PieceJob& job) {
   std::exception_ptr error;
   {
+    // Moved out: the consumer's thread then frees it (see stream_engine.cc's
+    // parse_shard), not whichever thread drops the job last.
     std::lock_guard<std::mutex> lock(job.error_mutex_);
-    error = job.error_;
+    error = std::move(job.error_);
   }
   if (!error) {
     try {

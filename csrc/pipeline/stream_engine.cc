@@ -67,8 +67,14 @@ struct StreamEngine::ShardJob {
   std::thread thread;
 };
 
+// The threads hand an error on only after its catch block has ended (and
+// move it, never copy): this thread has then let go of the exception and the
+// consumer's thread frees it. libstdc++ counts an exception's references with
+// atomics that ThreadSanitizer cannot see, so an exception freed by a thread
+// that caught it after the consumer read it reads as a race.
 void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
   ChunkFiller filler(chunk_size);
+  std::exception_ptr failure;
   try {
     uint64_t t0 = now_ns();
     std::unique_ptr<SampleSource> source = open_planned_shard(plan_, job.shard, &closed_);
@@ -133,12 +139,13 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
       record_formation_skip(e);
       job.chunks.push(SampleChunk::ending());
     } else {
-      job.chunks.push(SampleChunk::failure(std::current_exception()));
+      failure = std::current_exception();
     }
   } catch (...) {
     if (!filler.flush_to(job.chunks)) return;
-    job.chunks.push(SampleChunk::failure(std::current_exception()));
+    failure = std::current_exception();
   }
+  if (failure) job.chunks.push(SampleChunk::failure(std::move(failure)));
 }
 
 void StreamEngine::run_stream(int stream) {
@@ -176,6 +183,7 @@ void StreamEngine::run_stream(int stream) {
       jobs.push_back(std::move(job));
     }
   };
+  std::exception_ptr failure;  // see parse_shard
   try {
     int64_t current_pass = 0;
     uint64_t samples_this_pass = 0;
@@ -217,8 +225,9 @@ void StreamEngine::run_stream(int stream) {
   } catch (...) {
     jobs.clear();
     if (!filler.flush_to(queue)) return;
-    queue.push(SampleChunk::failure(std::current_exception()));
+    failure = std::current_exception();
   }
+  if (failure) queue.push(SampleChunk::failure(std::move(failure)));
 }
 
 void StreamEngine::run_assembler() {
@@ -248,6 +257,7 @@ void StreamEngine::run_assembler() {
     task.sequence = sequence++;
     return queue_for_decoding(std::move(task));
   };
+  std::exception_ptr failure;
   try {
     while (!active.empty() && !closed_.load() &&
            (plan_.max_batches < 0 || formed < plan_.max_batches)) {
@@ -271,7 +281,7 @@ void StreamEngine::run_assembler() {
             if (plan_.samples_one_by_one && !task.samples.empty()) {
               if (!submit(std::move(task), cost)) return;
             }
-            fail(item->error);
+            fail(std::move(item->error));  // see parse_shard
             decoding_.end();
             return;
           }
@@ -319,8 +329,9 @@ void StreamEngine::run_assembler() {
     }
     results_.finish(sequence);
   } catch (...) {
-    fail(std::current_exception());
+    failure = std::current_exception();
   }
+  if (failure) fail(std::move(failure));  // see parse_shard
   // Stop the stream threads (a capped epoch leaves them mid-shard) and let the
   // decoders drain what was queued.
   for (auto& q : stream_queues_) q->close();
