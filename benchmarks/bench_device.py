@@ -41,6 +41,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -81,13 +82,13 @@ def data_sets(args: argparse.Namespace) -> dict[str, list[str]]:
 # ---------------------------------------------------------------- pinned batches (subprocess)
 
 
-def count_pinned(batch: Any, counts: dict[str, list[int]]) -> None:
+def count_pinned(batch: Any, names: tuple[str, ...], counts: dict[str, list[int]]) -> None:
     """Per field of a tuple batch: [pinned, not pinned] tensors."""
     import torch
 
-    for i, field in enumerate(batch):
+    for name, field in zip(names, batch, strict=True):
         if isinstance(field, torch.Tensor):
-            counts.setdefault(f"field{i}", [0, 0])[0 if field.is_pinned() else 1] += 1
+            counts.setdefault(name, [0, 0])[0 if field.is_pinned() else 1] += 1
 
 
 def pinned_worker(config: dict[str, Any]) -> None:
@@ -117,7 +118,7 @@ def pinned_worker(config: dict[str, Any]) -> None:
     for images, labels in chute.DataLoader(
         stream, batch_size=None, num_workers=threads, pin_memory=True
     ):
-        count_pinned((images, labels), counts)
+        count_pinned((images, labels), ("images", "labels"), counts)
         if len(kept) < config["keep"] and len(labels) == batch:
             kept.append(images)
     report["loaders"]["tar stream, threads"] = {
@@ -135,14 +136,14 @@ def pinned_worker(config: dict[str, Any]) -> None:
     for item in chute.DataLoader(
         mapped, batch_size=bench_transforms.MAP_BATCH, num_workers=threads, pin_memory=True
     ):
-        count_pinned(item, counts)
+        count_pinned(item, ("images", "labels"), counts)
     report["loaders"]["map, worker processes"] = {"counts": counts}
 
     rows = np.arange(config["array_rows"] * 1024, dtype=np.float32).reshape(-1, 1024)
     arrays = chute.ArrayDataset(x=rows)
     counts = {}
     for item in chute.DataLoader(arrays, batch_size=1024, num_workers=threads, pin_memory=True):
-        count_pinned((item["x"],), counts)
+        count_pinned((item["x"],), ("x",), counts)
     report["loaders"]["ArrayDataset, threads"] = {"counts": counts}
 
     report["bandwidth"] = bandwidth(kept, config["rounds"])
@@ -194,6 +195,24 @@ def bandwidth(kept: list[Any], rounds: int) -> dict[str, Any]:
     }
 
 
+def pinned(config: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The pinned part in its own process, which is killed if it hangs (the
+    first CUDA use in a new environment may), so that scaling still runs."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, HERE, "--worker", json.dumps(config)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"failed": f"killed after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        return {"failed": f"exit status {proc.returncode}", "stderr": proc.stderr[-3000:]}
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
 # ---------------------------------------------------------------- scaling
 
 
@@ -237,7 +256,14 @@ def scaling(
                 results["scaling_cut_by_deadline"] = f"round {round_ + 1} of {args.rounds}"
                 return
             script = WDS_SCRIPT if job == "jpeg" else TRANSFORMS_SCRIPT
-            report = run_config(script, config)
+            try:
+                report = run_config(script, config, timeout=args.config_timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as error:
+                failure = f"{job} {label} workers={config['workers']}: {str(error)[-2000:]}"
+                print(f"  FAILED {failure}", flush=True)
+                results.setdefault("scaling_failures", []).append(failure)
+                checkpoint()
+                continue
             run = {
                 "job": job,
                 "loader": label,
@@ -299,6 +325,9 @@ def print_pinned(pinned: dict[str, Any]) -> None:
     if "skipped" in pinned:
         print(f"pinned batches: skipped ({pinned['skipped']})")
         return
+    if "failed" in pinned:
+        print(f"pinned batches: FAILED ({pinned['failed']})\n{pinned.get('stderr', '')}")
+        return
     print(f"pinned batches on {pinned['gpu']} (torch {pinned['torch']}, CUDA {pinned['cuda']}):")
     rows = [
         {"loader": loader, "field": field, "pinned": c[0], "not_pinned": c[1]}
@@ -308,7 +337,12 @@ def print_pinned(pinned: dict[str, Any]) -> None:
     print(
         table(
             rows,
-            [("loader", "loader"), ("field", "field"), ("pinned", "pinned"), ("not_pinned", "not")],
+            [
+                ("loader", "loader"),
+                ("field", "field"),
+                ("pinned", "pinned"),
+                ("not_pinned", "not pinned"),
+            ],
         )
     )
     bw = pinned["bandwidth"]
@@ -353,6 +387,9 @@ def main() -> None:
     parser.add_argument(
         "--deadline", type=float, help="seconds after which no new configuration starts"
     )
+    parser.add_argument(
+        "--config-timeout", type=float, default=150, help="seconds one configuration may take"
+    )
     parser.add_argument("--data-only", action="store_true", help="write the shards and stop")
     parser.add_argument(
         "--results-dir", default=str(RESULTS), help="where to save the JSON (default: %(default)s)"
@@ -391,7 +428,7 @@ def main() -> None:
             "array_rows": args.array_rows,
             "threads": min(4, os.cpu_count() or 1),
         }
-        results["pinned"] = run_config(HERE, config)
+        results["pinned"] = pinned(config, args.config_timeout)
         print_pinned(results["pinned"])
         checkpoint()
     if "scaling" in parts:
@@ -412,6 +449,8 @@ def main() -> None:
         )
         if "scaling_cut_by_deadline" in results:
             print(f"deadline reached in {results['scaling_cut_by_deadline']}")
+        for failure in results.get("scaling_failures", []):
+            print(f"FAILED: {failure}")
     checkpoint()
     print(f"wrote {Path(args.results_dir) / 'device.json'}")
 

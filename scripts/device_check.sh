@@ -79,16 +79,25 @@ unpack_debs() {
     else
       "$python" - "$deb" "$sysroot" <<'EOF'
 import io, sys, tarfile
-data = open(sys.argv[1], "rb").read()
+with open(sys.argv[1], "rb") as deb:
+    data = deb.read()
+trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
 pos = 8  # an ar archive: "!<arch>\n", then 60-byte headers
 while pos < len(data):
     name, size = data[pos:pos + 16].decode().strip(), int(data[pos + 48:pos + 58])
     if name.rstrip("/").startswith("data.tar"):
-        tarfile.open(fileobj=io.BytesIO(data[pos + 60:pos + 60 + size])).extractall(sys.argv[2])
+        with tarfile.open(fileobj=io.BytesIO(data[pos + 60:pos + 60 + size])) as tar:
+            tar.extractall(sys.argv[2], **trusted)
     pos += 60 + size + size % 2
 EOF
     fi
   done
+  # Links such as libz.so -> /lib/.../libz.so.1.2.13 must stay in the sysroot.
+  local link target
+  while IFS= read -r -d '' link; do
+    target=$(readlink "$link")
+    if [[ $target == /* ]]; then ln -sfn "$sysroot$target" "$link"; fi
+  done < <(find "$sysroot" -type l -print0)
   # The runtime libraries alone, not zlib: the process's own libz.so.1 stays.
   mkdir -p "$sysroot/runtime"
   cp -a "$sysroot"/usr/lib/$multiarch/libjpeg.so.62* "$sysroot"/usr/lib/$multiarch/libpng16.so.16* \
@@ -132,10 +141,11 @@ need_sysroot=0
 if command -v c++ >/dev/null; then
   have_compiler=1
   for header in '#include <stdio.h>\n#include <jpeglib.h>' '#include <png.h>' '#include <zlib.h>'; do
+    name=${header##*<}
     if compiles "$header"; then
-      echo "found: ${header##*<}"
+      echo "found: ${name%>}"
     else
-      echo "missing: ${header##*<}"
+      echo "missing: ${name%>}"
       need_sysroot=1
     fi
   done
