@@ -24,6 +24,9 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
 force=${DEVICE_FORCE:-}
+# cmake, ninja and pybind11 may live beside the interpreter, off the PATH.
+PATH=$PATH:$(dirname "$("$python" -c 'import sys; print(sys.executable)')")
+cxx=$(command -v c++ || command -v g++ || command -v clang++ || true)
 budget=${DEVICE_CHECK_BUDGET_S:-450}
 carried=$root/.device
 work=${DEVICE_TMP:-/tmp}
@@ -63,7 +66,7 @@ step() {
 }
 
 # compiles TEXT: whether the C++ compiler finds what the text includes.
-compiles() { printf '%b\n' "$1" | c++ -fsyntax-only -x c++ - >/dev/null 2>&1; }
+compiles() { printf '%b\n' "$1" | "$cxx" -fsyntax-only -x c++ - >/dev/null 2>&1; }
 
 unpack_debs() {
   [[ -d $sysroot ]] && return 0
@@ -124,7 +127,8 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}); cuda available: "
 EOF
 "$python" -m pip list 2>/dev/null |
   grep -iE '^(torch|numpy|pillow|pybind11|scikit.build.core|cmake|ninja|pytest|webdataset) ' || true
-for tool in c++ cmake ninja dpkg-deb; do
+echo "C++ compiler: ${cxx:-missing}"
+for tool in cmake ninja dpkg-deb; do
   echo "$tool: $(command -v $tool || echo missing)"
 done
 if [[ -f $carried/SOURCE.txt ]]; then
@@ -138,7 +142,8 @@ fi
 echo "== codec headers and libraries"
 have_compiler=0
 need_sysroot=0
-if command -v c++ >/dev/null; then
+if [[ -n $cxx ]]; then
+  export CXX=$cxx
   have_compiler=1
   for header in '#include <stdio.h>\n#include <jpeglib.h>' '#include <png.h>' '#include <zlib.h>'; do
     name=${header##*<}
