@@ -21,6 +21,7 @@ cd "$root"
 OUT=${OUT:-$root/device-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
+tee_pid=$!
 export PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
 force=${DEVICE_FORCE:-}
@@ -170,7 +171,7 @@ fi
 echo "== webdataset from the carried wheels"
 if compgen -G "$carried/wheels/*.whl" >/dev/null; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$work/site" "$carried"/wheels/*.whl
+    --target "$work/site" "$carried"/wheels/*.whl || note "wheels: pip install failed"
 fi
 export PYTHONPATH=$root/python:$work/site${PYTHONPATH:+:$PYTHONPATH}
 "$python" -c 'import webdataset; print("webdataset", webdataset.__version__, webdataset.__file__)' ||
@@ -241,3 +242,6 @@ fi
 note "total: $((SECONDS - start)) s of the ${budget} s budget"
 echo "== summary"
 cat "$summary"
+# The log's last lines are written before the command returns.
+exec >&- 2>&-
+wait "$tee_pid" || true

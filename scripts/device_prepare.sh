@@ -24,7 +24,10 @@ python=${PYTHON:-python3}
 
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
-grep -qxF "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >>"$exclude"
+# device-out/: where device_check.sh writes when OUT is unset (a try here).
+for ignored in "/$dest/" /device-out/; do
+  grep -qxF "$ignored" "$exclude" 2>/dev/null || echo "$ignored" >>"$exclude"
+done
 rm -rf "$dest"
 mkdir -p "$dest/debs" "$dest/wheels"
 
