@@ -15,7 +15,8 @@
 #                      check can tell whether the prebuilt one is stale.
 # Then prints the device call to make. Environment: PYTHON (an interpreter
 # with pybind11; default python3), PY312 (a CPython 3.12 with its headers;
-# default python3.12 on PATH; without one the last two steps are skipped).
+# default python3.12 on PATH or pyenv's; without one the headers and the
+# prebuilt extension are not carried).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -59,7 +60,16 @@ source_hash=$(find csrc cmake CMakeLists.txt -type f -print0 | sort -z | xargs -
   echo "uncommitted_files $(git status --porcelain --untracked-files=no | wc -l)"
 } >"$dest/SOURCE.txt"
 
-py312=${PY312:-$(command -v python3.12 || true)}
+py312=${PY312:-}
+if [[ -z $py312 ]]; then
+  # pyenv's shims answer only for its selected version: look in its versions.
+  for candidate in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
+    if "$candidate" -c '' 2>/dev/null; then
+      py312=$candidate
+      break
+    fi
+  done
+fi
 if [[ -n $py312 ]] && "$py312" -c 'import sys; assert sys.version_info[:2] == (3, 12)'; then
   py312=$("$py312" -c 'import sys; print(sys.executable)')
   include=$("$py312" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
@@ -67,7 +77,7 @@ if [[ -n $py312 ]] && "$py312" -c 'import sys; assert sys.version_info[:2] == (3
   mkdir -p "$dest/python-include"
   cp -r "$include" "$dest/python-include/python3.12"
 
-  echo "== prebuilt extension for CPython 3.12 (about a minute per core)"
+  echo "== prebuilt extension for CPython 3.12 (a full build)"
   build=$(mktemp -d "${TMPDIR:-/tmp}/chute-prebuilt.XXXXXX")
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \
@@ -102,9 +112,9 @@ git ls-files -z --cached --others --exclude-standard | du -ch --files0-from=- 2>
 
 cat <<'EOF'
 
-== the device call (one run; timeout_s leaves about a minute beyond the
-   script's own 450 s budget):
+== the device call (one run from this checkout, the one the session was
+   started in; timeout_s leaves 90 s beyond the script's own 450 s budget):
 run(command="bash scripts/device_check.sh", carry=[".device"], timeout_s=540)
-Results come back under the reply's files_at: log.txt, summary.txt,
-device.json, env.txt, build.log, pytest.txt.
+What comes back under the reply's files_at: log.txt (everything),
+summary.txt (a verdict per step), device.json (bench_device.py's results).
 EOF
