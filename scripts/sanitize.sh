@@ -85,7 +85,8 @@ run_tsan() {
   # Suppressions: see scripts/tsan.supp for why each entry is there.
   # die_after_fork=0: the tests also run torch DataLoader worker processes
   # (fork after threads exist); the children only run Python, not chute threads.
-  # Deselected: tests that run torch DataLoader *worker processes*. Their
+  # Deselected: tests that run torch DataLoader *worker processes* (and the
+  # one that forks them from a process whose chute engine is running). Their
   # forked children start threads after a multi-threaded fork, which TSan
   # does not support (the workers die or hang under it, with or without
   # die_after_fork); chute's own threads are covered by every other test.
@@ -97,7 +98,7 @@ run_tsan() {
   TSAN_OPTIONS="suppressions=$root/scripts/tsan.supp:halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:die_after_fork=0" \
   CHUTE_SANITIZER=thread PYTHONPATH="$root/build/tsan/pkg" \
     "$python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" \
-    -k "not torch_dataloader and not users_training_pipeline and not empty_worker and not mapped_range_past_the_end and not torch_workers" "$@"
+    -k "not torch_dataloader and not users_training_pipeline and not empty_worker and not mapped_range_past_the_end and not torch_workers and not forked_workers_inherit_engines" "$@"
 }
 
 case $which in
