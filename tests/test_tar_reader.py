@@ -534,22 +534,27 @@ def test_no_fd_or_process_leak(tmp_path):
     assert children_path.read_text().split() == children_before
 
 
-def test_peek_passes_over_errors_only_when_asked(tmp_path):
-    # The first sample has a member whose sparse map is wrong: a reader that
-    # goes on skips it, and the peek can do the same.
-    path = tmp_path / "bad-first.tar"
+def _write_bad_first_sample(path, with_a_cls):
+    """A shard whose first sample has a member with a wrong sparse map
+    (a.bin, and a.cls when asked), then sample b (txt, cls)."""
+    members = [("a.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"})]
+    if with_a_cls:
+        members.append(("a.cls", b"1", None))
+    members += [("b.txt", b"t", None), ("b.cls", b"2", None)]
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
-        for name, payload, pax in [
-            ("a.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"}),
-            ("a.cls", b"1", None),
-            ("b.txt", b"t", None),
-            ("b.cls", b"2", None),
-        ]:
+        for name, payload, pax in members:
             info = tarfile.TarInfo(name)
             info.size = len(payload)
             if pax:
                 info.pax_headers = pax
             tf.addfile(info, io.BytesIO(payload))
+
+
+def test_peek_passes_over_errors_only_when_asked(tmp_path):
+    # The first sample has a member whose sparse map is wrong: a reader that
+    # goes on skips it, and the peek can do the same.
+    path = tmp_path / "bad-first.tar"
+    _write_bad_first_sample(path, with_a_cls=True)
     with pytest.raises(DataError, match="a.bin"):
         _core.peek_tar_sample(str(path))
     assert _core.peek_tar_sample(str(path), skip_errors=True) == ["txt", "cls"]
@@ -574,17 +579,7 @@ def test_dict_pipeline_under_a_skip_handler_peeks_past_a_bad_first_sample(tmp_pa
     import chute.wds as cwds
 
     path = tmp_path / "bad-first.tar"
-    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tf:
-        for name, payload, pax in [
-            ("a.bin", b"xyz", {"GNU.sparse.size": "10", "GNU.sparse.map": "0,99"}),
-            ("b.txt", b"t", None),
-            ("b.cls", b"2", None),
-        ]:
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            if pax:
-                info.pax_headers = pax
-            tf.addfile(info, io.BytesIO(payload))
+    _write_bad_first_sample(path, with_a_cls=False)
     other = tmp_path / "other.tar"
     with tarfile.open(other, "w", format=tarfile.USTAR_FORMAT) as tf:
         for name in ["c.json", "c.cls"]:

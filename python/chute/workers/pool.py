@@ -121,12 +121,22 @@ class WorkerPool:
         """Hands every worker the task `spec` (of `kind`) and `credits`;
         returns its tag (results of earlier tasks are dropped from now on)."""
         tag = next(self.tags)
-        for channel in self.channels:
-            self._send(channel, ("task", tag, kind, spec, credits))
+        for worker in range(len(self.channels)):
+            self.send(worker, ("task", tag, kind, spec, credits))
         return tag
 
     def send(self, worker: int, command: tuple[Any, ...]) -> None:
-        self._send(self.channels[worker], command)
+        """Sends `command` to `worker`, after the ids of its arenas released
+        since the last command."""
+        channel = self.channels[worker]
+        released = self.released[worker]
+        ids = [released.popleft() for _ in range(len(released))]
+        try:
+            if ids:
+                channel.send(("release", 0, ids))
+            channel.send(command)
+        except OSError as exc:
+            raise self._ended(worker) from exc
 
     def releaser(self, worker: int) -> Callable[[int], None]:
         """What `transport.unpack` calls with the id of an arena of `worker`
@@ -137,22 +147,11 @@ class WorkerPool:
         """Asks every worker to drop the task `tag`."""
         if self.broken:
             return
-        for channel in self.channels:
+        for worker in range(len(self.channels)):
             try:
-                self._send(channel, ("stop", tag))
+                self.send(worker, ("stop", tag))
             except RuntimeError:
                 return
-
-    def _send(self, channel: Channel, command: tuple[Any, ...]) -> None:
-        worker = self.channels.index(channel)
-        released = self.released[worker]
-        ids = [released.popleft() for _ in range(len(released))]
-        try:
-            if ids:
-                channel.send(("release", 0, ids))
-            channel.send(command)
-        except OSError as exc:
-            raise self._ended(worker) from exc
 
     def receive(self, worker: int, tag: int, timeout: float) -> tuple[Any, list[int]]:
         """The next message of `worker` for the task `tag` and its
