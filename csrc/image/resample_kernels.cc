@@ -250,59 +250,63 @@ __attribute__((target("avx2"))) inline __m256i load_two(const uint8_t* lo, const
 // Two output pixels per step, one per 128-bit lane: each lane runs the
 // SSE4.1 kernel's 4-tap groups for its pixel (loads, shuffles and weight
 // broadcasts all stay within the lane), and the pair shares the loop, the
-// rounding and the packing.
-__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* src, int origin,
-                                                         int available, const AxisTaps& taps,
-                                                         bool flip, uint8_t* dst) {
-  if (taps.copy) {
-    copy_row<3>(src, origin, taps, flip, dst);
-    return;
+// rounding and the packing. Every pixel runs the row's largest group count
+// (the weights past a pixel's own taps are zero), so the loop's trip count
+// never changes between pixels: reductions between 1x and 2x mix 3-, 4- and
+// 5-tap pixels, and a branch on each pixel's own count mispredicts.
+template <int kGroups>
+__attribute__((target("avx2"))) inline void rgb_pair_avx2(const uint8_t* pa, const uint8_t* pb,
+                                                          const int16_t* wa, const int16_t* wb,
+                                                          int groups, __m256i lo2, __m256i hi2,
+                                                          __m256i round, __m128i shift,
+                                                          uint8_t* dst) {
+  const int n = kGroups > 0 ? kGroups : groups;
+  __m256i acc = round;
+  for (int g = 0; g < n; ++g) {
+    const __m256i px = load_two(pa + 12 * g, pb + 12 * g);
+    const __m256i wv = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wa + 4 * g))),
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 4 * g)), 1);
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2),
+                                                  _mm256_shuffle_epi32(wv, 0x00)));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2),
+                                                  _mm256_shuffle_epi32(wv, 0x55)));
   }
-  const Taps t(taps);
-  const __m128i lo = rgb_pairs_lo();
-  const __m128i hi = rgb_pairs_hi();
-  const __m256i lo2 = _mm256_broadcastsi128_si256(lo);
-  const __m256i hi2 = _mm256_broadcastsi128_si256(hi);
+  __m256i v = _mm256_sra_epi32(acc, shift);
+  v = _mm256_packs_epi32(v, v);
+  v = _mm256_packus_epi16(v, v);
+  // Each lane's 3 bytes plus one that the next store overwrites, in order.
+  const int32_t first = _mm256_cvtsi256_si32(v);
+  const int32_t second = _mm256_extract_epi32(v, 4);
+  std::memcpy(dst, &first, sizeof(first));
+  std::memcpy(dst + 3, &second, sizeof(second));
+}
+
+template <int kGroups>
+__attribute__((target("avx2"))) void horizontal_rgb_avx2_groups(const uint8_t* src, int origin,
+                                                                size_t limit, const Taps& t,
+                                                                int groups, bool flip,
+                                                                uint8_t* dst) {
+  const __m256i lo2 = _mm256_broadcastsi128_si256(rgb_pairs_lo());
+  const __m256i hi2 = _mm256_broadcastsi128_si256(rgb_pairs_hi());
   const __m256i round = _mm256_set1_epi32(1 << (t.precision - 1));
   const __m128i shift = _mm_cvtsi32_si128(t.precision);
-  const size_t limit = static_cast<size_t>(available) * 3;
+  // The loads read `groups` groups of 4 taps, 16 bytes from each group's start.
+  const size_t reach = 4 * static_cast<size_t>(groups);
   const int n = t.out_size;
   int d = 0;
   for (; d + 1 < n; d += 2) {
     const int oa = flip ? n - 1 - d : d;
     const int ob = flip ? n - 2 - d : d + 1;
-    const int groups = (std::max(t.count[oa], t.count[ob]) + 3) >> 2;
     const size_t ra = static_cast<size_t>(t.start[oa] - origin);
     const size_t rb = static_cast<size_t>(t.start[ob] - origin);
-    // The loads read whole groups of 4 taps, 16 bytes from each group's start.
-    if ((std::max(ra, rb) + 4 * static_cast<size_t>(groups)) * 3 + 4 > limit) {
+    if ((std::max(ra, rb) + reach) * 3 + 4 > limit) {
       pixel_scalar<3>(src, origin, t, oa, dst + d * 3);
       pixel_scalar<3>(src, origin, t, ob, dst + d * 3 + 3);
       continue;
     }
-    const uint8_t* pa = src + ra * 3;
-    const uint8_t* pb = src + rb * 3;
-    const int16_t* wa = t.weights_of(oa);
-    const int16_t* wb = t.weights_of(ob);
-    __m256i acc = round;
-    for (int g = 0; g < groups; ++g) {
-      const __m256i px = load_two(pa + 12 * g, pb + 12 * g);
-      const __m256i wv = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wa + 4 * g))),
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 4 * g)), 1);
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2),
-                                                    _mm256_shuffle_epi32(wv, 0x00)));
-      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2),
-                                                    _mm256_shuffle_epi32(wv, 0x55)));
-    }
-    __m256i v = _mm256_sra_epi32(acc, shift);
-    v = _mm256_packs_epi32(v, v);
-    v = _mm256_packus_epi16(v, v);
-    // Each lane's 3 bytes plus one that the next store overwrites, in order.
-    const int32_t first = _mm256_cvtsi256_si32(v);
-    const int32_t second = _mm256_extract_epi32(v, 4);
-    std::memcpy(dst + d * 3, &first, sizeof(first));
-    std::memcpy(dst + d * 3 + 3, &second, sizeof(second));
+    rgb_pair_avx2<kGroups>(src + ra * 3, src + rb * 3, t.weights_of(oa), t.weights_of(ob),
+                           groups, lo2, hi2, round, shift, dst + d * 3);
   }
   if (d < n) {
     const int o = flip ? 0 : d;
@@ -313,8 +317,36 @@ __attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* src, int
     const uint8_t* p = src + static_cast<size_t>(t.start[o] - origin) * 3;
     const int16_t* w = t.weights_of(o);
     __m128i acc = _mm_set1_epi32(1 << (t.precision - 1));
-    for (int k = 0; k < t.count[o]; k += 4) acc = rgb_taps4(acc, p + k * 3, w + k, lo, hi);
+    for (int k = 0; k < t.count[o]; k += 4) {
+      acc = rgb_taps4(acc, p + k * 3, w + k, rgb_pairs_lo(), rgb_pairs_hi());
+    }
     store_rgb(acc, shift, dst + d * 3);
+  }
+}
+
+__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* src, int origin,
+                                                         int available, const AxisTaps& taps,
+                                                         bool flip, uint8_t* dst) {
+  if (taps.copy) {
+    copy_row<3>(src, origin, taps, flip, dst);
+    return;
+  }
+  const Taps t(taps);
+  const size_t limit = static_cast<size_t>(available) * 3;
+  const int groups = (taps.max_count + 3) >> 2;
+  switch (groups) {
+    case 1:
+      horizontal_rgb_avx2_groups<1>(src, origin, limit, t, groups, flip, dst);
+      return;
+    case 2:
+      horizontal_rgb_avx2_groups<2>(src, origin, limit, t, groups, flip, dst);
+      return;
+    case 3:
+      horizontal_rgb_avx2_groups<3>(src, origin, limit, t, groups, flip, dst);
+      return;
+    default:
+      horizontal_rgb_avx2_groups<0>(src, origin, limit, t, groups, flip, dst);
+      return;
   }
 }
 
