@@ -361,20 +361,37 @@ def test_float_outputs_equal_torch(normalize: bool) -> None:
     assert np.array_equal(bf16, expected)
 
 
-def test_every_byte_value_converts_like_torch() -> None:
-    # All 256 values in every channel, through the identity resample.
-    every = np.arange(256, dtype=np.uint8).reshape(16, 16)
-    img = np.stack([every, every[::-1], every.T], -1)
+@pytest.mark.parametrize("shape", [(16, 16), (2, 128), (3, 100), (1, 300)])
+def test_every_byte_value_converts_like_torch(shape: tuple[int, int]) -> None:
+    # All 256 values in every channel, through the identity resample; the
+    # widths cross the 16-bit writes' 64-value blocks and end inside one.
+    h, w = shape
+    every = (np.arange(h * w) * 7 % 256).astype(np.uint8).reshape(h, w)
+    img = np.stack([every, 255 - every, every * 3], -1)
     for kw in ({}, {"mean": MEAN, "std": STD}):
         ref = torch_float(img, bool(kw))
         for dtype, torch_dtype, view in (
             ("float32", torch.float32, np.uint32),
             ("float16", torch.float16, np.uint16),
         ):
-            got = _core._resize(img, 16, 16, layout="CHW", dtype=dtype, **kw)
+            got = _core._resize(img, h, w, layout="CHW", dtype=dtype, **kw)
             assert np.array_equal(got.view(view), ref.to(torch_dtype).numpy().view(view))
-        got = _core._resize(img, 16, 16, layout="CHW", dtype="bfloat16", **kw)
+        got = _core._resize(img, h, w, layout="CHW", dtype="bfloat16", **kw)
         assert np.array_equal(got, ref.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["CHW", "HWC"])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_16_bit_writes_equal_the_per_value_loop(dtype: str, layout: str, channels: int) -> None:
+    # The vector lookup (where the CPU has it) against the plain loop that
+    # simd="scalar" keeps to, on widths around the 64-value block.
+    for width in (1, 63, 64, 65, 200):
+        img = noise(5, width, channels, seed=width)
+        kw: dict[str, Any] = {"mean": MEAN[:channels], "std": STD[:channels]}
+        got = _core._resize(img, 5, width, layout=layout, dtype=dtype, **kw)
+        plain = _core._resize(img, 5, width, layout=layout, dtype=dtype, simd="scalar", **kw)
+        assert np.array_equal(got.view(np.uint16), plain.view(np.uint16)), width
 
 
 def test_gray_float_and_normalisation() -> None:

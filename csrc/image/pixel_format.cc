@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "image/split_rgb.h"
@@ -70,6 +71,7 @@ void OutputFormat::build_tables(const std::array<float, 3>& mean,
                                 const std::array<float, 3>& std) {
   if (type_ == PixelType::kUint8) return;
   for (int c = 0; c < 3; ++c) {
+    std::array<uint16_t, 256> bits{};
     for (int v = 0; v < 256; ++v) {
       // Separate float32 steps, as torch runs them: div(255), sub_(mean), div_(std).
       float x = static_cast<float>(v) / 255.0f;
@@ -78,20 +80,21 @@ void OutputFormat::build_tables(const std::array<float, 3>& mean,
         x = x / std[c];
       }
       f32_[c][v] = x;
-      if (type_ == PixelType::kFloat16) u16_[c][v] = float_to_half_bits(x);
-      if (type_ == PixelType::kBFloat16) u16_[c][v] = float_to_bfloat16_bits(x);
+      if (type_ == PixelType::kFloat16) bits[v] = float_to_half_bits(x);
+      if (type_ == PixelType::kBFloat16) bits[v] = float_to_bfloat16_bits(x);
     }
+    u16_[c] = ByteToU16Table(bits);
   }
 }
 
 namespace {
 
-template <typename T, int C, bool CHW>
-void write_mapped(const uint8_t* row, const std::array<std::array<T, 256>, 3>& table, int out_w,
-                  size_t plane, T* dst) {
+template <typename T, typename Table, int C, bool CHW>
+void write_mapped(const uint8_t* row, const std::array<Table, 3>& table, int out_w, size_t plane,
+                  T* dst) {
   if constexpr (CHW) {
     for (int c = 0; c < C; ++c) {
-      const T* t = table[c].data();
+      const Table& t = table[c];
       T* d = dst + c * plane;
       for (int x = 0; x < out_w; ++x) d[x] = t[row[x * C + c]];
     }
@@ -102,22 +105,39 @@ void write_mapped(const uint8_t* row, const std::array<std::array<T, 256>, 3>& t
   }
 }
 
-template <typename T>
-void write_mapped_any(const uint8_t* row, const std::array<std::array<T, 256>, 3>& table,
-                      int channels, bool chw, int out_w, size_t plane, T* dst) {
+template <typename T, typename Table>
+void write_mapped_any(const uint8_t* row, const std::array<Table, 3>& table, int channels,
+                      bool chw, int out_w, size_t plane, T* dst) {
   if (channels == 1) {
-    write_mapped<T, 1, false>(row, table, out_w, plane, dst);
+    write_mapped<T, Table, 1, false>(row, table, out_w, plane, dst);
   } else if (chw) {
-    write_mapped<T, 3, true>(row, table, out_w, plane, dst);
+    write_mapped<T, Table, 3, true>(row, table, out_w, plane, dst);
   } else {
-    write_mapped<T, 3, false>(row, table, out_w, plane, dst);
+    write_mapped<T, Table, 3, false>(row, table, out_w, plane, dst);
   }
+}
+
+// The 16-bit types through the vector lookup: one plane per channel (CHW
+// splits the row first; gray is its own plane). HWC RGB interleaves the
+// three channels' tables and keeps to the per-value loop.
+void write_planes_u16(const uint8_t* row, const std::array<ByteToU16Table, 3>& table,
+                      int channels, int out_w, size_t plane, uint16_t* dst) {
+  const size_t n = static_cast<size_t>(out_w);
+  if (channels == 1) {
+    table[0].map(row, n, dst);
+    return;
+  }
+  thread_local std::vector<uint8_t> planes;
+  if (planes.size() < 3 * n) planes.resize(3 * n);
+  uint8_t* p = planes.data();
+  split_rgb(row, n, p, p + n, p + 2 * n);
+  for (int c = 0; c < 3; ++c) table[c].map(p + c * n, n, dst + c * plane);
 }
 
 }  // namespace
 
 void OutputFormat::write_row(const uint8_t* row, int channels, int out_h, int out_w, int y,
-                             void* out) const {
+                             void* out, bool vector) const {
   const bool chw = layout_ == Layout::kCHW && channels == 3;
   const size_t plane = static_cast<size_t>(out_h) * out_w;
   // Where the row starts: in the first plane for CHW, else at its pixels.
@@ -137,10 +157,15 @@ void OutputFormat::write_row(const uint8_t* row, int channels, int out_h, int ou
       write_mapped_any(row, f32_, channels, chw, out_w, plane, static_cast<float*>(out) + offset);
       return;
     case PixelType::kFloat16:
-    case PixelType::kBFloat16:
-      write_mapped_any(row, u16_, channels, chw, out_w, plane,
-                       static_cast<uint16_t*>(out) + offset);
+    case PixelType::kBFloat16: {
+      uint16_t* dst = static_cast<uint16_t*>(out) + offset;
+      if (vector && (chw || channels == 1) && ByteToU16Table::vectorized()) {
+        write_planes_u16(row, u16_, channels, out_w, plane, dst);
+      } else {
+        write_mapped_any(row, u16_, channels, chw, out_w, plane, dst);
+      }
       return;
+    }
   }
 }
 

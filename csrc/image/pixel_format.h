@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "image/byte_lookup.h"
+
 namespace chute {
 
 enum class Layout : uint8_t { kHWC, kCHW };
@@ -35,8 +37,10 @@ class OutputFormat {
 
   // Writes row y (out_w pixels of `channels` interleaved bytes) of an
   // out_h x out_w image into `out`, which holds the whole image in this
-  // format. channels is 1 or 3.
-  void write_row(const uint8_t* row, int channels, int out_h, int out_w, int y, void* out) const;
+  // format. channels is 1 or 3. `vector` false keeps the 16-bit types to the
+  // plain per-value loop (tests compare the two).
+  void write_row(const uint8_t* row, int channels, int out_h, int out_w, int y, void* out,
+                 bool vector = true) const;
 
  private:
   void build_tables(const std::array<float, 3>& mean, const std::array<float, 3>& std);
@@ -46,7 +50,7 @@ class OutputFormat {
   bool normalized_ = false;
   // Per channel: the float32 value of each byte, and its float16/bfloat16 bits.
   std::array<std::array<float, 256>, 3> f32_{};
-  std::array<std::array<uint16_t, 256>, 3> u16_{};
+  std::array<ByteToU16Table, 3> u16_{};
 };
 
 // IEEE binary16 and bfloat16 bits of a float32, rounded to nearest-even (NaN

@@ -210,7 +210,8 @@ void Resampler::write_horizontal(const uint8_t* row, int available, int y) {
     horizontal(row, available, out_row_.data());
     result = out_row_.data();
   }
-  out_.format->write_row(result, channels_, out_.height, out_.width, y, out_.data);
+  out_.format->write_row(result, channels_, out_.height, out_.width, y, out_.data,
+                         out_.simd != SimdLevel::kScalar);
 }
 
 void Resampler::emit_ready_rows() {
@@ -240,7 +241,8 @@ void Resampler::emit_row_horizontal_first(int y) {
                        out_row_.data());
     result = out_row_.data();
   }
-  out_.format->write_row(result, channels_, out_.height, out_.width, y, out_.data);
+  out_.format->write_row(result, channels_, out_.height, out_.width, y, out_.data,
+                         out_.simd != SimdLevel::kScalar);
 }
 
 void Resampler::emit_row_vertical_first(int y) {

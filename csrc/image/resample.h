@@ -72,7 +72,9 @@ struct ResampleOutput {
   bool flip = false;                     // mirror horizontally
   const OutputFormat* format = nullptr;  // layout and dtype; must outlive the resampler
   void* data = nullptr;                  // height * width * channels elements
-  SimdLevel simd = SimdLevel::kAuto;     // kScalar etc. force a kernel (tests, benchmarks)
+  // kScalar etc. force a kernel (tests, benchmarks); kScalar also keeps the
+  // 16-bit output writes to their per-value loop.
+  SimdLevel simd = SimdLevel::kAuto;
   PassOrder order = PassOrder::kAuto;    // forced by tests; results differ by at most 1
 };
 
