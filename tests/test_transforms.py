@@ -364,7 +364,7 @@ def test_float_outputs_equal_torch(normalize: bool) -> None:
 @pytest.mark.parametrize("shape", [(16, 16), (2, 128), (3, 100), (1, 300)])
 def test_every_byte_value_converts_like_torch(shape: tuple[int, int]) -> None:
     # All 256 values in every channel, through the identity resample; the
-    # widths cross the 16-bit writes' 64-value blocks and end inside one.
+    # widths cross the float writes' 64-value blocks and end inside one.
     h, w = shape
     every = (np.arange(h * w) * 7 % 256).astype(np.uint8).reshape(h, w)
     img = np.stack([every, 255 - every, every * 3], -1)
@@ -380,10 +380,10 @@ def test_every_byte_value_converts_like_torch(shape: tuple[int, int]) -> None:
         assert np.array_equal(got, ref.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["CHW", "HWC"])
 @pytest.mark.parametrize("channels", [1, 3])
-def test_16_bit_writes_equal_the_per_value_loop(dtype: str, layout: str, channels: int) -> None:
+def test_float_writes_equal_the_per_value_loop(dtype: str, layout: str, channels: int) -> None:
     # The vector lookup (where the CPU has it) against the plain loop that
     # simd="scalar" keeps to, on widths around the 64-value block.
     for width in (1, 63, 64, 65, 200):
@@ -391,7 +391,8 @@ def test_16_bit_writes_equal_the_per_value_loop(dtype: str, layout: str, channel
         kw: dict[str, Any] = {"mean": MEAN[:channels], "std": STD[:channels]}
         got = _core._resize(img, 5, width, layout=layout, dtype=dtype, **kw)
         plain = _core._resize(img, 5, width, layout=layout, dtype=dtype, simd="scalar", **kw)
-        assert np.array_equal(got.view(np.uint16), plain.view(np.uint16)), width
+        bits = np.uint32 if dtype == "float32" else np.uint16
+        assert np.array_equal(got.view(bits), plain.view(bits)), width
 
 
 def test_gray_float_and_normalisation() -> None:

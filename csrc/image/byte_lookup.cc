@@ -1,5 +1,7 @@
 #include "image/byte_lookup.h"
 
+#include <cstring>
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define CHUTE_BYTE_LOOKUP_VBMI 1
@@ -7,18 +9,16 @@
 
 namespace chute {
 
-ByteToU16Table::ByteToU16Table(const std::array<uint16_t, 256>& values) : values_(values) {
+template <typename T>
+ByteTable<T>::ByteTable(const std::array<T, 256>& values) : values_(values) {
   for (int v = 0; v < 256; ++v) {
-    low_[v] = static_cast<uint8_t>(values[v] & 0xff);
-    high_[v] = static_cast<uint8_t>(values[v] >> 8);
+    uint8_t bytes[sizeof(T)];
+    std::memcpy(bytes, &values[v], sizeof(T));
+    for (size_t k = 0; k < sizeof(T); ++k) bytes_[k][v] = bytes[k];
   }
 }
 
 namespace {
-
-void map_scalar(const ByteToU16Table& table, const uint8_t* in, size_t n, uint16_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = table[in[i]];
-}
 
 #ifdef CHUTE_BYTE_LOOKUP_VBMI
 
@@ -33,36 +33,64 @@ CHUTE_VBMI_TARGET inline __m512i lookup_bytes(__m512i index, __mmask64 upper, co
   return _mm512_mask_blend_epi8(upper, below, above);
 }
 
-CHUTE_VBMI_TARGET void map_vbmi(const uint8_t* low, const uint8_t* high, const uint8_t* in,
-                                size_t n, uint16_t* out) {
-  __m512i lo_t[4], hi_t[4];
-  for (int k = 0; k < 4; ++k) {
-    lo_t[k] = _mm512_loadu_si512(low + 64 * k);
-    hi_t[k] = _mm512_loadu_si512(high + 64 * k);
+// Selectors that interleave two vectors of `bits`-wide elements: entry j of
+// the result is element j/2 (+ half * 32 or 16) of the first vector for even
+// j, of the second for odd j.
+CHUTE_VBMI_TARGET inline __m512i interleave_bytes(int half) {
+  alignas(64) uint8_t order[64];
+  for (int j = 0; j < 64; ++j) order[j] = static_cast<uint8_t>((j & 1 ? 64 : 0) + 32 * half + j / 2);
+  return _mm512_load_si512(order);
+}
+CHUTE_VBMI_TARGET inline __m512i interleave_words(int half) {
+  alignas(64) uint16_t order[32];
+  for (int j = 0; j < 32; ++j) order[j] = static_cast<uint16_t>((j & 1 ? 32 : 0) + 16 * half + j / 2);
+  return _mm512_load_si512(order);
+}
+
+// Values written by the store that takes positions [first, first + width)
+// of a block with `left` values still to write.
+inline uint64_t store_mask(size_t left, size_t first, size_t width) {
+  if (left <= first) return 0;
+  const size_t count = left - first < width ? left - first : width;
+  return count == 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+}
+
+template <size_t kBytes>
+CHUTE_VBMI_TARGET void map_vbmi(const std::array<std::array<uint8_t, 256>, kBytes>& bytes,
+                                const uint8_t* in, size_t n, void* out) {
+  __m512i tables[kBytes][4];
+  for (size_t k = 0; k < kBytes; ++k) {
+    for (int q = 0; q < 4; ++q) tables[k][q] = _mm512_loadu_si512(bytes[k].data() + 64 * q);
   }
-  // Interleaving the low and high bytes back into 16-bit values: entry j of
-  // the first result is byte j/2 of `low` (even j) or of `high` (odd j).
-  alignas(64) uint8_t order[2][64];
-  for (int j = 0; j < 64; ++j) {
-    order[0][j] = static_cast<uint8_t>((j & 1 ? 64 : 0) + j / 2);
-    order[1][j] = static_cast<uint8_t>((j & 1 ? 64 : 0) + 32 + j / 2);
-  }
-  const __m512i first_half = _mm512_load_si512(order[0]);
-  const __m512i second_half = _mm512_load_si512(order[1]);
+  const __m512i byte_order[2] = {interleave_bytes(0), interleave_bytes(1)};
+  const __m512i word_order[2] = {interleave_words(0), interleave_words(1)};
+  auto* dst = static_cast<uint8_t*>(out);
   for (size_t i = 0; i < n; i += 64) {
     const size_t left = n - i;
-    const __mmask64 take = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
-    const __m512i index = _mm512_maskz_loadu_epi8(take, in + i);
+    const __m512i index = _mm512_maskz_loadu_epi8(store_mask(left, 0, 64), in + i);
     const __mmask64 upper = _mm512_movepi8_mask(index);
-    const __m512i lo = lookup_bytes(index, upper, lo_t);
-    const __m512i hi = lookup_bytes(index, upper, hi_t);
-    const __m512i values0 = _mm512_permutex2var_epi8(lo, first_half, hi);
-    const __m512i values1 = _mm512_permutex2var_epi8(lo, second_half, hi);
-    const __mmask32 take0 = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
-    const __mmask32 take1 =
-        left >= 64 ? ~__mmask32{0} : (left <= 32 ? 0 : (__mmask32{1} << (left - 32)) - 1);
-    _mm512_mask_storeu_epi16(out + i, take0, values0);
-    _mm512_mask_storeu_epi16(out + i + 32, take1, values1);
+    __m512i b[kBytes];
+    for (size_t k = 0; k < kBytes; ++k) b[k] = lookup_bytes(index, upper, tables[k]);
+    // Bytes 0 and 1 of values 0-31 and 32-63 as 16-bit words.
+    __m512i low[2];
+    for (int h = 0; h < 2; ++h) low[h] = _mm512_permutex2var_epi8(b[0], byte_order[h], b[1]);
+    uint8_t* block = dst + i * kBytes;
+    if constexpr (kBytes == 2) {
+      for (int h = 0; h < 2; ++h) {
+        _mm512_mask_storeu_epi16(block + 64 * h,
+                                 static_cast<__mmask32>(store_mask(left, 32 * h, 32)), low[h]);
+      }
+    } else {
+      __m512i high[2];
+      for (int h = 0; h < 2; ++h) high[h] = _mm512_permutex2var_epi8(b[2], byte_order[h], b[3]);
+      // Words to 32-bit values: 16 values per store.
+      for (int q = 0; q < 4; ++q) {
+        const __m512i value =
+            _mm512_permutex2var_epi16(low[q / 2], word_order[q % 2], high[q / 2]);
+        _mm512_mask_storeu_epi32(block + 64 * q,
+                                 static_cast<__mmask16>(store_mask(left, 16 * q, 16)), value);
+      }
+    }
   }
 }
 
@@ -77,7 +105,8 @@ bool have_vbmi() {
 
 }  // namespace
 
-bool ByteToU16Table::vectorized() {
+template <typename T>
+bool ByteTable<T>::vectorized() {
 #ifdef CHUTE_BYTE_LOOKUP_VBMI
   return have_vbmi();
 #else
@@ -85,14 +114,18 @@ bool ByteToU16Table::vectorized() {
 #endif
 }
 
-void ByteToU16Table::map(const uint8_t* in, size_t n, uint16_t* out) const {
+template <typename T>
+void ByteTable<T>::map(const uint8_t* in, size_t n, T* out) const {
 #ifdef CHUTE_BYTE_LOOKUP_VBMI
   if (have_vbmi()) {
-    map_vbmi(low_.data(), high_.data(), in, n, out);
+    map_vbmi<sizeof(T)>(bytes_, in, n, out);
     return;
   }
 #endif
-  map_scalar(*this, in, n, out);
+  for (size_t i = 0; i < n; ++i) out[i] = values_[in[i]];
 }
+
+template class ByteTable<uint16_t>;
+template class ByteTable<float>;
 
 }  // namespace chute

@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/random.h"
@@ -11,31 +13,48 @@
 namespace chute {
 namespace {
 
-ByteToU16Table random_table(Rng& rng) {
-  std::array<uint16_t, 256> values{};
-  for (uint16_t& v : values) v = static_cast<uint16_t>(rng.next());
-  return ByteToU16Table(values);
+template <typename T>
+ByteTable<T> random_table(Rng& rng) {
+  std::array<T, 256> values{};
+  for (T& v : values) {
+    const auto bits = static_cast<std::conditional_t<sizeof(T) == 2, uint16_t, uint32_t>>(
+        rng.next());
+    std::memcpy(&v, &bits, sizeof(T));
+  }
+  return ByteTable<T>(values);
+}
+
+// The vector loop takes 64 bytes a block and masks the last; the values
+// past n must stay as they were.
+template <typename T>
+void expect_map_equals_lookup() {
+  Rng rng(7);
+  const ByteTable<T> table = random_table<T>(rng);
+  const T sentinel = table[0];
+  for (size_t n : {0, 1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 127, 128, 129, 224, 500}) {
+    std::vector<uint8_t> in(n);
+    for (uint8_t& b : in) b = static_cast<uint8_t>(1 + rng.below(255));  // never 0
+    std::vector<T> out(n + 40, sentinel);
+    table.map(in.data(), n, out.data());
+    for (size_t i = 0; i < n; ++i) {
+      const T want = table[in[i]];
+      ASSERT_EQ(std::memcmp(&out[i], &want, sizeof(T)), 0) << "n=" << n << " i=" << i;
+    }
+    for (size_t i = n; i < out.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&out[i], &sentinel, sizeof(T)), 0) << "n=" << n << " i=" << i;
+    }
+  }
 }
 
 TEST(ByteLookup, MapEqualsThePerValueLookupAtEveryLengthAroundTheBlockSize) {
-  // The vector loop takes 64 bytes a block and masks the last; the values
-  // past n must stay as they were.
-  Rng rng(7);
-  const ByteToU16Table table = random_table(rng);
-  for (size_t n : {0, 1, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 224, 500}) {
-    std::vector<uint8_t> in(n);
-    for (uint8_t& b : in) b = static_cast<uint8_t>(rng.next());
-    std::vector<uint16_t> out(n + 40, 0xbeef);
-    table.map(in.data(), n, out.data());
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], table[in[i]]) << "n=" << n << " i=" << i;
-    for (size_t i = n; i < out.size(); ++i) ASSERT_EQ(out[i], 0xbeef) << "n=" << n << " i=" << i;
-  }
+  expect_map_equals_lookup<uint16_t>();
+  expect_map_equals_lookup<float>();
 }
 
 TEST(ByteLookup, EveryByteValueFindsItsOwnEntry) {
   std::array<uint16_t, 256> values{};
   for (int v = 0; v < 256; ++v) values[v] = static_cast<uint16_t>(0x101 * v ^ 0x8000);
-  const ByteToU16Table table(values);
+  const ByteTable<uint16_t> table(values);
   std::vector<uint8_t> in(256);
   for (int v = 0; v < 256; ++v) in[v] = static_cast<uint8_t>(255 - v);
   std::vector<uint16_t> out(256);

@@ -71,6 +71,7 @@ void OutputFormat::build_tables(const std::array<float, 3>& mean,
                                 const std::array<float, 3>& std) {
   if (type_ == PixelType::kUint8) return;
   for (int c = 0; c < 3; ++c) {
+    std::array<float, 256> values{};
     std::array<uint16_t, 256> bits{};
     for (int v = 0; v < 256; ++v) {
       // Separate float32 steps, as torch runs them: div(255), sub_(mean), div_(std).
@@ -79,11 +80,12 @@ void OutputFormat::build_tables(const std::array<float, 3>& mean,
         x = x - mean[c];
         x = x / std[c];
       }
-      f32_[c][v] = x;
+      values[v] = x;
       if (type_ == PixelType::kFloat16) bits[v] = float_to_half_bits(x);
       if (type_ == PixelType::kBFloat16) bits[v] = float_to_bfloat16_bits(x);
     }
-    u16_[c] = ByteToU16Table(bits);
+    f32_[c] = ByteTable<float>(values);
+    u16_[c] = ByteTable<uint16_t>(bits);
   }
 }
 
@@ -117,11 +119,12 @@ void write_mapped_any(const uint8_t* row, const std::array<Table, 3>& table, int
   }
 }
 
-// The 16-bit types through the vector lookup: one plane per channel (CHW
+// The float types through the vector lookup: one plane per channel (CHW
 // splits the row first; gray is its own plane). HWC RGB interleaves the
 // three channels' tables and keeps to the per-value loop.
-void write_planes_u16(const uint8_t* row, const std::array<ByteToU16Table, 3>& table,
-                      int channels, int out_w, size_t plane, uint16_t* dst) {
+template <typename T>
+void write_planes(const uint8_t* row, const std::array<ByteTable<T>, 3>& table, int channels,
+                  int out_w, size_t plane, T* dst) {
   const size_t n = static_cast<size_t>(out_w);
   if (channels == 1) {
     table[0].map(row, n, dst);
@@ -132,6 +135,16 @@ void write_planes_u16(const uint8_t* row, const std::array<ByteToU16Table, 3>& t
   uint8_t* p = planes.data();
   split_rgb(row, n, p, p + n, p + 2 * n);
   for (int c = 0; c < 3; ++c) table[c].map(p + c * n, n, dst + c * plane);
+}
+
+template <typename T>
+void write_floats(const uint8_t* row, const std::array<ByteTable<T>, 3>& table, int channels,
+                  bool chw, bool vector, int out_w, size_t plane, T* dst) {
+  if (vector && (chw || channels == 1) && ByteTable<T>::vectorized()) {
+    write_planes(row, table, channels, out_w, plane, dst);
+  } else {
+    write_mapped_any(row, table, channels, chw, out_w, plane, dst);
+  }
 }
 
 }  // namespace
@@ -154,18 +167,14 @@ void OutputFormat::write_row(const uint8_t* row, int channels, int out_h, int ou
       return;
     }
     case PixelType::kFloat32:
-      write_mapped_any(row, f32_, channels, chw, out_w, plane, static_cast<float*>(out) + offset);
+      write_floats(row, f32_, channels, chw, vector, out_w, plane,
+                   static_cast<float*>(out) + offset);
       return;
     case PixelType::kFloat16:
-    case PixelType::kBFloat16: {
-      uint16_t* dst = static_cast<uint16_t*>(out) + offset;
-      if (vector && (chw || channels == 1) && ByteToU16Table::vectorized()) {
-        write_planes_u16(row, u16_, channels, out_w, plane, dst);
-      } else {
-        write_mapped_any(row, u16_, channels, chw, out_w, plane, dst);
-      }
+    case PixelType::kBFloat16:
+      write_floats(row, u16_, channels, chw, vector, out_w, plane,
+                   static_cast<uint16_t*>(out) + offset);
       return;
-    }
   }
 }
 

@@ -37,7 +37,7 @@ class OutputFormat {
 
   // Writes row y (out_w pixels of `channels` interleaved bytes) of an
   // out_h x out_w image into `out`, which holds the whole image in this
-  // format. channels is 1 or 3. `vector` false keeps the 16-bit types to the
+  // format. channels is 1 or 3. `vector` false keeps the float types to the
   // plain per-value loop (tests compare the two).
   void write_row(const uint8_t* row, int channels, int out_h, int out_w, int y, void* out,
                  bool vector = true) const;
@@ -49,8 +49,8 @@ class OutputFormat {
   PixelType type_ = PixelType::kUint8;
   bool normalized_ = false;
   // Per channel: the float32 value of each byte, and its float16/bfloat16 bits.
-  std::array<std::array<float, 256>, 3> f32_{};
-  std::array<ByteToU16Table, 3> u16_{};
+  std::array<ByteTable<float>, 3> f32_{};
+  std::array<ByteTable<uint16_t>, 3> u16_{};
 };
 
 // IEEE binary16 and bfloat16 bits of a float32, rounded to nearest-even (NaN
