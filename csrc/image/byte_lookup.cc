@@ -33,17 +33,21 @@ CHUTE_VBMI_TARGET inline __m512i lookup_bytes(__m512i index, __mmask64 upper, co
   return _mm512_mask_blend_epi8(upper, below, above);
 }
 
-// Selectors that interleave two vectors of `bits`-wide elements: entry j of
-// the result is element j/2 (+ half * 32 or 16) of the first vector for even
-// j, of the second for odd j.
+// Selectors that interleave two vectors of bytes (or of 16-bit words):
+// entry j of the result is element j/2 of the first vector's `half` (lower
+// or upper) for even j, of the second's for odd j.
 CHUTE_VBMI_TARGET inline __m512i interleave_bytes(int half) {
   alignas(64) uint8_t order[64];
-  for (int j = 0; j < 64; ++j) order[j] = static_cast<uint8_t>((j & 1 ? 64 : 0) + 32 * half + j / 2);
+  for (int j = 0; j < 64; ++j) {
+    order[j] = static_cast<uint8_t>((j & 1 ? 64 : 0) + 32 * half + j / 2);
+  }
   return _mm512_load_si512(order);
 }
 CHUTE_VBMI_TARGET inline __m512i interleave_words(int half) {
   alignas(64) uint16_t order[32];
-  for (int j = 0; j < 32; ++j) order[j] = static_cast<uint16_t>((j & 1 ? 32 : 0) + 16 * half + j / 2);
+  for (int j = 0; j < 32; ++j) {
+    order[j] = static_cast<uint16_t>((j & 1 ? 32 : 0) + 16 * half + j / 2);
+  }
   return _mm512_load_si512(order);
 }
 
