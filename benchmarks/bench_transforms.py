@@ -27,7 +27,9 @@ The decode limit is libjpeg-turbo decoding the same files at full size
 one thread, times the cores; it is measured before the first chute run and
 after each, and each run is compared with the mean of the rounds on its two
 sides (as in bench_wds.py). Region and DCT-scaled decoding do less work than
-a full decode, so chute can exceed it.
+a full decode, so chute can exceed it. How much less: the stage costs
+printed at the end (one thread, per image: full decode, entropy decoding
+alone, the crop window's decode, then resize, then normalise and write).
 
 Job ``map`` (issue 12's job (c)): a Python ``.map(fn)`` whose ``fn``
 normalises (mean/std) and randomly flips a 3x256x256 tensor decoded from a
@@ -477,12 +479,12 @@ def main() -> None:
             + ", ".join(f"{x:,.0f}" for x in results["decode_limit_rounds"])
             + "/s (in time order; chute ran between each two)"
         )
-    if "entropy_share_rounds" in results:
-        print(
-            "entropy decoding alone: "
-            + ", ".join(f"{x:.0%}" for x in results["entropy_share_rounds"])
-            + " of a full-size decode's time (one thread; three rounds)"
-        )
+    if "stage_costs_us" in results:
+        costs = results["stage_costs_us"]
+        full = costs["full-size decode"]
+        print("\nper image on one thread (the least of three passes):")
+        for name, us in costs.items():
+            print(f"  {name:42s} {us:6.0f} us  {us / full:5.2f}x a full-size decode")
     for key, s in results.get("map_summary", {}).items():
         print(
             f"map {key}: chute {s['chute_images_per_s']:,.0f}/s = {s['speedup_vs_torch']:.2f}x"
@@ -497,17 +499,68 @@ def main() -> None:
     print(f"wrote {path}")
 
 
-def entropy_share_round(payloads: list[bytes], seconds: float = 2.0) -> float:
-    """The fraction of a full-size decode's time that entropy decoding (the
-    coefficients alone: no inverse DCT, upsampling or colour conversion)
-    takes, on one thread. A region decode still pays it for every row down to
-    the crop's last (the rows above are skipped by entropy-decoding them), so
-    it bounds how far below a full decode a cropped decode can go."""
+def stage_costs(payloads: list[bytes], rounds: int = 3) -> dict[str, float]:
+    """Microseconds per image of each stage of the train and eval jobs on one
+    thread (the least of `rounds` passes over `payloads`): where a job's time
+    goes, against a full-size decode and against entropy decoding alone (the
+    coefficients, with no inverse DCT, upsampling or colour conversion: the
+    part of a decode that no crop or DCT scale avoids for the rows it keeps,
+    and a region decode still pays it for the rows above the crop). The
+    stages past the decode loops are single calls from Python, so each
+    includes a call's overhead (a few microseconds)."""
     from chute import _core
 
-    full = float(_core._decode_loop(payloads, seconds))
-    entropy = float(_core._decode_loop(payloads, seconds, entropy_only=True))
-    return full / entropy
+    def loop_us(entropy_only: bool) -> float:
+        rate = _core._decode_loop(payloads, 1.0, entropy_only=entropy_only)
+        return 1e6 / float(rate)
+
+    crops = [
+        tuple(int(v) for v in c)
+        for c in _core._rrc_params(HEIGHT, WIDTH, SCALE, RATIO, 7, len(payloads))
+    ]
+    whole, box = _core._center_crop_area(HEIGHT, WIDTH, RESIZE, CROP, CROP)
+    _, _, window = _core._decode_resampled(payloads[0], CROP, CROP, crop=whole, box=box)
+    norm = {
+        "layout": "CHW",
+        "dtype": "float16",
+        "mean": list(MEAN),
+        "std": list(STD),
+    }
+
+    def per_image(call: Any) -> float:
+        start = time.perf_counter()
+        for i, payload in enumerate(payloads):
+            call(i, payload)
+        return (time.perf_counter() - start) / len(payloads) * 1e6
+
+    def resampled(**kw: Any) -> Any:
+        return lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=crops[i], **kw)
+
+    stages: dict[str, Any] = {
+        "full-size decode": lambda: loop_us(False),
+        "entropy decoding alone": lambda: loop_us(True),
+        "train: crop window decoded, no resize": lambda: per_image(
+            lambda i, b: _core._decode_resampled(
+                b, crops[i][2], crops[i][3], crop=crops[i], region="crop"
+            )
+        ),
+        "train: + resize to 224x224 (uint8 HWC)": lambda: per_image(resampled()),
+        "train: + flip, normalise, float16 CHW": lambda: per_image(
+            lambda i, b: _core._decode_resampled(
+                b, CROP, CROP, crop=crops[i], flip=bool(i % 2), **norm
+            )
+        ),
+        "eval: window decoded, no resize": lambda: per_image(
+            lambda i, b: _core._decode_resampled(b, window[2], window[3], crop=window)
+        ),
+        "eval: + resize, centre crop (uint8 HWC)": lambda: per_image(
+            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=whole, box=box)
+        ),
+        "eval: + normalise, float16 CHW": lambda: per_image(
+            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=whole, box=box, **norm)
+        ),
+    }
+    return {name: min(measure() for _ in range(rounds)) for name, measure in stages.items()}
 
 
 def image_jobs_run(
@@ -584,9 +637,8 @@ def image_jobs_run(
             "ratio_to_decode_limit_median": ratios[len(ratios) // 2],
             "ratios_to_decode_limit": [r["ratio_to_decode_limit"] for r in chute_runs[job]],
         }
-    shares = [entropy_share_round(payloads) for _ in range(3)]
     results.update(
-        entropy_share_rounds=shares,
+        stage_costs_us=stage_costs(payloads),
         image_size=[HEIGHT, WIDTH],
         mean_jpeg_bytes=float(np.mean([len(p) for p in every_payload])),
         summary=summary,
