@@ -52,18 +52,24 @@ double mean_taps(const AxisTaps& t) {
 // kernels' vector operations: a horizontal output pixel costs ~10 plus ~7
 // per group of 4 taps (RGB; gray takes 8 taps a group); 32 bytes of a
 // vertical row ~10 plus ~17 per pair of taps; vertical first also copies the
-// source rows a later output row needs when the rows arrive in bands.
+// source rows a later output row needs when the rows arrive in bands, and
+// runs the RGB horizontal pass on several rows at once, which sets up each
+// pixel's taps once for them all. A function of the geometry alone (not of
+// the CPU's kernels), so that every machine picks the same order and
+// produces the same bytes.
 bool prefer_vertical_first(const AxisTaps& tx, const AxisTaps& ty, const Window& needed,
                            int channels) {
   const double taps_per_group = channels == 3 ? 4.0 : 8.0;
-  const double h_pixel = 10 + 7 * std::ceil(mean_taps(tx) / taps_per_group);
+  const double groups = std::ceil(mean_taps(tx) / taps_per_group);
+  const double h_pixel = 10 + 7 * groups;
+  const double h_pixel_rows = channels == 3 ? 4 + 5 * groups : h_pixel;
   const double v_byte = (10 + 17 * std::ceil(mean_taps(ty) / 2)) / 32;
   const double out_h = ty.out_size;
   const double out_w = tx.out_size;
   const double horizontal_first =
       needed.height * out_w * h_pixel + out_h * out_w * channels * v_byte;
   const double vertical_first = out_h * needed.width * channels * v_byte +
-                                out_h * out_w * h_pixel +
+                                out_h * out_w * h_pixel_rows +
                                 needed.height * needed.width * channels / 16.0;
   return vertical_first < horizontal_first;
 }
@@ -116,8 +122,13 @@ Resampler::Resampler(const SourceArea& area, int channels, const ResampleOutput&
   ring_pixels_ = static_cast<int>((ring_stride_ - kKernelRowSlack) / channels);
   ring_rows_ = ring_rows_needed(*ty_);
   ring_.resize(ring_stride_ * ring_rows_);
-  if (vertical_first_) mid_row_.resize(ring_stride_);
-  out_row_.resize((static_cast<size_t>(out.width) * channels + kKernelRowSlack + 63) / 64 * 64);
+  if (vertical_first_ && channels == 3 && !tx_->copy &&
+      kernels_->horizontal_rgb_rows != nullptr) {
+    batch_rows_ = kRowsAtOnce;
+  }
+  if (vertical_first_) mid_rows_.resize(ring_stride_ * batch_rows_);
+  out_stride_ = (static_cast<size_t>(out.width) * channels + kKernelRowSlack + 63) / 64 * 64;
+  out_row_.resize(out_stride_ * batch_rows_);
   tap_rows_.resize(ty_->max_count);
   first_tap_from_.resize(out.height);
   int least = ty_->start[out.height - 1];
@@ -255,10 +266,37 @@ void Resampler::emit_row_vertical_first(int y) {
     return;
   }
   for (int k = 0; k < t.count[y]; ++k) tap_rows_[k] = source_row(first + k);
+  uint8_t* mid = &mid_rows_[static_cast<size_t>(pending_) * ring_stride_];
   kernels_->vertical(tap_rows_.data(), &t.weights[static_cast<size_t>(y) * t.stride], t.count[y],
-                     t.precision, static_cast<size_t>(needed_.width) * channels_,
-                     mid_row_.data());
-  write_horizontal(mid_row_.data(), ring_pixels_, y);
+                     t.precision, static_cast<size_t>(needed_.width) * channels_, mid);
+  ++pending_;
+  if (pending_ == batch_rows_ || y == out_.height - 1) write_pending_rows();
+}
+
+// The rows waiting in mid_rows_ (output rows next_output_row_ - pending_ + 1
+// up to next_output_row_): all at once when there are enough, else one by one.
+void Resampler::write_pending_rows() {
+  const int first_y = next_output_row_ - pending_ + 1;
+  if (batch_rows_ == kRowsAtOnce && pending_ == kRowsAtOnce) {
+    const uint8_t* src[kRowsAtOnce];
+    uint8_t* dst[kRowsAtOnce];
+    for (int r = 0; r < kRowsAtOnce; ++r) {
+      src[r] = &mid_rows_[static_cast<size_t>(r) * ring_stride_];
+      dst[r] = &out_row_[static_cast<size_t>(r) * out_stride_];
+    }
+    kernels_->horizontal_rgb_rows(src, needed_.x - area_.region.x, ring_pixels_, *tx_, out_.flip,
+                                  dst);
+    for (int r = 0; r < kRowsAtOnce; ++r) {
+      out_.format->write_row(dst[r], channels_, out_.height, out_.width, first_y + r, out_.data,
+                             out_.simd != SimdLevel::kScalar);
+    }
+  } else {
+    for (int r = 0; r < pending_; ++r) {
+      write_horizontal(&mid_rows_[static_cast<size_t>(r) * ring_stride_], ring_pixels_,
+                       first_y + r);
+    }
+  }
+  pending_ = 0;
 }
 
 void Resampler::finish() const {

@@ -117,6 +117,7 @@ class Resampler final : public RowSink {
   void emit_row_horizontal_first(int y);
   void emit_row_vertical_first(int y);
   void write_horizontal(const uint8_t* row, int available, int y);
+  void write_pending_rows();
 
   SourceArea area_;
   int channels_;
@@ -141,8 +142,14 @@ class Resampler final : public RowSink {
   int ring_rows_ = 0;
   int ring_pixels_ = 0;  // readable pixels in a ring slot (vertical first)
   std::vector<uint8_t> ring_;
-  std::vector<uint8_t> mid_row_;  // vertical first: the vertical pass's row
-  std::vector<uint8_t> out_row_;
+  // Vertical first: the vertical pass's rows, `pending_` of them waiting for
+  // the horizontal pass, which takes batch_rows_ rows at once (RGB, where
+  // the CPU's kernels have such a loop) or one.
+  int batch_rows_ = 1;
+  std::vector<uint8_t> mid_rows_;
+  int pending_ = 0;
+  size_t out_stride_ = 0;
+  std::vector<uint8_t> out_row_;  // batch_rows_ rows of the output's width
   std::vector<const uint8_t*> tap_rows_;
   std::vector<int> first_tap_from_;  // per output row y: the least first tap of rows >= y
   const ResampleKernelSet* kernels_;

@@ -350,6 +350,95 @@ __attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* src, int
   }
 }
 
+// kRowsAtOnce rows per output pixel pair: the pair's taps, bounds check and
+// weight vectors are set up once and applied to every row.
+template <int kGroups>  // > 0
+__attribute__((target("avx2"))) void horizontal_rgb_rows_avx2_groups(
+    const uint8_t* const* src, int origin, size_t limit, const Taps& t, int groups, bool flip,
+    uint8_t* const* dst) {
+  const __m256i lo2 = _mm256_broadcastsi128_si256(rgb_pairs_lo());
+  const __m256i hi2 = _mm256_broadcastsi128_si256(rgb_pairs_hi());
+  const __m256i round = _mm256_set1_epi32(1 << (t.precision - 1));
+  const __m128i shift = _mm_cvtsi32_si128(t.precision);
+  const size_t reach = 4 * static_cast<size_t>(groups);
+  const int n = t.out_size;
+  int d = 0;
+  for (; d + 1 < n; d += 2) {
+    const int oa = flip ? n - 1 - d : d;
+    const int ob = flip ? n - 2 - d : d + 1;
+    const size_t ra = static_cast<size_t>(t.start[oa] - origin);
+    const size_t rb = static_cast<size_t>(t.start[ob] - origin);
+    if ((std::max(ra, rb) + reach) * 3 + 4 > limit) {
+      for (int r = 0; r < kRowsAtOnce; ++r) {
+        pixel_scalar<3>(src[r], origin, t, oa, dst[r] + d * 3);
+        pixel_scalar<3>(src[r], origin, t, ob, dst[r] + d * 3 + 3);
+      }
+      continue;
+    }
+    const int16_t* wa = t.weights_of(oa);
+    const int16_t* wb = t.weights_of(ob);
+    __m256i w0[kGroups], w1[kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      const __m256i wv = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wa + 4 * g))),
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 4 * g)), 1);
+      w0[g] = _mm256_shuffle_epi32(wv, 0x00);
+      w1[g] = _mm256_shuffle_epi32(wv, 0x55);
+    }
+    for (int r = 0; r < kRowsAtOnce; ++r) {
+      const uint8_t* pa = src[r] + ra * 3;
+      const uint8_t* pb = src[r] + rb * 3;
+      __m256i acc = round;
+      for (int g = 0; g < kGroups; ++g) {
+        const __m256i px = load_two(pa + 12 * g, pb + 12 * g);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2), w0[g]));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2), w1[g]));
+      }
+      __m256i v = _mm256_sra_epi32(acc, shift);
+      v = _mm256_packs_epi32(v, v);
+      v = _mm256_packus_epi16(v, v);
+      const int32_t first = _mm256_cvtsi256_si32(v);
+      const int32_t second = _mm256_extract_epi32(v, 4);
+      std::memcpy(dst[r] + d * 3, &first, sizeof(first));
+      std::memcpy(dst[r] + d * 3 + 3, &second, sizeof(second));
+    }
+  }
+  if (d < n) {
+    const int o = flip ? 0 : d;
+    for (int r = 0; r < kRowsAtOnce; ++r) pixel_scalar<3>(src[r], origin, t, o, dst[r] + d * 3);
+  }
+}
+
+__attribute__((target("avx2"))) void horizontal_rgb_rows_avx2(const uint8_t* const* src,
+                                                              int origin, int available,
+                                                              const AxisTaps& taps, bool flip,
+                                                              uint8_t* const* dst) {
+  if (taps.copy) {
+    for (int r = 0; r < kRowsAtOnce; ++r) copy_row<3>(src[r], origin, taps, flip, dst[r]);
+    return;
+  }
+  const Taps t(taps);
+  const size_t limit = static_cast<size_t>(available) * 3;
+  const int groups = (taps.max_count + 3) >> 2;
+  switch (groups) {
+    case 1:
+      horizontal_rgb_rows_avx2_groups<1>(src, origin, limit, t, groups, flip, dst);
+      return;
+    case 2:
+      horizontal_rgb_rows_avx2_groups<2>(src, origin, limit, t, groups, flip, dst);
+      return;
+    case 3:
+      horizontal_rgb_rows_avx2_groups<3>(src, origin, limit, t, groups, flip, dst);
+      return;
+    default:
+      // More than 12 taps a pixel: they outweigh their set-up, row by row.
+      for (int r = 0; r < kRowsAtOnce; ++r) {
+        horizontal_rgb_avx2_groups<0>(src[r], origin, limit, t, groups, flip, dst[r]);
+      }
+      return;
+  }
+}
+
 __attribute__((target("avx2"))) void vertical_avx2(const uint8_t* const* rows, const int16_t* w,
                                                    int count, int precision, size_t bytes,
                                                    uint8_t* dst) {
@@ -389,7 +478,8 @@ const ResampleKernelSet kSse41Kernels{horizontal_gray_sse41, horizontal_rgb_sse4
                                       vertical_sse41};
 // Gray keeps the SSE4.1 loop: 8 taps cover a reduction of up to ~4x, and
 // gray images are rare enough not to need a wider one.
-const ResampleKernelSet kAvx2Kernels{horizontal_gray_sse41, horizontal_rgb_avx2, vertical_avx2};
+const ResampleKernelSet kAvx2Kernels{horizontal_gray_sse41, horizontal_rgb_avx2, vertical_avx2,
+                                     horizontal_rgb_rows_avx2};
 #endif
 
 bool cpu_has(SimdLevel level) {

@@ -22,6 +22,13 @@ constexpr size_t kKernelRowSlack = 32;
 using HorizontalKernel = void (*)(const uint8_t* src, int origin, int available,
                                   const AxisTaps& taps, bool flip, uint8_t* dst);
 
+// The horizontal pass of kRowsAtOnce rows that share one readable width:
+// src[r] to dst[r], each as a HorizontalKernel call would write it. Kernels
+// for RGB that load each output pixel's taps and weights once for all rows.
+constexpr int kRowsAtOnce = 4;
+using HorizontalRowsKernel = void (*)(const uint8_t* const* src, int origin, int available,
+                                      const AxisTaps& taps, bool flip, uint8_t* const* dst);
+
 // `count` rows of `bytes` weighted into `dst` (`bytes` long). Reads and
 // writes nothing past `bytes`.
 using VerticalKernel = void (*)(const uint8_t* const* rows, const int16_t* weights, int count,
@@ -31,6 +38,7 @@ struct ResampleKernelSet {
   HorizontalKernel horizontal_gray;
   HorizontalKernel horizontal_rgb;
   VerticalKernel vertical;
+  HorizontalRowsKernel horizontal_rgb_rows = nullptr;  // nullptr: one row at a time
 };
 
 // The kernels of `level` (kAuto: the best this CPU runs). A level the CPU
