@@ -379,6 +379,7 @@ def map_job(
                             "samples_per_s": report["samples"] / report["seconds"],
                             "first_batch_s": report["first_batch_seconds"],
                             "peak_rss_mib": report["peak_tree_rss"] / 2**20,
+                            "peak_pss_mib": report["peak_tree_pss"] / 2**20,
                         }
                     )
                     print(
@@ -460,6 +461,7 @@ def main() -> None:
                 ("samples_per_s", "images/s"),
                 ("first_batch_s", "first batch s"),
                 ("peak_rss_mib", "peak RSS MiB"),
+                ("peak_pss_mib", "peak PSS MiB"),
             ],
         )
     )
@@ -594,6 +596,7 @@ def image_jobs_run(
                     "samples_per_s": report["samples"] / report["seconds"],
                     "first_batch_s": report["first_batch_seconds"],
                     "peak_rss_mib": report["peak_tree_rss"] / 2**20,
+                    "peak_pss_mib": report["peak_tree_pss"] / 2**20,
                 }
                 if loader == "chute":
                     run["decode_limit_before"] = limit_rounds[-1]

@@ -41,19 +41,21 @@ rss = _load_rss()
 def run_config(script: str, config: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
     """Runs `script --worker CONFIG` and returns its JSON report plus
     peak_tree_rss (bytes): RSS sampled every 10 ms, the process tree
-    re-listed every 100 ms (worker processes live for seconds)."""
+    re-listed every 100 ms (worker processes live for seconds); and
+    peak_tree_pss (bytes): the tree's proportional set size, every 100 ms."""
     proc = subprocess.Popen(
         [sys.executable, script, "--worker", json.dumps(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    with rss.PeakRss(proc.pid, interval=0.01, relist_every=10) as sampled:
+    with rss.PeakRss(proc.pid, interval=0.01, relist_every=10, pss_every=10) as sampled:
         out, err = proc.communicate(timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark config {config} failed:\n{err[-3000:]}")
     report: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     report["peak_tree_rss"] = sampled.peak
+    report["peak_tree_pss"] = sampled.peak_pss
     return report
 
 

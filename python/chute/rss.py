@@ -26,6 +26,22 @@ def process_rss(pid: int) -> int:
         return 0
 
 
+def process_pss(pid: int) -> int:
+    """Proportional set size of one process, in bytes: each shared page
+    divided among the processes that map it, so a tree's sum counts a
+    shared-memory batch once (0 when it is gone or smaps_rollup is missing).
+    The kernel walks the process's page tables to answer: sample it less
+    often than RSS."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        return 0
+    return 0
+
+
 def child_pids(pid: int) -> list[int]:
     """The direct children of a process, over all its threads."""
     out: list[int] = []
@@ -58,16 +74,24 @@ def tree_rss(pids: list[int]) -> int:
 class PeakRss:
     """Peak RSS of the process tree under `pid` (default: this process) while
     the ``with`` block runs: sampled every `interval` seconds on a thread,
-    the tree re-listed every `relist_every` samples. Where /proc is missing,
-    the peak of this process is taken from getrusage instead."""
+    the tree re-listed every `relist_every` samples. With `pss_every`, also
+    the peak of the tree's summed PSS (``peak_pss``), every that many
+    samples. Where /proc is missing, the peak of this process is taken from
+    getrusage instead (and peak_pss stays 0)."""
 
     def __init__(
-        self, pid: int | None = None, interval: float = 0.02, relist_every: int = 1
+        self,
+        pid: int | None = None,
+        interval: float = 0.02,
+        relist_every: int = 1,
+        pss_every: int = 0,
     ) -> None:
         self.pid = os.getpid() if pid is None else pid
         self.interval = interval
         self.relist_every = max(1, relist_every)
+        self.pss_every = pss_every
         self.peak = 0
+        self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -78,6 +102,8 @@ class PeakRss:
             if tick % self.relist_every == 0:
                 pids = tree_pids(self.pid)
             self.peak = max(self.peak, tree_rss(pids))
+            if self.pss_every and tick % self.pss_every == 0:
+                self.peak_pss = max(self.peak_pss, sum(process_pss(p) for p in pids))
             tick += 1
             self._stop.wait(self.interval)
 
