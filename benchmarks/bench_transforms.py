@@ -497,7 +497,9 @@ def main() -> None:
     if args.images:
         print("not saved: --images is for checking that the jobs run")
         return
-    path = save("transforms_quick" if args.quick else "transforms", results)
+    # A run of some of the jobs keeps the file of the full run.
+    name = "transforms" if set(jobs) == set(JOBS) else "transforms_" + "_".join(jobs)
+    path = save(name + ("_quick" if args.quick else ""), results)
     print(f"wrote {path}")
 
 
