@@ -253,40 +253,60 @@ __attribute__((target("avx2"))) inline __m256i load_two(const uint8_t* lo, const
 // rounding and the packing. Every pixel runs the row's largest group count
 // (the weights past a pixel's own taps are zero), so the loop's trip count
 // never changes between pixels: reductions between 1x and 2x mix 3-, 4- and
-// 5-tap pixels, and a branch on each pixel's own count mispredicts.
-template <int kGroups>
-__attribute__((target("avx2"))) inline void rgb_pair_avx2(const uint8_t* pa, const uint8_t* pb,
-                                                          const int16_t* wa, const int16_t* wb,
-                                                          int groups, __m256i lo2, __m256i hi2,
-                                                          __m256i round, __m128i shift,
-                                                          uint8_t* dst) {
-  const int n = kGroups > 0 ? kGroups : groups;
-  __m256i acc = round;
-  for (int g = 0; g < n; ++g) {
-    const __m256i px = load_two(pa + 12 * g, pb + 12 * g);
-    const __m256i wv = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wa + 4 * g))),
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 4 * g)), 1);
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2),
-                                                  _mm256_shuffle_epi32(wv, 0x00)));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2),
-                                                  _mm256_shuffle_epi32(wv, 0x55)));
-  }
+// 5-tap pixels, and a branch on each pixel's own count mispredicts. kRows
+// rows that share the taps (kRowsAtOnce with the vertical pass first) are
+// done pair by pair, so a pair's bounds check and weight vectors are set up
+// once for them all.
+
+// The pair's two weight vectors of group g, lane 0 for pixel a, lane 1 for b.
+__attribute__((target("avx2"))) inline void pair_weights(const int16_t* wa, const int16_t* wb,
+                                                         int g, __m256i* w0, __m256i* w1) {
+  const __m256i wv = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wa + 4 * g))),
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 4 * g)), 1);
+  *w0 = _mm256_shuffle_epi32(wv, 0x00);
+  *w1 = _mm256_shuffle_epi32(wv, 0x55);
+}
+
+__attribute__((target("avx2"))) inline __m256i pair_group(__m256i acc, const uint8_t* pa,
+                                                          const uint8_t* pb, int g, __m256i w0,
+                                                          __m256i w1, __m256i lo2,
+                                                          __m256i hi2) {
+  const __m256i px = load_two(pa + 12 * g, pb + 12 * g);
+  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2), w0));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2), w1));
+}
+
+// Shift, clamp to bytes and store each lane's 3 bytes, plus one byte that
+// the next store overwrites (outputs are written in increasing order).
+__attribute__((target("avx2"))) inline void store_pair(__m256i acc, __m128i shift,
+                                                       uint8_t* dst) {
   __m256i v = _mm256_sra_epi32(acc, shift);
   v = _mm256_packs_epi32(v, v);
   v = _mm256_packus_epi16(v, v);
-  // Each lane's 3 bytes plus one that the next store overwrites, in order.
   const int32_t first = _mm256_cvtsi256_si32(v);
   const int32_t second = _mm256_extract_epi32(v, 4);
   std::memcpy(dst, &first, sizeof(first));
   std::memcpy(dst + 3, &second, sizeof(second));
 }
 
-template <int kGroups>
-__attribute__((target("avx2"))) void horizontal_rgb_avx2_groups(const uint8_t* src, int origin,
-                                                                size_t limit, const Taps& t,
-                                                                int groups, bool flip,
-                                                                uint8_t* dst) {
+// kGroups: the row's group count, or 0 for any count (more than 12 taps a
+// pixel, where the taps outweigh their set-up and each row loads its own).
+template <int kGroups, int kRows>
+__attribute__((target("avx2"))) void horizontal_rgb_avx2_rows(const uint8_t* const* src_rows,
+                                                              int origin, size_t limit,
+                                                              const Taps& t, int groups,
+                                                              bool flip,
+                                                              uint8_t* const* dst_rows) {
+  // The row pointers as locals: the byte stores below may alias anything
+  // whose address is known outside, so the caller's arrays would be reloaded
+  // after each store.
+  const uint8_t* src[kRows];
+  uint8_t* dst[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    src[r] = src_rows[r];
+    dst[r] = dst_rows[r];
+  }
   const __m256i lo2 = _mm256_broadcastsi128_si256(rgb_pairs_lo());
   const __m256i hi2 = _mm256_broadcastsi128_si256(rgb_pairs_hi());
   const __m256i round = _mm256_set1_epi32(1 << (t.precision - 1));
@@ -301,75 +321,7 @@ __attribute__((target("avx2"))) void horizontal_rgb_avx2_groups(const uint8_t* s
     const size_t ra = static_cast<size_t>(t.start[oa] - origin);
     const size_t rb = static_cast<size_t>(t.start[ob] - origin);
     if ((std::max(ra, rb) + reach) * 3 + 4 > limit) {
-      pixel_scalar<3>(src, origin, t, oa, dst + d * 3);
-      pixel_scalar<3>(src, origin, t, ob, dst + d * 3 + 3);
-      continue;
-    }
-    rgb_pair_avx2<kGroups>(src + ra * 3, src + rb * 3, t.weights_of(oa), t.weights_of(ob),
-                           groups, lo2, hi2, round, shift, dst + d * 3);
-  }
-  if (d < n) {
-    const int o = flip ? 0 : d;
-    if (!rgb_vector_safe(t, o, origin, limit)) {
-      pixel_scalar<3>(src, origin, t, o, dst + d * 3);
-      return;
-    }
-    const uint8_t* p = src + static_cast<size_t>(t.start[o] - origin) * 3;
-    const int16_t* w = t.weights_of(o);
-    __m128i acc = _mm_set1_epi32(1 << (t.precision - 1));
-    for (int k = 0; k < t.count[o]; k += 4) {
-      acc = rgb_taps4(acc, p + k * 3, w + k, rgb_pairs_lo(), rgb_pairs_hi());
-    }
-    store_rgb(acc, shift, dst + d * 3);
-  }
-}
-
-__attribute__((target("avx2"))) void horizontal_rgb_avx2(const uint8_t* src, int origin,
-                                                         int available, const AxisTaps& taps,
-                                                         bool flip, uint8_t* dst) {
-  if (taps.copy) {
-    copy_row<3>(src, origin, taps, flip, dst);
-    return;
-  }
-  const Taps t(taps);
-  const size_t limit = static_cast<size_t>(available) * 3;
-  const int groups = (taps.max_count + 3) >> 2;
-  switch (groups) {
-    case 1:
-      horizontal_rgb_avx2_groups<1>(src, origin, limit, t, groups, flip, dst);
-      return;
-    case 2:
-      horizontal_rgb_avx2_groups<2>(src, origin, limit, t, groups, flip, dst);
-      return;
-    case 3:
-      horizontal_rgb_avx2_groups<3>(src, origin, limit, t, groups, flip, dst);
-      return;
-    default:
-      horizontal_rgb_avx2_groups<0>(src, origin, limit, t, groups, flip, dst);
-      return;
-  }
-}
-
-// kRowsAtOnce rows per output pixel pair: the pair's taps, bounds check and
-// weight vectors are set up once and applied to every row.
-template <int kGroups>  // > 0
-__attribute__((target("avx2"))) void horizontal_rgb_rows_avx2_groups(
-    const uint8_t* const* src, int origin, size_t limit, const Taps& t, int groups, bool flip,
-    uint8_t* const* dst) {
-  const __m256i lo2 = _mm256_broadcastsi128_si256(rgb_pairs_lo());
-  const __m256i hi2 = _mm256_broadcastsi128_si256(rgb_pairs_hi());
-  const __m256i round = _mm256_set1_epi32(1 << (t.precision - 1));
-  const __m128i shift = _mm_cvtsi32_si128(t.precision);
-  const size_t reach = 4 * static_cast<size_t>(groups);
-  const int n = t.out_size;
-  int d = 0;
-  for (; d + 1 < n; d += 2) {
-    const int oa = flip ? n - 1 - d : d;
-    const int ob = flip ? n - 2 - d : d + 1;
-    const size_t ra = static_cast<size_t>(t.start[oa] - origin);
-    const size_t rb = static_cast<size_t>(t.start[ob] - origin);
-    if ((std::max(ra, rb) + reach) * 3 + 4 > limit) {
-      for (int r = 0; r < kRowsAtOnce; ++r) {
+      for (int r = 0; r < kRows; ++r) {
         pixel_scalar<3>(src[r], origin, t, oa, dst[r] + d * 3);
         pixel_scalar<3>(src[r], origin, t, ob, dst[r] + d * 3 + 3);
       }
@@ -377,44 +329,54 @@ __attribute__((target("avx2"))) void horizontal_rgb_rows_avx2_groups(
     }
     const int16_t* wa = t.weights_of(oa);
     const int16_t* wb = t.weights_of(ob);
-    __m256i w0[kGroups], w1[kGroups];
-    for (int g = 0; g < kGroups; ++g) {
-      const __m256i wv = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wa + 4 * g))),
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb + 4 * g)), 1);
-      w0[g] = _mm256_shuffle_epi32(wv, 0x00);
-      w1[g] = _mm256_shuffle_epi32(wv, 0x55);
-    }
-    for (int r = 0; r < kRowsAtOnce; ++r) {
-      const uint8_t* pa = src[r] + ra * 3;
-      const uint8_t* pb = src[r] + rb * 3;
-      __m256i acc = round;
-      for (int g = 0; g < kGroups; ++g) {
-        const __m256i px = load_two(pa + 12 * g, pb + 12 * g);
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo2), w0[g]));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi2), w1[g]));
+    if constexpr (kGroups == 0) {
+      for (int r = 0; r < kRows; ++r) {
+        __m256i acc = round;
+        for (int g = 0; g < groups; ++g) {
+          __m256i w0, w1;
+          pair_weights(wa, wb, g, &w0, &w1);
+          acc = pair_group(acc, src[r] + ra * 3, src[r] + rb * 3, g, w0, w1, lo2, hi2);
+        }
+        store_pair(acc, shift, dst[r] + d * 3);
       }
-      __m256i v = _mm256_sra_epi32(acc, shift);
-      v = _mm256_packs_epi32(v, v);
-      v = _mm256_packus_epi16(v, v);
-      const int32_t first = _mm256_cvtsi256_si32(v);
-      const int32_t second = _mm256_extract_epi32(v, 4);
-      std::memcpy(dst[r] + d * 3, &first, sizeof(first));
-      std::memcpy(dst[r] + d * 3 + 3, &second, sizeof(second));
+    } else {
+      __m256i w0[kGroups], w1[kGroups];
+      for (int g = 0; g < kGroups; ++g) pair_weights(wa, wb, g, &w0[g], &w1[g]);
+      for (int r = 0; r < kRows; ++r) {
+        __m256i acc = round;
+        for (int g = 0; g < kGroups; ++g) {
+          acc = pair_group(acc, src[r] + ra * 3, src[r] + rb * 3, g, w0[g], w1[g], lo2, hi2);
+        }
+        store_pair(acc, shift, dst[r] + d * 3);
+      }
     }
   }
   if (d < n) {
     const int o = flip ? 0 : d;
-    for (int r = 0; r < kRowsAtOnce; ++r) pixel_scalar<3>(src[r], origin, t, o, dst[r] + d * 3);
+    const bool vector = rgb_vector_safe(t, o, origin, limit);
+    const int16_t* w = t.weights_of(o);
+    for (int r = 0; r < kRows; ++r) {
+      if (!vector) {
+        pixel_scalar<3>(src[r], origin, t, o, dst[r] + d * 3);
+        continue;
+      }
+      const uint8_t* p = src[r] + static_cast<size_t>(t.start[o] - origin) * 3;
+      __m128i acc = _mm_set1_epi32(1 << (t.precision - 1));
+      for (int k = 0; k < t.count[o]; k += 4) {
+        acc = rgb_taps4(acc, p + k * 3, w + k, rgb_pairs_lo(), rgb_pairs_hi());
+      }
+      store_rgb(acc, shift, dst[r] + d * 3);
+    }
   }
 }
 
-__attribute__((target("avx2"))) void horizontal_rgb_rows_avx2(const uint8_t* const* src,
-                                                              int origin, int available,
-                                                              const AxisTaps& taps, bool flip,
-                                                              uint8_t* const* dst) {
+template <int kRows>
+__attribute__((target("avx2"))) void horizontal_rgb_avx2_any(const uint8_t* const* src,
+                                                             int origin, int available,
+                                                             const AxisTaps& taps, bool flip,
+                                                             uint8_t* const* dst) {
   if (taps.copy) {
-    for (int r = 0; r < kRowsAtOnce; ++r) copy_row<3>(src[r], origin, taps, flip, dst[r]);
+    for (int r = 0; r < kRows; ++r) copy_row<3>(src[r], origin, taps, flip, dst[r]);
     return;
   }
   const Taps t(taps);
@@ -422,21 +384,24 @@ __attribute__((target("avx2"))) void horizontal_rgb_rows_avx2(const uint8_t* con
   const int groups = (taps.max_count + 3) >> 2;
   switch (groups) {
     case 1:
-      horizontal_rgb_rows_avx2_groups<1>(src, origin, limit, t, groups, flip, dst);
-      return;
+      return horizontal_rgb_avx2_rows<1, kRows>(src, origin, limit, t, groups, flip, dst);
     case 2:
-      horizontal_rgb_rows_avx2_groups<2>(src, origin, limit, t, groups, flip, dst);
-      return;
+      return horizontal_rgb_avx2_rows<2, kRows>(src, origin, limit, t, groups, flip, dst);
     case 3:
-      horizontal_rgb_rows_avx2_groups<3>(src, origin, limit, t, groups, flip, dst);
-      return;
+      return horizontal_rgb_avx2_rows<3, kRows>(src, origin, limit, t, groups, flip, dst);
     default:
-      // More than 12 taps a pixel: they outweigh their set-up, row by row.
-      for (int r = 0; r < kRowsAtOnce; ++r) {
-        horizontal_rgb_avx2_groups<0>(src[r], origin, limit, t, groups, flip, dst[r]);
-      }
-      return;
+      return horizontal_rgb_avx2_rows<0, kRows>(src, origin, limit, t, groups, flip, dst);
   }
+}
+
+void horizontal_rgb_avx2(const uint8_t* src, int origin, int available, const AxisTaps& taps,
+                         bool flip, uint8_t* dst) {
+  horizontal_rgb_avx2_any<1>(&src, origin, available, taps, flip, &dst);
+}
+
+void horizontal_rgb_rows_avx2(const uint8_t* const* src, int origin, int available,
+                              const AxisTaps& taps, bool flip, uint8_t* const* dst) {
+  horizontal_rgb_avx2_any<kRowsAtOnce>(src, origin, available, taps, flip, dst);
 }
 
 __attribute__((target("avx2"))) void vertical_avx2(const uint8_t* const* rows, const int16_t* w,
