@@ -98,14 +98,16 @@ class PeakRss:
     def _run(self) -> None:
         pids: list[int] = []
         tick = 0
-        while not self._stop.is_set():
+        # At least one sample, however soon the block ends.
+        while True:
             if tick % self.relist_every == 0:
                 pids = tree_pids(self.pid)
             self.peak = max(self.peak, tree_rss(pids))
             if self.pss_every and tick % self.pss_every == 0:
                 self.peak_pss = max(self.peak_pss, sum(process_pss(p) for p in pids))
             tick += 1
-            self._stop.wait(self.interval)
+            if self._stop.wait(self.interval):
+                return
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
