@@ -537,9 +537,6 @@ def stage_costs(payloads: list[bytes], rounds: int = 3) -> dict[str, float]:
             call(i, payload)
         return (time.perf_counter() - start) / len(payloads) * 1e6
 
-    def resampled(**kw: Any) -> Any:
-        return lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=crops[i], **kw)
-
     stages: dict[str, Any] = {
         "full-size decode": lambda: loop_us(False),
         "entropy decoding alone": lambda: loop_us(True),
@@ -548,7 +545,9 @@ def stage_costs(payloads: list[bytes], rounds: int = 3) -> dict[str, float]:
                 b, crops[i][2], crops[i][3], crop=crops[i], region="crop"
             )
         ),
-        "train: + resize to 224x224 (uint8 HWC)": lambda: per_image(resampled()),
+        "train: + resize to 224x224 (uint8 HWC)": lambda: per_image(
+            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=crops[i])
+        ),
         "train: + flip, normalise, float16 CHW": lambda: per_image(
             lambda i, b: _core._decode_resampled(
                 b, CROP, CROP, crop=crops[i], flip=bool(i % 2), **norm

@@ -84,8 +84,11 @@ void OutputFormat::build_tables(const std::array<float, 3>& mean,
       if (type_ == PixelType::kFloat16) bits[v] = float_to_half_bits(x);
       if (type_ == PixelType::kBFloat16) bits[v] = float_to_bfloat16_bits(x);
     }
-    f32_[c] = ByteTable<float>(values);
-    u16_[c] = ByteTable<uint16_t>(bits);
+    if (type_ == PixelType::kFloat32) {
+      f32_[c] = ByteTable<float>(values);
+    } else {
+      u16_[c] = ByteTable<uint16_t>(bits);
+    }
   }
 }
 

@@ -48,7 +48,8 @@ class OutputFormat {
   Layout layout_ = Layout::kHWC;
   PixelType type_ = PixelType::kUint8;
   bool normalized_ = false;
-  // Per channel: the float32 value of each byte, and its float16/bfloat16 bits.
+  // Per channel: the float32 value of each byte (float32 outputs), or its
+  // float16/bfloat16 bits (those outputs).
   std::array<ByteTable<float>, 3> f32_{};
   std::array<ByteTable<uint16_t>, 3> u16_{};
 };

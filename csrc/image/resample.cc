@@ -221,7 +221,12 @@ void Resampler::write_horizontal(const uint8_t* row, int available, int y) {
     horizontal(row, available, out_row_.data());
     result = out_row_.data();
   }
-  out_.format->write_row(result, channels_, out_.height, out_.width, y, out_.data,
+  write_output_row(result, y);
+}
+
+// A finished row (out width, interleaved bytes) into the output's format.
+void Resampler::write_output_row(const uint8_t* row, int y) const {
+  out_.format->write_row(row, channels_, out_.height, out_.width, y, out_.data,
                          out_.simd != SimdLevel::kScalar);
 }
 
@@ -252,8 +257,7 @@ void Resampler::emit_row_horizontal_first(int y) {
                        out_row_.data());
     result = out_row_.data();
   }
-  out_.format->write_row(result, channels_, out_.height, out_.width, y, out_.data,
-                         out_.simd != SimdLevel::kScalar);
+  write_output_row(result, y);
 }
 
 void Resampler::emit_row_vertical_first(int y) {
@@ -277,7 +281,7 @@ void Resampler::emit_row_vertical_first(int y) {
 // up to next_output_row_): all at once when there are enough, else one by one.
 void Resampler::write_pending_rows() {
   const int first_y = next_output_row_ - pending_ + 1;
-  if (batch_rows_ == kRowsAtOnce && pending_ == kRowsAtOnce) {
+  if (pending_ == kRowsAtOnce) {
     const uint8_t* src[kRowsAtOnce];
     uint8_t* dst[kRowsAtOnce];
     for (int r = 0; r < kRowsAtOnce; ++r) {
@@ -286,10 +290,7 @@ void Resampler::write_pending_rows() {
     }
     kernels_->horizontal_rgb_rows(src, needed_.x - area_.region.x, ring_pixels_, *tx_, out_.flip,
                                   dst);
-    for (int r = 0; r < kRowsAtOnce; ++r) {
-      out_.format->write_row(dst[r], channels_, out_.height, out_.width, first_y + r, out_.data,
-                             out_.simd != SimdLevel::kScalar);
-    }
+    for (int r = 0; r < kRowsAtOnce; ++r) write_output_row(dst[r], first_y + r);
   } else {
     for (int r = 0; r < pending_; ++r) {
       write_horizontal(&mid_rows_[static_cast<size_t>(r) * ring_stride_], ring_pixels_,

@@ -73,7 +73,7 @@ struct ResampleOutput {
   const OutputFormat* format = nullptr;  // layout and dtype; must outlive the resampler
   void* data = nullptr;                  // height * width * channels elements
   // kScalar etc. force a kernel (tests, benchmarks); kScalar also keeps the
-  // 16-bit output writes to their per-value loop.
+  // float output writes to their per-value loop.
   SimdLevel simd = SimdLevel::kAuto;
   PassOrder order = PassOrder::kAuto;    // forced by tests; results differ by at most 1
 };
@@ -118,6 +118,7 @@ class Resampler final : public RowSink {
   void emit_row_vertical_first(int y);
   void write_horizontal(const uint8_t* row, int available, int y);
   void write_pending_rows();
+  void write_output_row(const uint8_t* row, int y) const;
 
   SourceArea area_;
   int channels_;

@@ -38,9 +38,10 @@ class StreamCounters {
   void shuffle(ShuffleLevel& last, const ShuffleLevel& now, uint64_t peak_bytes,
                uint64_t peak_samples) {
     // Unsigned arithmetic wraps: adding (now - last) works when it shrinks too.
-    const uint64_t bytes = shuffle_bytes_.fetch_add(now.bytes - last.bytes) + now.bytes - last.bytes;
-    const uint64_t samples =
-        shuffle_samples_.fetch_add(now.samples - last.samples) + now.samples - last.samples;
+    const uint64_t add_bytes = now.bytes - last.bytes;
+    const uint64_t add_samples = now.samples - last.samples;
+    const uint64_t bytes = shuffle_bytes_.fetch_add(add_bytes) + add_bytes;
+    const uint64_t samples = shuffle_samples_.fetch_add(add_samples) + add_samples;
     last = now;
     raise_to(shuffle_peak_bytes_, std::max(bytes, peak_bytes));
     raise_to(shuffle_peak_samples_, std::max(samples, peak_samples));
