@@ -72,11 +72,17 @@ run_asan() {
   # libstdc++ is preloaded with the runtime: ASan resolves the real
   # __cxa_throw when it starts, and a Python host has not loaded libstdc++
   # yet (every C++ throw then dies in an ASan CHECK).
+  # Deselected: the test whose reference side (plain webdataset) runs torch
+  # DataLoader worker processes forked from this many-threaded process. GCC's
+  # libasan does not take its allocator's locks around fork(), so a child
+  # forked while another thread is inside malloc waits on that lock forever
+  # (seen twice in four runs; gdb: the child in SizeClassAllocator64's mutex).
   LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_init_order=1:detect_stack_use_after_return=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   CHUTE_SANITIZER=address PYTHONPATH="$root/build/asan/pkg" PYTHONMALLOC=malloc \
-    "$python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" "$@"
+    "$python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" \
+    -k "not torch_dataloader_workers_same_multiset" "$@"
 }
 
 run_tsan() {
