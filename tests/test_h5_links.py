@@ -163,9 +163,9 @@ def write_external_storage(path: Path) -> None:
 @pytest.mark.parametrize("kind", ["lzf", "virtual", "external_storage"])
 def test_a_dataset_whose_every_field_takes_the_h5py_path(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "only.h5"
-    {"lzf": write_lzf, "virtual": write_virtual, "external_storage": write_external_storage}[
-        kind
-    ](path)
+    {"lzf": write_lzf, "virtual": write_virtual, "external_storage": write_external_storage}[kind](
+        path
+    )
     with pytest.warns(ChuteSlowPathWarning):
         ds = H5Dataset(path, ["v"])
     assert ds._slow == {"v"}
@@ -175,7 +175,5 @@ def test_a_dataset_whose_every_field_takes_the_h5py_path(tmp_path: Path, kind: s
         ds[ROWS]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ChuteSlowPathWarning)
-        torch_rows = [
-            b["v"] for b in torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2)
-        ]
+        torch_rows = [b["v"] for b in torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2)]
     np.testing.assert_array_equal(torch.cat(torch_rows).numpy(), h5py_rows(path, "v"))
