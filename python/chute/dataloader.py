@@ -90,8 +90,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     For chute's datasets without Python work, ``num_workers`` is the number
     of native threads and no worker process is started, so
-    ``worker_init_fn`` is not called: it is accepted with a one-time
-    ``WorkerInitFnWarning`` (calling it in this process would apply
+    ``worker_init_fn`` is not called: it is accepted with a
+    ``WorkerInitFnWarning``, once per dataset type (calling it in this process would apply
     per-worker set-up, such as ``torch.set_num_threads(1)`` or
     ``get_worker_info()`` splitting, to the main process). With Python work
     (see the module docstring) ``num_workers`` processes run it:
@@ -105,8 +105,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
     batch: the next iteration replays the same order and skips what was seen.
-    A state from another dataset, batch size or loader kind is refused with a
-    ValueError naming the difference. With ``distributed=True`` (or a
+    A state from another dataset, batch size, loader kind or state version, or
+    one past the end of its epoch, is refused with a ValueError naming the
+    difference. With ``distributed=True`` (or a
     ``Curriculum`` or weighted ``chute.mix`` sampler) the state also holds the
     epoch's global position, the same on every rank, and loads on another
     world size: the ranks then share what is left of the epoch, each sample
@@ -434,8 +435,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The next iteration resumes where `state` was taken. ValueError when
-        `state` is malformed or was taken from another kind of dataset,
-        another dataset (its rows or shards) or another batch size."""
+        `state` is malformed, of another version, past the end of its epoch,
+        or was taken from another kind of dataset, another dataset (its rows,
+        files or shards) or another batch size."""
         if not isinstance(state, dict):
             raise ValueError(f"a loader state must be a dict, not {type(state).__name__}")
         expected = _state_kind(self._native)
