@@ -112,7 +112,8 @@ def test_a_missing_key_lists_the_datasets_the_file_has(linked: Path) -> None:
     with pytest.raises(KeyError) as info:
         H5Dataset(linked, ["nn"])
     assert str(info.value) == (
-        f"\"{linked}: dataset 'nn' not found; the file has datasets 'g/y', 'n'\""
+        f"\"{linked}: dataset 'nn' not found; the file has datasets 'chunked', 'g/y', 'lz', "
+        "'n', 's', 'x'\""
     )
     with pytest.raises(KeyError, match=r"'g' is a group, not a dataset; the file has datasets"):
         H5Dataset(linked, ["g"])

@@ -333,24 +333,35 @@ _LISTED_DATASETS = 20
 
 
 def _dataset_listing(f: h5py.File) -> str:
-    """The datasets of `f` by path (the first few), for an error message."""
+    """The datasets of `f` by path, links to datasets included (the first
+    few), for an error message."""
     found: list[str] = []
-    more = False
 
-    def visit(name: str, obj: Any) -> bool | None:
-        nonlocal more
-        if isinstance(obj, h5py.Dataset):
-            if len(found) == _LISTED_DATASETS:
-                more = True
-                return True  # stops the walk
-            found.append(name)
-        return None
+    def walk(group: h5py.Group, prefix: str) -> bool:
+        """Adds `group`'s datasets; False once the listing is full."""
+        for name in group:
+            try:
+                kind = group.get(name, getclass=True)
+            except (KeyError, OSError, RuntimeError):
+                continue  # a link that leads nowhere
+            if kind is h5py.Dataset:
+                if len(found) == _LISTED_DATASETS:
+                    return False
+                found.append(prefix + name)
+            elif (
+                kind is h5py.Group
+                # Only hard links are walked into: a soft link may lead back up.
+                and isinstance(group.get(name, getlink=True), h5py.HardLink)
+                and not walk(group[name], f"{prefix}{name}/")
+            ):
+                return False
+        return True
 
-    f.visititems(visit)
+    complete = walk(f, "")
     if not found:
         return "no datasets"
     listing = ", ".join(repr(n) for n in found)
-    return f"datasets {listing}{', ...' if more else ''}"
+    return f"datasets {listing}{'' if complete else ', ...'}"
 
 
 def _identity(
