@@ -178,3 +178,26 @@ def test_a_dataset_whose_every_field_takes_the_h5py_path(tmp_path: Path, kind: s
         warnings.simplefilter("ignore", ChuteSlowPathWarning)
         torch_rows = [b["v"] for b in torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2)]
     np.testing.assert_array_equal(torch.cat(torch_rows).numpy(), h5py_rows(path, "v"))
+
+
+def test_external_links_in_a_remote_file_are_refused(linked: Path) -> None:
+    pytest.importorskip("obstore")
+    from chute.remote import RemoteOptions
+    from remote_servers import ObjectServer
+
+    absolute = linked.parent / "absolute.h5"
+    with h5py.File(absolute, "w") as f:
+        f["n"] = np.zeros((ROWS, 3), dtype="f4")
+        # An absolute name: h5py would open this machine's file for it.
+        f["x"] = h5py.ExternalLink(str(linked.parent / "sub" / "b.h5"), "/x")
+    with ObjectServer() as server:
+        server.objects["/absolute.h5"] = absolute.read_bytes()
+        url = f"{server.url}/absolute.h5"
+        options = RemoteOptions(backoff_s=0.01, max_backoff_s=0.05)
+        assert len(H5Dataset(url, ["n"], remote=options)) == ROWS
+        with pytest.raises(
+            ValueError,
+            match=r"absolute.h5: dataset 'x' is an external link into .*b.h5'; chute follows "
+            "external links of local files only",
+        ):
+            H5Dataset(url, ["x", "n"], remote=options)

@@ -155,11 +155,7 @@ class H5Dataset(IndexedDataset):
                     where, where_st = path, st
                     if obj.file != f:
                         if is_remote_url(path):
-                            raise ValueError(
-                                f"{path}: dataset {ds_path!r} is an external link into"
-                                f" {obj.file.filename!r}; chute follows external links of"
-                                " local files only"
-                            )
+                            raise _remote_external_link(path, ds_path, obj.file.filename)
                         where = os.path.abspath(obj.file.filename)
                         where_st = os.stat(where)
                     sources[name].append((where, str(obj.name)))
@@ -310,12 +306,21 @@ def _find_dataset(f: h5py.File, path: str, ds_path: str) -> h5py.Dataset:
             f" has {_dataset_listing(f)}"
         )
     link = f.get(ds_path, getlink=True) if _parent_exists(f, ds_path) else None
+    if isinstance(link, h5py.ExternalLink) and is_remote_url(path):
+        raise _remote_external_link(path, ds_path, link.filename)
     if isinstance(link, h5py.ExternalLink | h5py.SoftLink):
         raise KeyError(
             f"{path}: {ds_path!r} is a link to {_link_target(link)} that leads nowhere"
-            " (its target does not exist)"
+            " (HDF5 cannot open its target)"
         )
     raise KeyError(f"{path}: dataset {ds_path!r} not found; the file has {_dataset_listing(f)}")
+
+
+def _remote_external_link(path: str, ds_path: str, target: str) -> ValueError:
+    return ValueError(
+        f"{path}: dataset {ds_path!r} is an external link into {target!r}; chute follows"
+        " external links of local files only"
+    )
 
 
 def _parent_exists(f: h5py.File, ds_path: str) -> bool:
