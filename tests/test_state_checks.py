@@ -217,3 +217,7 @@ def test_a_mix_state_of_other_sources_or_versions_is_refused(
     broken = {**loader_state, "dataset": {**loader_state["dataset"], "sources": None}}
     with pytest.raises(ValueError, match="holds no source states"):
         chute.DataLoader(stream_mix(stream_shards), batch_size=None).load_state_dict(broken)
+    resumed = chute.DataLoader(stream_mix(stream_shards), batch_size=None)
+    resumed.load_state_dict(loader_state)
+    whole = [list(b[0]) for b in stream_mix(stream_shards)]
+    assert [list(b[0]) for b in resumed] == whole[1:]
