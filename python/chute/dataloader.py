@@ -91,9 +91,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     For chute's datasets without Python work, ``num_workers`` is the number
     of native threads and no worker process is started, so
     ``worker_init_fn`` is not called: it is accepted with a
-    ``WorkerInitFnWarning``, once per dataset type (calling it in this process would apply
-    per-worker set-up, such as ``torch.set_num_threads(1)`` or
-    ``get_worker_info()`` splitting, to the main process). With Python work
+    ``WorkerInitFnWarning``, once per dataset type (calling it in this
+    process would apply per-worker set-up, such as
+    ``torch.set_num_threads(1)`` or ``get_worker_info()`` splitting, to the
+    main process). With Python work
     (see the module docstring) ``num_workers`` processes run it:
     ``worker_init_fn(worker_id)`` is called in each, ``multiprocessing_context``
     (default: fork while no engine of chute runs in this process, else
@@ -107,11 +108,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     batch: the next iteration replays the same order and skips what was seen.
     A state from another dataset, batch size, loader kind or state version, or
     one past the end of its epoch, is refused with a ValueError naming the
-    difference. With ``distributed=True`` (or a
-    ``Curriculum`` or weighted ``chute.mix`` sampler) the state also holds the
-    epoch's global position, the same on every rank, and loads on another
-    world size: the ranks then share what is left of the epoch, each sample
-    once, with equal batch counts (``chute.elastic``).
+    difference. With ``distributed=True`` (or a ``Curriculum`` or weighted
+    ``chute.mix`` sampler) the state also holds the epoch's global position,
+    the same on every rank, and loads on another world size: the ranks then
+    share what is left of the epoch, each sample once, with equal batch
+    counts (``chute.elastic``).
     """
 
     def __init__(
@@ -587,12 +588,12 @@ def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
 
 
 def _check_state_version(state: dict[str, Any]) -> None:
-    version = state.get("version")
     if "version" not in state:
         raise ValueError(
             "loader state has no 'version': it was not written by chute.DataLoader.state_dict() "
             f"of this chute (which writes version {STATE_VERSION})"
         )
+    version = state["version"]
     if isinstance(version, bool) or version != STATE_VERSION:
         raise ValueError(
             f"loader state has version {version!r}; this chute reads version {STATE_VERSION} "
