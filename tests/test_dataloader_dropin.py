@@ -3,6 +3,7 @@ set_epoch, worker_init_fn, and the state dicts it refuses."""
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from itertools import islice
@@ -115,7 +116,7 @@ def test_worker_init_fn_runs_in_torch_workers(tmp_path: Path) -> None:
 def test_worker_init_fn_with_native_threads_warns_once_and_is_not_called(
     shards: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chute.dataloader, "_warned_worker_init_fn", False)
+    monkeypatch.setattr(chute.dataloader, "_warned_worker_init_fn", set())
     calls: list[int] = []
     with pytest.warns(chute.WorkerInitFnWarning, match="worker_init_fn is not called"):
         loader = chute.DataLoader(
@@ -123,6 +124,9 @@ def test_worker_init_fn_with_native_threads_warns_once_and_is_not_called(
         )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once: the second loader is silent
+        chute.DataLoader(stream(shards), batch_size=10, num_workers=2, worker_init_fn=calls.append)
+    # A map-style dataset has its own warning: the stream's does not silence it.
+    with pytest.warns(chute.WorkerInitFnWarning, match="runs ArrayDataset on native threads"):
         chute.DataLoader(
             chute.ArrayDataset(x=np.arange(4)),
             batch_size=2,
@@ -131,10 +135,85 @@ def test_worker_init_fn_with_native_threads_warns_once_and_is_not_called(
         )
     assert len(list(loader)) == 12 and calls == []
     # Without workers torch does not call it either, and says nothing.
-    monkeypatch.setattr(chute.dataloader, "_warned_worker_init_fn", False)
+    monkeypatch.setattr(chute.dataloader, "_warned_worker_init_fn", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         chute.DataLoader(stream(shards), batch_size=10, worker_init_fn=calls.append)
+
+
+# What a user fixes after an epoch failed in collate_fn (module-level, so
+# that a worker started without fork sees the value this module imports with).
+COLLATE_FAILS = True
+
+
+def collate_until_fixed(rows: list[Any]) -> Any:
+    if COLLATE_FAILS:
+        raise RuntimeError("collate_fn is broken")
+    return torch.utils.data.default_collate(rows)
+
+
+def h5_rows(tmp_path: Path) -> chute.H5Dataset:
+    import h5py
+
+    path = tmp_path / "rows.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(40, dtype="f4").reshape(20, 2)
+    return chute.H5Dataset(path, ["x"])
+
+
+def test_a_collate_fn_fixed_after_it_raised_works_in_the_next_epoch_as_in_torch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = h5_rows(tmp_path)
+    ds[0]  # the dataset's engine now has threads in this process
+    epochs: dict[str, list[list[float]]] = {}
+    for make in (torch.utils.data.DataLoader, chute.DataLoader):
+        monkeypatch.setattr(__import__(__name__), "COLLATE_FAILS", True)
+        loader = make(ds, batch_size=4, num_workers=2, collate_fn=collate_until_fixed)
+        with pytest.raises(RuntimeError, match="collate_fn is broken"):
+            list(loader)
+        monkeypatch.setattr(__import__(__name__), "COLLATE_FAILS", False)
+        epochs[make.__module__] = [b["x"].flatten().tolist() for b in loader]
+    assert epochs["chute.dataloader"] == epochs["torch.utils.data.dataloader"]
+    assert len(epochs["chute.dataloader"]) == 5
+    ds[1]  # and the dataset still reads in this process
+
+
+def mark_worker(marks: Path, worker_id: int) -> None:
+    (marks / f"w{worker_id}-{os.getpid()}").touch()
+
+
+def failing_worker_init(worker_id: int) -> None:
+    raise RuntimeError(f"Error in worker_init_fn {worker_id}")
+
+
+def test_worker_init_fn_of_a_map_style_dataset_on_workers_runs_in_each_and_raises_there(
+    tmp_path: Path,
+) -> None:
+    ds = h5_rows(tmp_path)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    loader = chute.DataLoader(
+        ds,
+        batch_size=4,
+        num_workers=2,
+        collate_fn=torch.utils.data.default_collate,
+        worker_init_fn=functools.partial(mark_worker, marks),
+    )
+    assert len(list(loader)) == 5
+    assert sorted(p.name.split("-")[0] for p in marks.iterdir()) == ["w0", "w1"]
+    assert all(int(p.name.split("-")[1]) != os.getpid() for p in marks.iterdir())
+    # As torch's test_error_in_init: the worker's exception reaches the loop.
+    for make in (torch.utils.data.DataLoader, chute.DataLoader):
+        failing = make(
+            ds,
+            batch_size=4,
+            num_workers=2,
+            collate_fn=torch.utils.data.default_collate,
+            worker_init_fn=failing_worker_init,
+        )
+        with pytest.raises(RuntimeError, match="Error in worker_init_fn"):
+            list(failing)
 
 
 # ---------------------------------------------------------------- state dicts
@@ -229,7 +308,9 @@ def test_loader_states_refuse_another_dataset_batch_size_or_garbage(shards: list
     with pytest.raises(ValueError, match="another batch size"):
         chute.DataLoader(stream(shards), batch_size=4).load_state_dict(s_state)
     with pytest.raises(ValueError, match="'dataset' must be the dataset's state dict"):
-        chute.DataLoader(stream(shards), batch_size=8).load_state_dict({"kind": "stream"})
+        chute.DataLoader(stream(shards), batch_size=8).load_state_dict(
+            {"kind": "stream", "version": 1}
+        )
     resumed = chute.DataLoader(stream(shards), batch_size=8)
     resumed.load_state_dict(s_state)
     assert sum(len(b[1]) for b in resumed) == 112

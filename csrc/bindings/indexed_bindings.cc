@@ -361,6 +361,9 @@ void register_indexed(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("sources", &IndexedPlan::sources,
                      "One row source per output field, all with the same number of rows.")
+      .def_readwrite("num_rows", &IndexedPlan::num_rows,
+                     "The dataset's rows (-1: the sources'); bounds the indices when no field "
+                     "is read by a source.")
       .def_readwrite("num_threads", &IndexedPlan::num_threads)
       .def_readwrite("max_in_flight", &IndexedPlan::max_in_flight,
                      "Batches started ahead of the consumer.")

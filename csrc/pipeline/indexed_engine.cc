@@ -192,6 +192,12 @@ IndexedEngine::IndexedEngine(IndexedPlan plan)
                           << " rows but field '" << sources[0]->name() << "' has " << num_rows_);
     row_bytes += sources[i]->row_bytes();
   }
+  if (plan_.num_rows >= 0) {
+    CHUTE_CHECK(plan_.samples == nullptr && (sources.empty() || num_rows_ == plan_.num_rows),
+                kUsage,
+                "the plan declares " << plan_.num_rows << " rows but its source has " << num_rows_);
+    num_rows_ = plan_.num_rows;
+  }
   piece_rows_ = plan_.piece_rows > 0 ? plan_.piece_rows : default_piece_rows(row_bytes);
   allocator_.set_pin_hooks(plan_.pin);
   const int n = std::max(1, plan_.num_threads);

@@ -35,6 +35,10 @@ namespace chute {
 struct IndexedPlan {
   // One per output field, all with the same number of rows.
   std::vector<std::shared_ptr<RowSource>> sources;
+  // The dataset's rows, when the caller knows them (-1: the sources'). It
+  // bounds the indices when no source does: a dataset whose every field is
+  // read outside the engine still has rows. Sources must agree with it.
+  int64_t num_rows = -1;
   // Sample mode, instead of `sources`: samples read by id from `samples`
   // and decoded as `decoding` says (its `locate` is the source's). A stacked
   // field whose rows differ in shape within a batch comes out as a list of

@@ -235,5 +235,22 @@ TEST(IndexedEngineSamples, ManyBatchesOnManyThreadsKeepTheirOrder) {
   }
 }
 
+TEST(IndexedEngineRows, WithoutSourcesTheDeclaredRowsBoundTheIndices) {
+  IndexedPlan plan;
+  plan.num_rows = 4;
+  IndexedEngine engine(std::move(plan));
+  EXPECT_EQ(engine.num_rows(), 4);
+  const std::vector<int64_t> ids{0, 3};
+  engine.submit(ids.data(), ids.size());
+  EXPECT_TRUE(next_batch(engine).columns.empty());
+  const std::vector<int64_t> past{4};
+  engine.submit(past.data(), past.size());
+  Batch b;
+  const std::optional<Error> e = test::error_from([&] { engine.next(&b, 30.0); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message(),
+            "index 4 is out of range for a dataset of length 4 (position 0 of batch 1)");
+}
+
 }  // namespace
 }  // namespace chute

@@ -1009,6 +1009,14 @@ class IndexedPlan:
     def max_in_flight(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def num_rows(self) -> int:
+        """
+        The dataset's rows (-1: the sources'); bounds the indices when no field is read by a source.
+        """
+    @num_rows.setter
+    def num_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def num_threads(self) -> int:
         ...
     @num_threads.setter

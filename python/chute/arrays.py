@@ -96,6 +96,21 @@ class ArrayDataset(IndexedDataset):
             if mapped is not None:
                 self._mapped[k] = mapped
 
+    def state_identity(self) -> dict[str, Any]:
+        """What a loader state over this dataset is bound to (see
+        ``chute.DataLoader.load_state_dict``): the rows, each field's dtype
+        and row shape, and for a ``.npy`` path the file (path and size). The
+        values of arrays in memory are not hashed: that would read them all."""
+        fields: dict[str, Any] = {}
+        for name, a in self._arrays.items():
+            field: dict[str, Any] = {"dtype": a.dtype.str, "row_shape": list(a.shape[1:])}
+            path = self._paths.get(name)
+            if path is not None:
+                field["path"] = os.path.abspath(path)
+                field["size"] = os.path.getsize(path)
+            fields[name] = field
+        return {"type": "ArrayDataset", "rows": self._len, "fields": fields}
+
     def __repr__(self) -> str:
         shapes = {k: (tuple(v.shape), str(v.dtype)) for k, v in self._arrays.items()}
         return f"ArrayDataset({shapes})"

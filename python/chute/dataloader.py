@@ -51,6 +51,10 @@ from chute.workers.pool import WorkerPool
 logger = logging.getLogger("chute")
 _told_fallback = False
 
+# The layout of the states `DataLoader.state_dict()` writes; a state of
+# another version is refused rather than read as if it were this one.
+STATE_VERSION = 1
+
 _T_co = TypeVar("_T_co", covariant=True)
 
 
@@ -86,10 +90,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     For chute's datasets without Python work, ``num_workers`` is the number
     of native threads and no worker process is started, so
-    ``worker_init_fn`` is not called: it is accepted with a one-time
-    ``WorkerInitFnWarning`` (calling it in this process would apply
-    per-worker set-up, such as ``torch.set_num_threads(1)`` or
-    ``get_worker_info()`` splitting, to the main process). With Python work
+    ``worker_init_fn`` is not called: it is accepted with a
+    ``WorkerInitFnWarning``, once per dataset type (calling it in this
+    process would apply per-worker set-up, such as
+    ``torch.set_num_threads(1)`` or ``get_worker_info()`` splitting, to the
+    main process). With Python work
     (see the module docstring) ``num_workers`` processes run it:
     ``worker_init_fn(worker_id)`` is called in each, ``multiprocessing_context``
     (default: fork while no engine of chute runs in this process, else
@@ -101,12 +106,13 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
     batch: the next iteration replays the same order and skips what was seen.
-    A state from another dataset, batch size or loader kind is refused with a
-    ValueError naming the difference. With ``distributed=True`` (or a
-    ``Curriculum`` or weighted ``chute.mix`` sampler) the state also holds the
-    epoch's global position, the same on every rank, and loads on another
-    world size: the ranks then share what is left of the epoch, each sample
-    once, with equal batch counts (``chute.elastic``).
+    A state from another dataset, batch size, loader kind or state version, or
+    one past the end of its epoch, is refused with a ValueError naming the
+    difference. With ``distributed=True`` (or a ``Curriculum`` or weighted
+    ``chute.mix`` sampler) the state also holds the epoch's global position,
+    the same on every rank, and loads on another world size: the ranks then
+    share what is left of the epoch, each sample once, with equal batch
+    counts (``chute.elastic``).
     """
 
     def __init__(
@@ -299,6 +305,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 self.sampler.set_epoch(resume["sampler_epoch"])  # type: ignore[attr-defined]
         position: dict[str, Any] = {
             "kind": "indexed",
+            "version": STATE_VERSION,
             "rng_state": _get_rng_state(generator),
             "sampler_epoch": getattr(self.sampler, "epoch", None),
             "batches": resume["batches"] if resume is not None else 0,
@@ -331,6 +338,15 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._position = position
         self._segment = segment
         settings = self._settings()
+        if self.num_workers > 0 and self._python_work(native):
+            # Idle engines of this process would make the workers start
+            # without fork (see chute.workers.pool.resolve_context), and a
+            # worker not forked does not see what this process changed since
+            # its modules were imported: a collate_fn fixed after it raised
+            # would raise again in the next epoch's workers.
+            release = getattr(native, "release_idle_engines", None)
+            if callable(release):
+                release()
         pool = self._worker_processes.start(self, native, base_seed)
         if pool is not None:
             inner = native.worker_batches(settings, index_batches, pool)
@@ -386,6 +402,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             names = getattr(native, "field_names", None)
             if callable(names):
                 out["fields"] = list(names())
+        identity = getattr(native, "state_identity", None)
+        if callable(identity):
+            out["dataset"] = identity()
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -396,6 +415,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if not native.index_driven:
             return {
                 "kind": "stream",
+                "version": STATE_VERSION,
                 "dataset": native.loader_state(self._running),
                 "loader": self._fingerprint(),
             }
@@ -404,6 +424,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         else:
             state = {
                 "kind": "indexed",
+                "version": STATE_VERSION,
                 "rng_state": _get_rng_state(self.generator),
                 "sampler_epoch": getattr(self.sampler, "epoch", None),
                 "batches": 0,
@@ -415,8 +436,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The next iteration resumes where `state` was taken. ValueError when
-        `state` is malformed or was taken from another kind of dataset,
-        another dataset (its rows or shards) or another batch size."""
+        `state` is malformed, of another version, past the end of its epoch,
+        or was taken from another kind of dataset, another dataset (its rows,
+        files or shards) or another batch size."""
         if not isinstance(state, dict):
             raise ValueError(f"a loader state must be a dict, not {type(state).__name__}")
         expected = _state_kind(self._native)
@@ -424,6 +446,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             raise ValueError(
                 f"state of a {state.get('kind')!r} loader given to a {expected!r} loader"
             )
+        _check_state_version(state)
         recorded = state.get("loader")
         if recorded is not None:
             _check_loader_fingerprint(recorded, self._fingerprint())
@@ -442,13 +465,34 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                     state["elastic"],
                     int(sampler.global_order(state.get("sampler_epoch")).size),
                     sampler_fingerprint(sampler),
+                    batch_size=int(self.batch_size or 1),
+                    drop_last=self.drop_last,
                 )
+            else:
+                _check_batches_within(state["batches"], self._epoch_batches(state["sampler_epoch"]))
         else:
             if not isinstance(state.get("dataset"), dict):
                 raise ValueError("loader state: 'dataset' must be the dataset's state dict")
             # The dataset checks its part now, not at the next iteration.
             native.load_loader_state(state["dataset"])
         self._resume = dict(state)
+
+    def _epoch_batches(self, sampler_epoch: int | None) -> int | None:
+        """Batches of the epoch `sampler_epoch` (None: the sampler's current
+        one) as this loader cuts it; None when the sampler has no length."""
+        sampler = self.sampler
+        previous = getattr(sampler, "epoch", None)
+        switch = sampler_epoch is not None and previous is not None and sampler_epoch != previous
+        set_epoch = getattr(sampler, "set_epoch", None)
+        if switch and callable(set_epoch):
+            set_epoch(sampler_epoch)  # a sampler's length may depend on its epoch
+        try:
+            return len(self)
+        except TypeError:
+            return None
+        finally:
+            if switch and callable(set_epoch):
+                set_epoch(previous)
 
     def stats(self) -> dict[str, Any]:
         """The engine figures of this loader's running iteration, else the
@@ -507,14 +551,15 @@ def _reach_set_epoch(loader: Any, epoch: int) -> None:
             fn(epoch)
 
 
-_warned_worker_init_fn = False
+# The dataset types already warned about: once per type, so that a stream's
+# warning does not silence a map-style dataset's.
+_warned_worker_init_fn: set[str] = set()
 
 
 def _warn_worker_init_fn(dataset: str) -> None:
-    global _warned_worker_init_fn
-    if _warned_worker_init_fn:
+    if dataset in _warned_worker_init_fn:
         return
-    _warned_worker_init_fn = True
+    _warned_worker_init_fn.add(dataset)
     warnings.warn(
         f"chute.DataLoader runs {dataset} on native threads (num_workers counts threads) and "
         "starts no worker process, so worker_init_fn is not called; do per-process set-up "
@@ -527,11 +572,12 @@ def _warn_worker_init_fn(dataset: str) -> None:
 def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
     if not isinstance(recorded, dict):
         raise ValueError(f"loader state: 'loader' must be a dict, not {recorded!r}")
-    for key in ("rows", "fields", "batch_size", "drop_last"):
+    for key in ("rows", "fields", "dataset", "batch_size", "drop_last"):
         if key in recorded and key in expected and recorded[key] != expected[key]:
             what = {
                 "rows": "another dataset (its row count)",
                 "fields": "another dataset (its fields)",
+                "dataset": "another dataset (its files, arrays or sources)",
                 "batch_size": "another batch size",
                 "drop_last": "another drop_last",
             }[key]
@@ -539,6 +585,28 @@ def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
                 f"loader state is from {what}: {key}={recorded[key]!r} in the state, "
                 f"{expected[key]!r} in this loader"
             )
+
+
+def _check_state_version(state: dict[str, Any]) -> None:
+    if "version" not in state:
+        raise ValueError(
+            "loader state has no 'version': it was not written by chute.DataLoader.state_dict() "
+            f"of this chute (which writes version {STATE_VERSION})"
+        )
+    version = state["version"]
+    if isinstance(version, bool) or version != STATE_VERSION:
+        raise ValueError(
+            f"loader state has version {version!r}; this chute reads version {STATE_VERSION} "
+            "(the state was written by another chute, or altered)"
+        )
+
+
+def _check_batches_within(batches: int, epoch_batches: int | None) -> None:
+    if epoch_batches is not None and batches > epoch_batches:
+        raise ValueError(
+            f"loader state is {batches} batches into its epoch, but this loader's epoch has "
+            f"{epoch_batches} batches: the state was taken over another dataset or sampler"
+        )
 
 
 def _check_indexed_state(state: dict[str, Any], generator: torch.Generator | None) -> None:

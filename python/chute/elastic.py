@@ -201,9 +201,17 @@ def elastic_state(segment: Segment, batches: int, fingerprint: dict[str, Any]) -
     }
 
 
-def check_elastic_state(state: Any, num_samples: int, fingerprint: dict[str, Any]) -> None:
+def check_elastic_state(
+    state: Any,
+    num_samples: int,
+    fingerprint: dict[str, Any],
+    *,
+    batch_size: int,
+    drop_last: bool,
+) -> None:
     """ValueError unless `state` is an elastic position of an epoch of
-    `num_samples` samples ordered by a sampler with `fingerprint`."""
+    `num_samples` samples ordered by a sampler with `fingerprint`, cut in
+    batches of `batch_size` (`drop_last`): its batches within its segment."""
     if not isinstance(state, dict):
         raise ValueError(f"loader state: 'elastic' must be a dict, not {state!r}")
     for key in ("num_samples", "start", "world_size", "batches"):
@@ -223,6 +231,13 @@ def check_elastic_state(state: Any, num_samples: int, fingerprint: dict[str, Any
         raise ValueError(
             f"loader state was taken with another order ({state.get('order')!r}); this loader's "
             f"sampler is {fingerprint!r}"
+        )
+    segment = Segment(num_samples, state["start"], state["world_size"], batch_size, drop_last)
+    if state["batches"] > segment.num_batches():
+        raise ValueError(
+            f"loader state is {state['batches']} batches into its epoch, but each rank's part of "
+            f"that epoch here has {segment.num_batches()} batches (of {batch_size}, "
+            f"{state['world_size']} ranks, from sample {state['start']} of {num_samples})"
         )
 
 

@@ -36,12 +36,19 @@ def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
 
 
 def make_indexed_engine(
-    sources: list[Any], threads: int, in_flight: int, hooks: tuple[int, int] | None = None
+    sources: list[Any],
+    num_rows: int,
+    threads: int,
+    in_flight: int,
+    hooks: tuple[int, int] | None = None,
 ) -> Any:
-    """An indexed engine over `sources` (one row source per field), with
-    `in_flight` batches ahead of the consumer and optional page-lock hooks."""
+    """An indexed engine over `sources` (one row source per field, none
+    when every field is read outside the engine) of a dataset of `num_rows`
+    rows, with `in_flight` batches ahead of the consumer and optional
+    page-lock hooks."""
     plan = _core.IndexedPlan()
     plan.sources = sources
+    plan.num_rows = num_rows
     plan.num_threads = threads
     plan.max_in_flight = in_flight
     if hooks is not None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import glob
+import hashlib
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -128,9 +129,13 @@ class H5Dataset(IndexedDataset):
     def _describe(self) -> None:
         names = list(self._fields)
         layouts: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+        # Per field, per file: the file that holds its rows and their
+        # dataset's name there (another file's, behind an external link).
+        sources: dict[str, list[tuple[str, str]]] = {n: [] for n in names}
         slow_reason: dict[str, str] = {}
         first: dict[str, tuple[str, np.dtype[Any], tuple[int, ...]]] = {}
         rows_per_file: list[int] = []
+        files: list[dict[str, Any]] = []  # each file's identity (see state_identity)
         for path in self._paths:
             st: os.stat_result | RemoteStat
             if is_remote_url(path):
@@ -144,9 +149,16 @@ class H5Dataset(IndexedDataset):
                 file_rows: tuple[str, int] | None = None
                 for name in names:
                     ds_path = self._fields[name]
-                    obj = f.get(ds_path)
-                    if not isinstance(obj, h5py.Dataset):
-                        raise KeyError(f"{path}: dataset {ds_path!r} not found")
+                    obj = _find_dataset(f, path, ds_path)
+                    # An external link leads into another file: its bytes
+                    # are there, and so is its identity.
+                    where, where_st = path, st
+                    if obj.file != f:
+                        if is_remote_url(path):
+                            raise _remote_external_link(path, ds_path, obj.file.filename)
+                        where = os.path.abspath(obj.file.filename)
+                        where_st = os.stat(where)
+                    sources[name].append((where, str(obj.name)))
                     if obj.ndim == 0:
                         raise ValueError(f"{path}: dataset {ds_path!r} is a scalar, not rows")
                     dtype = obj.dtype
@@ -172,12 +184,20 @@ class H5Dataset(IndexedDataset):
                             f"{path}: dataset {ds_path!r} has {n} rows but {file_rows[0]!r}"
                             f" has {file_rows[1]}"
                         )
-                    layout, reason = describe_dataset(obj, path, st)
+                    layout, reason = describe_dataset(obj, where, where_st)
                     if reason is not None and name not in slow_reason:
                         slow_reason[name] = f"{path}: {reason}"
                     layouts[name].append(layout)
                 assert file_rows is not None
                 rows_per_file.append(file_rows[1])
+                files.append(
+                    {
+                        "path": path,
+                        "size": int(st.st_size),
+                        "version": st.version if isinstance(st, RemoteStat) else "",
+                        "rows": file_rows[1],
+                    }
+                )
         for name, reason in slow_reason.items():
             warnings.warn(
                 f"chute reads HDF5 dataset {self._fields[name]!r} (field {name!r}) through"
@@ -187,8 +207,10 @@ class H5Dataset(IndexedDataset):
             )
         self._layouts = {n: v for n, v in layouts.items() if n not in slow_reason}
         self._slow = set(slow_reason)
+        self._slow_sources = {n: sources[n] for n in self._slow}
         self._dtypes = {n: first[n][1] for n in names}
         self._starts = np.concatenate([[0], np.cumsum(rows_per_file)]).astype(np.int64)
+        self._identity = _identity(files, self._fields, layouts)
 
     # -- IndexedDataset hooks ----------------------------------------------------------
 
@@ -239,12 +261,12 @@ class H5Dataset(IndexedDataset):
         file_of = np.searchsorted(self._starts, unique, side="right") - 1
         parts = []
         for fi in np.unique(file_of):
-            path = self._paths[int(fi)]
+            path, dataset = self._slow_sources[name][int(fi)]
             f = h5files.get(path)
             if f is None:
                 f = h5files[path] = self._open_h5(path)
             local = unique[file_of == fi] - self._starts[fi]
-            parts.append(f[self._fields[name]][local])
+            parts.append(f[dataset][local])
         data = np.concatenate(parts) if parts else np.empty((0,), self._dtypes[name])
         return np.ascontiguousarray(data[inverse.reshape(-1)], dtype=self._dtypes[name])
 
@@ -258,11 +280,114 @@ class H5Dataset(IndexedDataset):
             return h5py.File(copy["path"], "r")
         return h5py.File(get_session(self._remote).file(path), "r")
 
+    def state_identity(self) -> dict[str, Any]:
+        """What a loader state over this dataset is bound to (see
+        ``chute.DataLoader.load_state_dict``): each file's path, size, version
+        (remote) and rows, the fields, and a digest of every dataset's storage
+        layout (dtype, shape, offsets, chunk table) taken at open."""
+        return dict(self._identity)
+
     def __repr__(self) -> str:
         return (
             f"H5Dataset({len(self._paths)} files, {len(self)} rows, fields={self._fields},"
             f" slow={sorted(self._slow)})"
         )
+
+
+def _find_dataset(f: h5py.File, path: str, ds_path: str) -> h5py.Dataset:
+    """The dataset `ds_path` of `f` (links followed); KeyError naming what
+    the file has when it is not there."""
+    obj = f.get(ds_path)
+    if isinstance(obj, h5py.Dataset):
+        return obj
+    if obj is not None:
+        raise KeyError(
+            f"{path}: {ds_path!r} is a {type(obj).__name__.lower()}, not a dataset; the file"
+            f" has {_dataset_listing(f)}"
+        )
+    link = f.get(ds_path, getlink=True) if _parent_exists(f, ds_path) else None
+    if isinstance(link, h5py.ExternalLink) and is_remote_url(path):
+        raise _remote_external_link(path, ds_path, link.filename)
+    if isinstance(link, h5py.ExternalLink | h5py.SoftLink):
+        raise KeyError(
+            f"{path}: {ds_path!r} is a link to {_link_target(link)} that leads nowhere"
+            " (HDF5 cannot open its target)"
+        )
+    raise KeyError(f"{path}: dataset {ds_path!r} not found; the file has {_dataset_listing(f)}")
+
+
+def _remote_external_link(path: str, ds_path: str, target: str) -> ValueError:
+    return ValueError(
+        f"{path}: dataset {ds_path!r} is an external link into {target!r}; chute follows"
+        " external links of local files only"
+    )
+
+
+def _parent_exists(f: h5py.File, ds_path: str) -> bool:
+    parent = ds_path.rstrip("/").rpartition("/")[0]
+    return not parent or isinstance(f.get(parent), h5py.Group)
+
+
+def _link_target(link: h5py.SoftLink | h5py.ExternalLink) -> str:
+    if isinstance(link, h5py.ExternalLink):
+        return f"{link.path!r} in {link.filename!r}"
+    return repr(link.path)
+
+
+_LISTED_DATASETS = 20
+
+
+def _dataset_listing(f: h5py.File) -> str:
+    """The datasets of `f` by path, links to datasets included (the first
+    few), for an error message."""
+    found: list[str] = []
+
+    def walk(group: h5py.Group, prefix: str) -> bool:
+        """Adds `group`'s datasets; False once the listing is full."""
+        for name in group:
+            try:
+                kind = group.get(name, getclass=True)
+            except (KeyError, OSError, RuntimeError):
+                continue  # a link that leads nowhere
+            if kind is h5py.Dataset:
+                if len(found) == _LISTED_DATASETS:
+                    return False
+                found.append(prefix + name)
+            elif (
+                kind is h5py.Group
+                # Only hard links are walked into: a soft link may lead back up.
+                and isinstance(group.get(name, getlink=True), h5py.HardLink)
+                and not walk(group[name], f"{prefix}{name}/")
+            ):
+                return False
+        return True
+
+    complete = walk(f, "")
+    if not found:
+        return "no datasets"
+    listing = ", ".join(repr(n) for n in found)
+    return f"datasets {listing}{'' if complete else ', ...'}"
+
+
+def _identity(
+    files: list[dict[str, Any]], fields: dict[str, str], layouts: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    for name in fields:
+        for layout in layouts[name]:
+            for key in sorted(layout):
+                if key in ("mtime_ns", "inode"):
+                    continue  # a copy of the file has others
+                value = layout[key]
+                data = value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode()
+                digest.update(f"{key}:{len(data)}:".encode())
+                digest.update(data)
+    return {
+        "type": "H5Dataset",
+        "fields": dict(fields),
+        "files": files,
+        "layout": digest.hexdigest(),
+    }
 
 
 def _cached_copy(session: Any, url: str, cache_dir: str, held: list[Any]) -> dict[str, Any] | None:

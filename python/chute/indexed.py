@@ -115,6 +115,25 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         self._proc = ProcessState(sources, extra)
         return self._proc
 
+    def release_idle_engines(self) -> None:
+        """Ends this process's engines that nothing is reading through (the
+        one behind ``__getitem__``, those kept from finished epochs); they
+        are made again when next needed. Engines of running iterations stay."""
+        state = self._proc
+        if state is None or state.pid != os.getpid():
+            return
+        with state.lock:
+            # Finished epochs' figures are in the totals already; the shared
+            # engine's are counted as running until now.
+            engines = list(state.idle.values())
+            state.idle.clear()
+            shared, state.engine = state.engine, None
+        if shared is not None:
+            self._add_totals(shared.stats())
+            engines.append(shared)
+        for engine in engines:
+            engine.close()
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_proc"] = None
@@ -186,7 +205,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     def _make_engine(
         self, state: ProcessState, threads: int, in_flight: int, hooks: tuple[int, int] | None
     ) -> Any:
-        return make_indexed_engine(state.sources, threads, in_flight, hooks)
+        return make_indexed_engine(state.sources, len(self), threads, in_flight, hooks)
 
     def _submit(self, engine: Any, idx: np.ndarray) -> None:
         engine.submit(idx)

@@ -285,6 +285,27 @@ class MixedDataset(IndexedDataset):
                 self._totals["bytes_yielded"] += reader.bytes_delivered()
                 reader.close()
 
+    def state_identity(self) -> dict[str, Any]:
+        """What a loader state over this mix is bound to: each dataset's own
+        identity by name, and the settings of the weighted order (its seed,
+        shuffle and epoch size; the weights themselves are checked through
+        the order's length and the schedule's counts)."""
+        return {
+            "type": "MixedDataset",
+            "datasets": {
+                str(name): _identity_of(d)
+                for name, d in zip(self.names, self.datasets, strict=True)
+            },
+            "weighted": self.weights is not None,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "num_samples": self.num_samples,
+        }
+
+    def release_idle_engines(self) -> None:
+        for d in self.datasets:
+            d.release_idle_engines()
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self._totals)
         out["datasets"] = {n: d.stats() for n, d in zip(self.names, self.datasets, strict=True)}
@@ -336,6 +357,14 @@ class MixSampler(Sampler[int]):
     def __len__(self) -> int:
         n = sum(self.mixed.counts(self.epoch).values())
         return per_rank_count(n, self.num_replicas, self.drop_last)
+
+
+def _identity_of(dataset: IndexedDataset) -> dict[str, Any]:
+    """`dataset`'s state identity; its type and length when it has none."""
+    own = getattr(dataset, "state_identity", None)
+    if callable(own):
+        return dict(own())
+    return {"type": type(dataset).__name__, "rows": len(dataset)}
 
 
 def _is_sample_mixable(source: Any) -> bool:

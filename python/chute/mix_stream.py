@@ -38,6 +38,8 @@ from chute.curriculum import GroupKey, Schedule, normalized_weights
 from chute.loading import EngineDataset, LoaderSettings
 
 _MAX_DENOMINATOR = 10_000
+# The layout of a mix state; a state of another version is refused.
+STATE_VERSION = 1
 _SCHEDULE_CHUNK = 1024  # steps of the schedule computed at once
 
 
@@ -122,12 +124,10 @@ class MixedStream(IterableDataset[Any], EngineDataset):
         if resume is not None or not self._epoch_set:
             self._epoch = epoch + 1
         self._epoch_set = False
-        recorded = resume.get("sources") if resume is not None else None
-        for i, source in enumerate(self.sources):
-            if recorded is not None:
-                source.load_state_dict(recorded[i])
-            else:
+        if resume is None or resume["sources"] is None:
+            for source in self.sources:
                 source.set_epoch(epoch)
+        # else each source loaded its own state in load_state_dict.
         steps = int(resume["steps"]) if resume is not None else 0
         it = MixIteration(self, epoch, self.counts(epoch), steps)
         self._iterations.append(weakref.ref(it))
@@ -144,19 +144,46 @@ class MixedStream(IterableDataset[Any], EngineDataset):
         live = self._live()
         if live:
             return live[0].state()
-        return {"kind": "mix", "epoch": self._epoch, "steps": 0, "sources": None}
+        return {
+            "kind": "mix",
+            "version": STATE_VERSION,
+            "names": _state_names(self.names),
+            "epoch": self._epoch,
+            "steps": 0,
+            "sources": None,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The next iteration resumes at `state`. ValueError when it is not
-        a state of a mix of these sources with these weights."""
+        a state of a mix of these sources with these weights; each source
+        checks (and loads) its own state now."""
         if not isinstance(state, dict) or state.get("kind") != "mix":
             raise ValueError("a mix state must be a dict from MixedStream.state_dict()")
+        version = state.get("version")
+        if isinstance(version, bool) or version != STATE_VERSION:
+            raise ValueError(
+                f"mix state has version {version!r}; this chute reads version {STATE_VERSION}"
+            )
         for key in ("epoch", "steps"):
             value = state.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"mix state: {key!r} must be an int >= 0, not {value!r}")
+        names = _state_names(self.names)
+        if state.get("names") != names:
+            raise ValueError(
+                f"mix state is of a mix of the sources {state.get('names')!r}; this mix has "
+                f"{names!r}"
+            )
         sources = state.get("sources")
-        if sources is not None:
+        if sources is None:
+            if state["steps"]:
+                # Without them every source would start its epoch again
+                # while the schedule goes on: seen batches delivered again.
+                raise ValueError(
+                    f"mix state is {state['steps']} batches into epoch {state['epoch']} but holds "
+                    "no source states (its 'sources' is missing): it cannot resume there"
+                )
+        else:
             if not isinstance(sources, list) or len(sources) != len(self.sources):
                 raise ValueError(
                     f"mix state holds {len(sources) if isinstance(sources, list) else sources!r} "
@@ -168,7 +195,12 @@ class MixedStream(IterableDataset[Any], EngineDataset):
                     f"mix state was taken with weights {state.get('counts')!r} at epoch "
                     f"{state['epoch']}; this mix weighs its sources {counts!r}"
                 )
-        self._resume = dict(state)
+            for name, source, recorded in zip(self.names, self.sources, sources, strict=True):
+                try:
+                    source.load_state_dict(recorded)
+                except ValueError as exc:
+                    raise ValueError(f"mix state of source {name!r}: {exc}") from exc
+        self._resume = {"epoch": state["epoch"], "steps": state["steps"], "sources": sources}
 
     def loader_batches(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
@@ -227,6 +259,8 @@ class MixIteration(Iterator[Any]):
     def state(self) -> dict[str, Any]:
         return {
             "kind": "mix",
+            "version": STATE_VERSION,
+            "names": _state_names(self.mix.names),
             "epoch": self.epoch,
             "steps": self.steps,
             "counts": self.counts,
@@ -245,3 +279,8 @@ class MixIteration(Iterator[Any]):
 
     def __del__(self) -> None:
         self.close()
+
+
+def _state_names(names: list[GroupKey]) -> list[str]:
+    """The sources' names as a state records them."""
+    return [str(n) for n in names]
