@@ -331,6 +331,99 @@ def test_field_handlers_skip_samples_missing_the_field(tmp_path: Path, build: An
         list(chute.WebDataset(urls, shardshuffle=False).to_tuple("__key__", "txt"))
 
 
+def _build_missing_field(lib: Any, urls: list[str], stage: str, python: bool, **kw: Any) -> Any:
+    ds = lib.WebDataset(urls, shardshuffle=False, handler=kw.pop("dataset_handler"))
+    if python:
+        ds = ds.map(dict)  # every later stage runs in Python
+    if stage == "to_tuple":
+        return ds.to_tuple("__key__", "txt", **kw)
+    if stage == "rename":
+        return ds.rename(t="txt", **kw).to_tuple("__key__", "t")
+    return ds.decode().to_tuple("txt", "cls", **kw).batched(2)
+
+
+@pytest.mark.parametrize("python", [False, True], ids=["native", "python"])
+@pytest.mark.parametrize("stage", ["to_tuple", "rename", "batched"])
+@pytest.mark.parametrize("dataset_handler", [wds.ignore_and_continue, wds.warn_and_continue])
+def test_a_missing_field_raises_whatever_the_datasets_handler(
+    tmp_path: Path, stage: str, python: bool, dataset_handler: Any
+) -> None:
+    """webdataset's to_tuple/rename raise ValueError for a sample without the
+    field unless their own handler says otherwise; the dataset's handler
+    does not cover them."""
+    urls = _missing_field_shard(tmp_path)
+    with pytest.raises(ValueError, match=r"didn't find \['txt'\]"):
+        list(_build_missing_field(webdataset, urls, stage, python, dataset_handler=dataset_handler))
+    ds = _build_missing_field(wds, urls, stage, python, dataset_handler=dataset_handler)
+    with pytest.raises(ValueError) as info:
+        list(ds)
+    message = str(info.value)
+    assert "txt" in message and "'m0'" in message and "shard-000000.tar" in message, message
+
+
+@pytest.mark.parametrize("python", [False, True], ids=["native", "python"])
+@pytest.mark.parametrize("stage", ["to_tuple", "rename", "batched"])
+@pytest.mark.parametrize("handler", [wds.ignore_and_continue, wds.warn_and_continue])
+def test_a_missing_field_follows_its_stages_handler(
+    tmp_path: Path, stage: str, python: bool, handler: Any
+) -> None:
+    urls = _missing_field_shard(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = list(
+            _build_missing_field(
+                webdataset,
+                urls,
+                stage,
+                python,
+                dataset_handler=wds.reraise_exception,
+                handler=handler,
+            )
+        )
+        got = list(
+            _build_missing_field(
+                wds, urls, stage, python, dataset_handler=wds.reraise_exception, handler=handler
+            )
+        )
+    assert len(got) == (1 if stage == "batched" else 2)
+    assert_same(ref, got)
+    for lib in (webdataset, wds):
+        build = _build_missing_field(
+            lib,
+            urls,
+            stage,
+            python,
+            dataset_handler=wds.reraise_exception,
+            handler=wds.reraise_exception,
+        )
+        with pytest.raises(ValueError, match="txt"):
+            list(build)
+
+
+def test_a_missing_field_in_a_cut_pipe_raises_as_webdatasets_own_test(tmp_path: Path) -> None:
+    """webdataset's test_dataset_missing_{totuple,rename}_raises: a shard cut
+    inside a sample's second member, read under ignore_and_stop, still hands
+    the partial sample to to_tuple/rename, which raise."""
+    rng = np.random.default_rng(5)
+    shard = tmp_path / "cut.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(3):
+            for ext, data in (("cls", str(i).encode()), ("bin", rng.bytes(20_000))):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    url = f"pipe:head -c 4000 {shard}"
+    for lib in (webdataset, wds):
+        for stage in (lib.to_tuple("foo", "bar"), lib.rename(x="foo", y="bar")):
+            ds = lib.DataPipeline(
+                lib.SimpleShardList(url),
+                lib.tarfile_to_samples(handler=wds.ignore_and_stop),
+                stage,
+            )
+            with pytest.raises(ValueError, match="foo"):
+                list(ds)
+
+
 def test_decode_handler_does_not_cover_a_truncated_archive(
     images: list[str], tmp_path: Path
 ) -> None:
@@ -422,8 +515,10 @@ def test_non_utf8_member_names_give_webdataset_keys(tmp_path: Path) -> None:
     # A failure naming such a member is an error naming the shard, and skippable.
     with pytest.raises(ValueError, match=r"names\.tar.*sample 'x'.*j\\xc4g"):
         list(chute.WebDataset(str(path), shardshuffle=False).to_tuple("__key__", "cls"))
-    skipped = chute.WebDataset(str(path), shardshuffle=False, handler=wds.ignore_and_continue)
-    assert [k for k, _ in skipped.to_tuple("__key__", "cls")] == ["good", "k\udcff1", "z"]
+    skipped = chute.WebDataset(str(path), shardshuffle=False).to_tuple(
+        "__key__", "cls", handler=wds.ignore_and_continue
+    )
+    assert [k for k, _ in skipped] == ["good", "k\udcff1", "z"]
 
 
 # ---------------------------------------------------------------- composable pipelines

@@ -138,8 +138,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
 
     ``handler`` handles failures to open or read a shard and malformed
     archives; a ``decode``, ``to_tuple`` or ``rename`` stage's own handler
-    handles its members that do not decode or samples that lack a field,
-    and where such a stage has none, the dataset's handler does.
+    handles its members that do not decode or samples that lack a field.
+    Where a decode stage has none, the dataset's handler does; where a
+    ``to_tuple`` or ``rename`` has none, a missing field raises, as in
+    webdataset.
     """
 
     index_driven: ClassVar[bool] = False
