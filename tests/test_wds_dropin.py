@@ -748,3 +748,19 @@ def test_webloader_repeat_and_with_epoch_like_webdataset(small: list[str]) -> No
     ):
         assert run(wds, build) == run(webdataset, build)
     assert run(wds, lambda loader: loader.repeat(nepochs=2)) == [20, 20, 20, 20, 10] * 2
+
+
+def test_an_unknown_image_spec_lists_the_valid_ones() -> None:
+    expected = (
+        "Unknown imagespec: nonsense (valid specs: l8, rgb8, rgba8, l, rgb, rgba, torchl8, "
+        "torchrgb8, torchrgba8, torchl, torchrgb, torch, torchrgba, pill, pil, pilrgb, "
+        "pilrgba; or a handler callable f(key, data))"
+    )
+    for make in (
+        lambda: chute.WebDataset("x.tar", shardshuffle=False).decode("nonsense"),
+        lambda: wds.decode("nonsense"),
+        lambda: wds.autodecode.ImageHandler("nonsense"),
+    ):
+        with pytest.raises(ValueError) as info:
+            make()
+        assert str(info.value) == expected

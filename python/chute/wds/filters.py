@@ -22,6 +22,7 @@ from chute.collate import default_collate
 from chute.decoders import IMAGE_SPECS
 from chute.handlers import Handler, reraise_exception
 from chute.image_options import image_options
+from chute.wds.autodecode import unknown_imagespec
 from chute.wds.pystages import XDECODE_DEFAULTS, getfirst, python_shuffle
 from chute.wds.stages import Stage
 
@@ -71,7 +72,7 @@ def decode(
     ``layout`` ("CHW", "HWC") override the image spec's."""
     for spec in args:
         if isinstance(spec, str) and spec.lower() not in IMAGE_SPECS:
-            raise ValueError(f"Unknown imagespec: {spec}")
+            raise unknown_imagespec(spec)
     image_spec = next((s.lower() for s in args if isinstance(s, str)), None)
     opts = image_options(
         image_spec,
