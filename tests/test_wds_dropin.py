@@ -567,6 +567,120 @@ def test_data_pipeline_with_a_custom_stage_goes_to_python_from_there(small: list
     assert [s.kind for s in native.stages] == ["decode", "to_tuple", "compose", "batched"]
 
 
+def test_a_pipeline_stage_with_only_a_run_method_runs(small: list[str]) -> None:
+    """webdataset's PipelineStage objects (LMDBCached among them) have
+    ``run(source)`` and need not be callable."""
+
+    class EveryOther(webdataset.filters.PipelineStage):  # type: ignore[misc]
+        def run(self, source: Any) -> Any:
+            return islice(source, 0, None, 2)
+
+    stages = [EveryOther(), wds.to_tuple("__key__")]
+    ref = list(composable(small, webdataset, *stages))
+    assert len(ref) == 45
+    assert_same(ref, list(composable(small, wds, *stages)))
+
+
+def _cls_as_txt(name: str) -> str:
+    return name[: -len(".cls")] + ".txt" if name.endswith(".cls") else name
+
+
+def _not_npy(name: str) -> bool:
+    return not name.endswith(".npy")
+
+
+@pytest.mark.parametrize(
+    "member_functions",
+    [
+        {"select_files": _not_npy},
+        {"rename_files": _cls_as_txt},
+        {"rename_files": _cls_as_txt, "select_files": lambda n: n.endswith(".txt")},
+        # Renamed keys regroup the members: ten samples' members under one key.
+        {"rename_files": lambda n: n.split(".")[0][:-1] + "." + n.split(".")[1] + n[-5]},
+    ],
+    ids=["select", "rename", "rename then select", "regroup"],
+)
+def test_select_and_rename_files_equal_webdataset(
+    small: list[str], member_functions: dict[str, Any]
+) -> None:
+    def build(lib: Any, urls: Any) -> Any:
+        return lib.WebDataset(urls, shardshuffle=False, **member_functions).decode()
+
+    for urls in (small, [f"pipe:cat {small[0]}"]):
+        ref = list(build(webdataset, urls))
+        ds = build(wds, urls)
+        got = list(ds)
+        assert len(got) == len(ref) > 0
+        assert_same(ref, got)
+        assert ds.stats()["python_items"] >= len(got)
+
+
+def test_tarfile_to_samples_select_and_rename_files_equal_webdataset(small: list[str]) -> None:
+    def pipeline(lib: Any) -> Any:
+        return lib.DataPipeline(
+            lib.SimpleShardList(small),
+            lib.tarfile_to_samples(select_files=_not_npy, rename_files=_cls_as_txt),
+            lib.decode(),
+            lib.to_tuple("__key__", "txt"),
+        )
+
+    ref = list(pipeline(webdataset))
+    got_pipeline = pipeline(wds)
+    assert got_pipeline.native() is None
+    got = list(got_pipeline)
+    assert len(got) == 90 and isinstance(got[0][1], str)
+    assert_same(ref, got)
+
+
+def test_select_files_datasets_batch_in_a_loader_and_keep_no_state(small: list[str]) -> None:
+    ds = chute.WebDataset(small, shardshuffle=False, select_files=_not_npy).decode()
+    loader = chute.DataLoader(ds.to_tuple("cls"), batch_size=8)
+    reference = torch.utils.data.DataLoader(
+        webdataset.WebDataset(small, shardshuffle=False, select_files=_not_npy)
+        .decode()
+        .to_tuple("cls"),
+        batch_size=8,
+    )
+    assert_same(list(reference), list(loader))
+    with pytest.raises(ValueError, match="reads its shards in Python and keeps no state"):
+        ds.state_dict()
+    with pytest.raises(ValueError, match="takes no resampled=, repeat= or elastic="):
+        chute.WebDataset(small, resampled=True, rename_files=_cls_as_txt)
+
+
+def test_lmdb_cached_is_refused_with_what_to_use_instead() -> None:
+    with pytest.raises(NotImplementedError) as info:
+        wds.LMDBCached("cache.lmdb")
+    assert str(info.value) == (
+        "chute.wds.LMDBCached is not implemented: cache samples in memory with "
+        "wds.Cached(), or put webdataset.LMDBCached(fname) in a wds.DataPipeline "
+        "(chute runs a stage it does not know in Python)"
+    )
+
+
+def test_loader_workers_beyond_the_shards_fail_the_empty_check(small: list[str]) -> None:
+    """webdataset's workers split the shards: with more workers than shards
+    one gets none, and its empty_check raises."""
+
+    def loader(lib: Any, urls: list[str], workers: int, **kw: Any) -> Any:
+        ds = lib.WebDataset(urls, shardshuffle=False, **kw).to_tuple("cls")
+        return lib.WebLoader(ds, num_workers=workers, batch_size=3)
+
+    for lib in (webdataset, wds):
+        with pytest.raises(ValueError, match="No samples found in dataset; perhaps you have "):
+            list(loader(lib, small[:1], 2))
+    for workers, urls, kw in [
+        (2, small[:2], {}),
+        (2, small[:1], {"empty_check": False}),
+        (0, small[:1], {}),
+    ]:
+        ref = list(loader(webdataset, urls, workers, **kw))
+        got = list(loader(wds, urls, workers, **kw))
+        assert sorted(int(x) for b in got for x in b[0]) == sorted(
+            int(x) for b in ref for x in b[0]
+        )
+
+
 def test_data_pipeline_sources(small: list[str]) -> None:
     pattern = small[0].replace("000000", "{000000..000002}")
     keys = [s["__key__"] for s in wds.DataPipeline(wds.shardspec(pattern), wds.tarfile_samples)]

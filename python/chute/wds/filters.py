@@ -307,6 +307,18 @@ class Cached:
         return self.run(source)
 
 
+class LMDBCached:
+    """webdataset's ``LMDBCached`` (samples cached in an LMDB file) is not
+    implemented: constructing one raises, saying what to use instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "chute.wds.LMDBCached is not implemented: cache samples in memory with "
+            "wds.Cached(), or put webdataset.LMDBCached(fname) in a wds.DataPipeline "
+            "(chute runs a stage it does not know in Python)"
+        )
+
+
 def transform_with(sample: Sequence[Any], transformers: Sequence[Any] | None) -> list[Any]:
     """`sample` with each value passed through the function at its position
     (None or a missing function: unchanged)."""
@@ -323,6 +335,7 @@ def transform_with(sample: Sequence[Any], transformers: Sequence[Any] | None) ->
 
 __all__ = [
     "Cached",
+    "LMDBCached",
     "batched",
     "decode",
     "default_collation_fn",

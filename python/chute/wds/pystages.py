@@ -75,7 +75,11 @@ def apply_python_stage(
     if kind == "unlisted":
         return _unlisted(items)
     if kind == "compose":
-        return stage.args[0](items)  # type: ignore[no-any-return]
+        # webdataset's pipeline stages (PipelineStage) have a run method
+        # and need not be callable.
+        f = stage.args[0]
+        run = getattr(f, "run", None)
+        return (run if callable(run) else f)(items)  # type: ignore[no-any-return]
     if kind == "shuffle":
         return python_shuffle(items, int(stage.args[0]), stage.kwargs)
     if kind == "decode":

@@ -19,7 +19,7 @@ from chute.errors import engine_errors
 from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
-from chute.shards import rank_and_world_size
+from chute.shards import rank_and_world_size, split_by_worker
 from chute.stats import add_figures, empty_stats, with_running
 from chute.wds.compiler import (
     CompiledPipeline,
@@ -31,7 +31,7 @@ from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.pystages import apply_python_stage, python_batched
-from chute.wds.resume import StreamPosition
+from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.stages import STATEFUL_PYTHON_STAGES
 
 if TYPE_CHECKING:
@@ -118,8 +118,19 @@ class EpochRun:
         self.figures = Figures()
         self.engine: Any = None
         self.urls, self.worker = dataset.shard_urls()
+        # chute.DataLoader's num_workers are threads over this one list, but
+        # webdataset's workers split it (split_by_worker): one of them left
+        # without a shard is an empty epoch for its empty_check.
+        self.worker_without_shards = (
+            loader is not None
+            and loader.threads > len(self.urls)
+            and dataset.workersplitter is split_by_worker
+            and not dataset.resampled
+            and not dataset.elastic
+        )
         self.rank, _ = rank_and_world_size()
         start = resume if resume is not None else StreamPosition(epoch=epoch, shuffle_seed=None)
+        check_pass_reached(start, dataset.repetitions)
         torch_batch = (
             (loader.batch_size, loader.drop_last)
             if loader is not None and loader.batch_size is not None and loader.collate_fn is None
@@ -166,6 +177,7 @@ class EpochRun:
             batches=start.batches,
             rows=start.rows,
             items=start.items,
+            seed=dataset.seed,
             elastic=self.elastic,
         )
         self.fingerprint = dataset.state_fingerprint()
@@ -214,9 +226,9 @@ class EpochRun:
         dataset = self.dataset
         if self.elastic is not None and self.elastic.segment.num_batches == 0:
             return  # the epoch's samples were all delivered before this run
+        if dataset.empty_check and (not self.urls or self.worker_without_shards):
+            raise ValueError(EMPTY_MESSAGE)
         if not self.urls:
-            if dataset.empty_check:
-                raise ValueError(EMPTY_MESSAGE)
             return
         for pass_index in range(start.pass_index, dataset.repetitions):
             resumed = pass_index == start.pass_index
@@ -270,6 +282,7 @@ class EpochRun:
                 self.figures.wait_seconds += time.perf_counter() - started
                 stop = report_skips(engine, self.handlers)
                 if batch is None:
+                    check_resume_reached(skip_batches, engine.batches_formed())
                     break
                 if compiled.batch_size is not None:
                     position.batches += 1
