@@ -878,3 +878,20 @@ def test_an_unknown_image_spec_lists_the_valid_ones() -> None:
         with pytest.raises(ValueError) as info:
             make()
         assert str(info.value) == expected
+
+
+@pytest.mark.parametrize("combine_tensors", [True, False])
+@pytest.mark.parametrize("combine_scalars", [True, False])
+def test_default_collation_fn_switches_equal_webdatasets(
+    combine_tensors: bool, combine_scalars: bool
+) -> None:
+    flags = {"combine_tensors": combine_tensors, "combine_scalars": combine_scalars}
+    for rows in (
+        [{"a": 1, "b": 2.5}, {"a": 2, "b": 3.5}],
+        [(1, "x"), (2, "y")],
+        [{"a": np.array([1, 2])}, {"a": np.array([3, 4])}],
+        [(torch.tensor([1.0]),), (torch.tensor([2.0]),)],
+    ):
+        ref = webdataset.filters.default_collation_fn(rows, **flags)
+        got = wds.default_collation_fn(rows, **flags)
+        assert_same(ref, got)
