@@ -171,6 +171,32 @@ def test_stream_state_past_the_end_of_unbatched_rows_is_refused(tiny_shards: lis
         list(resumed)
 
 
+def _same(batch: Any) -> Any:
+    return batch
+
+
+def test_stream_state_past_the_end_is_refused_in_worker_processes(tiny_shards: list[str]) -> None:
+    def loader() -> chute.DataLoader:
+        ds = chute.WebDataset(tiny_shards, shardshuffle=False, seed=3)
+        pipeline = ds.to_tuple("__key__", "cls").batched(50).map(_same)
+        return chute.DataLoader(pipeline, batch_size=None, num_workers=2)
+
+    a = loader()
+    it = iter(a)
+    next(it)
+    state = a.state_dict()
+    del it
+    state["dataset"]["batches"] = 10**6
+    b = loader()
+    b.load_state_dict(state)
+    with pytest.raises(
+        ValueError,
+        match=r"resumes after batch 1000000 of its pass, but the pass "
+        r"has only 20 batches",
+    ):
+        list(b)
+
+
 def test_stream_state_past_the_last_pass_is_refused(tiny_shards: list[str]) -> None:
     state = _stopped_state(shuffled_pipeline(tiny_shards), 1)
     for position, words in [
