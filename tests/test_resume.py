@@ -171,6 +171,35 @@ def test_stream_state_past_the_end_of_unbatched_rows_is_refused(tiny_shards: lis
         list(resumed)
 
 
+def test_stream_state_past_the_indexed_end_is_refused_before_reading(tmp_path: Path) -> None:
+    from chute.tarindex import write_index
+
+    urls = write_shards(tmp_path, tiny_samples(100), per_shard=25)
+
+    def build() -> chute.WebDataset:
+        return chute.WebDataset(urls, shardshuffle=False, seed=3).to_tuple("__key__").batched(8)
+
+    state = _stopped_state(build(), 2)
+    state["batches"] = 14  # 100 samples make 13 batches of 8
+    resumed = build()
+    resumed.load_state_dict(state)
+    it = iter(resumed)  # without indexes, the pass is read to find its end
+    with pytest.raises(
+        ValueError, match="resumes after batch 14 of its pass, but the pass has only 13 batches"
+    ):
+        next(it)
+    for url in urls:
+        write_index(url)
+    resumed.load_state_dict(state)
+    with pytest.raises(
+        ValueError, match="resumes after batch 14 of its pass, but the pass has only 13 batches"
+    ):
+        iter(resumed)
+    at_end = build()
+    at_end.load_state_dict(dict(state, batches=13))
+    assert list(at_end) == []
+
+
 def _same(batch: Any) -> Any:
     return batch
 

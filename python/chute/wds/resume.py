@@ -218,10 +218,12 @@ def check_pass_reached(start: StreamPosition, passes: int) -> None:
     )
 
 
-def check_resume_reached(skip_batches: int, formed: int) -> None:
-    """ValueError when a resumed pass ended before the batch its state
-    resumes after: the state's position lies past the end of the data."""
-    if skip_batches > formed:
+def check_resume_reached(skip_batches: int, formed: int | None) -> None:
+    """ValueError when a resumed pass has fewer batches (`formed`: all the
+    engine formed, or the most the shards' indexes allow; None: unknown)
+    than the one its state resumes after: the position lies past the end of
+    the data."""
+    if formed is not None and skip_batches > formed:
         raise ValueError(
             f"WebDataset state resumes after batch {skip_batches} of its pass, but the pass "
             f"has only {formed} batches: the state is from other data (another shard list "

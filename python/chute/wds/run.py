@@ -19,8 +19,9 @@ from chute.errors import engine_errors
 from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
-from chute.shards import rank_and_world_size, split_by_worker
+from chute.shards import local_path, rank_and_world_size, split_by_worker
 from chute.stats import add_figures, empty_stats, with_running
+from chute.tarindex import indexed_sample_count
 from chute.wds.compiler import (
     CompiledPipeline,
     compile_stages,
@@ -181,6 +182,9 @@ class EpochRun:
             elastic=self.elastic,
         )
         self.fingerprint = dataset.state_fingerprint()
+        if self.elastic is None and start.batches:
+            # Before reading, where the shards' indexes tell the pass's length.
+            check_resume_reached(start.batches, self._indexed_batches())
         self.pass_samples: int | None = None  # samples the engine read in the last pass
         self.source: Generator[Any, None, None] = self._passes(start)
         items: Iterator[Any] = self.source
@@ -189,6 +193,28 @@ class EpochRun:
         if loader is not None:
             items = as_torch_loader(items, loader, native_batch is not None, self.default_collate)
         self.items = items
+
+    def _indexed_batches(self) -> int | None:
+        """The most batches the engine can form in a pass, from the sidecar
+        indexes of this process's shards; None when a shard has no current
+        index, the engine does not batch, or the shards may be read again
+        within a pass (repeat, resampling, DDP's even batch counts)."""
+        batch_size = self.compiled.batch_size
+        if (
+            batch_size is None
+            or self.dataset.resampled
+            or self.dataset.repeat_shards
+            or rank_and_world_size()[1] > 1
+        ):
+            return None
+        samples = 0
+        for url in self.urls:
+            path = local_path(url)
+            count = indexed_sample_count(path) if path is not None else None
+            if count is None:
+                return None
+            samples += count
+        return -(-samples // batch_size) if self.compiled.partial else samples // batch_size
 
     def current_figures(self) -> dict[str, Any]:
         """The engine figures of the running pass."""
