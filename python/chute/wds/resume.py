@@ -105,11 +105,9 @@ def _count(state: dict[str, Any], key: str, default: int | None = None) -> int:
     return value
 
 
-def check_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
+def check_fingerprint(recorded: dict[str, Any], expected: dict[str, Any]) -> None:
     """ValueError naming the first difference between the pipeline a state
     was taken from (`recorded`) and this one (`expected`)."""
-    if not isinstance(recorded, dict):
-        raise ValueError(f"WebDataset state: 'pipeline' must be a dict, not {recorded!r}")
     if (recorded.get("num_shards"), recorded.get("shards")) != (
         expected["num_shards"],
         expected["shards"],
