@@ -679,6 +679,12 @@ def test_loader_workers_beyond_the_shards_fail_the_empty_check(small: list[str])
         assert sorted(int(x) for b in got for x in b[0]) == sorted(
             int(x) for b in ref for x in b[0]
         )
+    # chute.DataLoader's workers are threads over one shard list: none is
+    # left without a shard, so nothing is empty.
+    threads = chute.DataLoader(
+        chute.WebDataset(small[:1], shardshuffle=False).to_tuple("cls"), num_workers=2
+    )
+    assert len(list(threads)) == 30
 
 
 def test_data_pipeline_sources(small: list[str]) -> None:

@@ -440,6 +440,20 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             worker_urls = urls  # resampling draws from every shard the node has
         return worker_urls, worker
 
+    def leaves_a_worker_without_shards(self, num_workers: int) -> bool:
+        """Whether webdataset's `num_workers` worker processes, splitting
+        this dataset's shards with split_by_worker, would leave one without
+        a shard: its empty_check then raises. (chute.DataLoader's workers
+        are threads over one shard list: none is left without.)"""
+        if (
+            not self.empty_check
+            or self.workersplitter is not split_by_worker
+            or self.resampled
+            or self.elastic
+        ):
+            return False
+        return num_workers > len(self.shard_urls()[0])
+
     def __iter__(self) -> Iterator[Any]:
         return self.iterate()
 

@@ -19,7 +19,7 @@ from chute.errors import engine_errors
 from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
-from chute.shards import local_path, rank_and_world_size, split_by_worker
+from chute.shards import local_path, rank_and_world_size
 from chute.stats import add_figures, empty_stats, with_running
 from chute.tarindex import indexed_sample_count
 from chute.wds.compiler import (
@@ -119,16 +119,6 @@ class EpochRun:
         self.figures = Figures()
         self.engine: Any = None
         self.urls, self.worker = dataset.shard_urls()
-        # chute.DataLoader's num_workers are threads over this one list, but
-        # webdataset's workers split it (split_by_worker): one of them left
-        # without a shard is an empty epoch for its empty_check.
-        self.worker_without_shards = (
-            loader is not None
-            and loader.threads > len(self.urls)
-            and dataset.workersplitter is split_by_worker
-            and not dataset.resampled
-            and not dataset.elastic
-        )
         self.rank, _ = rank_and_world_size()
         start = resume if resume is not None else StreamPosition(epoch=epoch, shuffle_seed=None)
         check_pass_reached(start, dataset.repetitions)
@@ -252,9 +242,9 @@ class EpochRun:
         dataset = self.dataset
         if self.elastic is not None and self.elastic.segment.num_batches == 0:
             return  # the epoch's samples were all delivered before this run
-        if dataset.empty_check and (not self.urls or self.worker_without_shards):
-            raise ValueError(EMPTY_MESSAGE)
         if not self.urls:
+            if dataset.empty_check:
+                raise ValueError(EMPTY_MESSAGE)
             return
         for pass_index in range(start.pass_index, dataset.repetitions):
             resumed = pass_index == start.pass_index
