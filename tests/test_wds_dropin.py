@@ -632,6 +632,28 @@ def test_tarfile_to_samples_select_and_rename_files_equal_webdataset(small: list
     assert_same(ref, got)
 
 
+@pytest.mark.parametrize("handler", [wds.ignore_and_continue, wds.ignore_and_stop])
+def test_select_files_on_a_cut_shard_equal_webdataset(tmp_path: Path, handler: Any) -> None:
+    """The Python reader hands a cut shard to the handler as webdataset's does:
+    the members read before the cut are delivered, and the next shard follows."""
+    good = write_shards(tmp_path, tiny_samples(6), per_shard=6, prefix="good")[0]
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(Path(good).read_bytes()[:7000])
+    urls = [str(cut), good]
+
+    def build(lib: Any) -> Any:
+        return lib.WebDataset(urls, shardshuffle=False, handler=handler, select_files=_not_npy)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = list(build(webdataset))
+        got = list(build(wds))
+    assert len(got) == (8 if handler is wds.ignore_and_continue else 2)
+    assert_same(ref, got)
+    with pytest.raises(tarfile.ReadError):
+        list(wds.WebDataset(urls, shardshuffle=False, select_files=_not_npy))
+
+
 def test_select_files_datasets_batch_in_a_loader_and_keep_no_state(small: list[str]) -> None:
     ds = chute.WebDataset(small, shardshuffle=False, select_files=_not_npy).decode()
     loader = chute.DataLoader(ds.to_tuple("cls"), batch_size=8)

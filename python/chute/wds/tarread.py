@@ -76,39 +76,50 @@ def open_shard(url: str, remote: RemoteOptions) -> Any:
     return open(path, "rb")
 
 
-def _members(
-    stream: Any,
-    handler: Handler,
-    select_files: NameFilter | None,
-    rename_files: NameMap | None,
-) -> Iterator[tuple[str, bytes]]:
-    """(name, bytes) of the regular members `select_files` keeps, under
-    their `rename_files` names. A member that fails goes to `handler`,
-    which skips it or ends the shard."""
-    with tarfile.open(fileobj=stream, mode="r|*") as archive:
-        for info in archive:
-            try:
-                if not info.isreg():
-                    continue
-                name = info.name
-                if "/" not in name and name.startswith("__") and name.endswith("__"):
-                    continue
-                if _META.match(name):
-                    continue
-                if rename_files is not None:
-                    name = rename_files(name)
-                if select_files is not None and not select_files(name):
-                    continue
-                member = archive.extractfile(info)
-                assert member is not None
-                data = member.read()
-            except Exception as exn:
-                if handler(exn):
-                    continue
-                return
-            yield name, data
-            # A stream keeps no list of what it has read.
-            archive.members = []  # type: ignore[attr-defined]
+class _Shard:
+    """One shard's members as they are read; `stopped` when a handler asked
+    to end the iteration."""
+
+    def __init__(self, stream: Any, handler: Handler) -> None:
+        self.stream = stream
+        self.handler = handler
+        self.stopped = False
+
+    def members(
+        self, select_files: NameFilter | None, rename_files: NameMap | None
+    ) -> Iterator[tuple[str, bytes]]:
+        """(name, bytes) of the regular members `select_files` keeps, under
+        their `rename_files` names. A member that fails goes to the handler,
+        which skips it or ends the shard; a shard that cannot be read on
+        ends it, or the iteration. Either way the members read so far still
+        form their sample, as webdataset's reader leaves them."""
+        try:
+            with tarfile.open(fileobj=self.stream, mode="r|*") as archive:
+                for info in archive:
+                    try:
+                        if not info.isreg():
+                            continue
+                        name = info.name
+                        if "/" not in name and name.startswith("__") and name.endswith("__"):
+                            continue
+                        if _META.match(name):
+                            continue
+                        if rename_files is not None:
+                            name = rename_files(name)
+                        if select_files is not None and not select_files(name):
+                            continue
+                        member = archive.extractfile(info)
+                        assert member is not None
+                        data = member.read()
+                    except Exception as exn:
+                        if self.handler(exn):
+                            continue
+                        return
+                    yield name, data
+                    # A stream keeps no list of what it has read.
+                    archive.members = []  # type: ignore[attr-defined]
+        except Exception as exn:
+            self.stopped = not self.handler(exn)
 
 
 def _group(
@@ -154,12 +165,15 @@ def tar_samples(
         try:
             stream = open_shard(url, remote)
             try:
-                members = _members(stream, handler, select_files, rename_files)
-                yield from _group(url, members, handler)
+                shard = _Shard(stream, handler)
+                yield from _group(url, shard.members(select_files, rename_files), handler)
             finally:
                 stream.close()
         except _StopAll:
             return
         except Exception as exn:
             if not handler(exn):
+                return
+        else:
+            if shard.stopped:
                 return
