@@ -377,14 +377,12 @@ def test_stream_state_refusals(monkeypatch, shards):
         .to_tuple("__key__")
         .batched(B)
     )
-    other_initial.load_state_dict(state)
-    with pytest.raises(ValueError, match="another buffer"):
-        next(iter(other_initial))
+    with pytest.raises(ValueError, match=r"another pipeline: stages \['shuffle\(20, initial=10\)"):
+        other_initial.load_state_dict(state)
     other_seed = stream(shards, buffer=20)()
     other_seed.seed = 6
-    other_seed.load_state_dict(state)
-    with pytest.raises(ValueError, match="another order"):
-        next(iter(other_seed))
+    with pytest.raises(ValueError, match="taken with seed 5; this dataset has seed 6"):
+        other_seed.load_state_dict(state)
     tampered = stream(shards, buffer=20)()
     tampered.load_state_dict(dict(state, elastic=dict(state["elastic"], remaining=[0, 1])))
     with pytest.raises(ValueError, match="does not match this pipeline"):

@@ -31,7 +31,11 @@ SKIP = wds.ignore_and_continue
 
 
 def tuple_ds(urls: list[str], fields: str, handler: Any = wds.reraise_exception, **kw: Any) -> Any:
-    return chute.WebDataset(urls, shardshuffle=False, handler=handler, **kw).to_tuple(fields)
+    # The handler covers the shard and, as the to_tuple's own, samples cut
+    # short before the field.
+    return chute.WebDataset(urls, shardshuffle=False, handler=handler, **kw).to_tuple(
+        fields, handler=handler
+    )
 
 
 def image_ds(urls: list[str], handler: Any = wds.reraise_exception) -> Any:

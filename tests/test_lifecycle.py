@@ -414,7 +414,14 @@ def test_skip_handler_under_stress_keeps_counting(baseline, tiny_shards, tmp_pat
     bad.write_bytes(Path(tiny_shards[0]).read_bytes()[:7000])
     urls = [tiny_shards[1], str(bad), tiny_shards[2], str(bad)]
     for _ in range(5):
-        ds = stream(urls, handler=wds.ignore_and_continue)
+        # The skip handler covers the cut shard and the sample it cut short.
+        skip = wds.ignore_and_continue
+        ds = (
+            chute.WebDataset(urls, shardshuffle=False, handler=skip)
+            .decode()
+            .to_tuple("npy", "cls", handler=skip)
+            .batched(16)
+        )
         batches = list(chute.DataLoader(ds, batch_size=None, num_workers=2))
         assert sum(len(b[1]) for b in batches) >= 500
         assert ds.stats()["samples_skipped"] == 2

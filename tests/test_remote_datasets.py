@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
+import chute.wds as wds
 import numpy as np
 import pytest
 import torch
@@ -504,3 +505,18 @@ def test_torch_workers_read_remote_shards_when_the_parent_did_not(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["200", "200"]
+
+
+def test_select_files_reads_remote_shards_in_python(store: Store, image_shards: list[str]):
+    urls = store.upload(image_shards)
+
+    def not_png(name: str) -> bool:
+        return not name.endswith(".png")
+
+    def build(ds: chute.WebDataset) -> Any:
+        return ds.decode("rgb8").to_tuple("__key__", "jpg", "cls", handler=wds.ignore_and_continue)
+
+    expected = list(build(chute.WebDataset(image_shards, shardshuffle=False, select_files=not_png)))
+    got = list(build(store.dataset(urls, select_files=not_png)))
+    assert len(got) == len(expected) > 0
+    assert same(got, expected)

@@ -139,12 +139,13 @@ def test_errors_name_such_members_and_handlers_cover_them(name_archives: list[Pa
     assert f"'{path}'" in message and "a\\xffb" in message
     message.encode("utf-8")  # no lone surrogates: it prints anywhere
     seen: list[BaseException] = []
-    ds = chute.WebDataset(path, shardshuffle=False, handler=lambda e: seen.append(e) or True)
-    assert list(ds.to_tuple("__key__", "txt")) == [("a\udcffb", b"1")]
+    ds = chute.WebDataset(path, shardshuffle=False)
+    keep = ds.to_tuple("__key__", "txt", handler=lambda e: seen.append(e) or True)
+    assert list(keep) == [("a\udcffb", b"1")]
     assert len(seen) == 5 and all(isinstance(e, chute.DataError) for e in seen)
-    skipping = chute.WebDataset(
-        path, shardshuffle=False, handler=cwds.ignore_and_continue
-    ).to_tuple("__key__", "txt")
+    skipping = chute.WebDataset(path, shardshuffle=False).to_tuple(
+        "__key__", "txt", handler=cwds.ignore_and_continue
+    )
     assert list(skipping) == [("a\udcffb", b"1")]
     assert skipping.stats()["samples_skipped"] == 5
 

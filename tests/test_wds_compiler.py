@@ -210,8 +210,9 @@ def test_torch_batching_goes_native_only_at_the_end_of_native_stages() -> None:
 def test_each_failure_goes_to_the_handler_of_its_scope() -> None:
     plain = Chain().decode().to_tuple("npy")
     h = error_handlers(plain.stages, warn_and_continue)
-    # Stages without a handler of their own leave their failures to the dataset's.
-    assert (h.read, h.member, h.field) == (warn_and_continue,) * 3
+    # A decode stage without a handler of its own leaves its failures to the
+    # dataset's; a to_tuple/rename without one raises, as webdataset's does.
+    assert (h.read, h.member, h.field) == (warn_and_continue, warn_and_continue, reraise_exception)
     own = Chain().decode(handler=warn_and_continue).to_tuple("npy", handler=ignore_and_continue)
     h = error_handlers(own.stages, reraise_exception)
     assert (h.read, h.member, h.field) == (

@@ -331,6 +331,99 @@ def test_field_handlers_skip_samples_missing_the_field(tmp_path: Path, build: An
         list(chute.WebDataset(urls, shardshuffle=False).to_tuple("__key__", "txt"))
 
 
+def _build_missing_field(lib: Any, urls: list[str], stage: str, python: bool, **kw: Any) -> Any:
+    ds = lib.WebDataset(urls, shardshuffle=False, handler=kw.pop("dataset_handler"))
+    if python:
+        ds = ds.map(dict)  # every later stage runs in Python
+    if stage == "to_tuple":
+        return ds.to_tuple("__key__", "txt", **kw)
+    if stage == "rename":
+        return ds.rename(t="txt", **kw).to_tuple("__key__", "t")
+    return ds.decode().to_tuple("txt", "cls", **kw).batched(2)
+
+
+@pytest.mark.parametrize("python", [False, True], ids=["native", "python"])
+@pytest.mark.parametrize("stage", ["to_tuple", "rename", "batched"])
+@pytest.mark.parametrize("dataset_handler", [wds.ignore_and_continue, wds.warn_and_continue])
+def test_a_missing_field_raises_whatever_the_datasets_handler(
+    tmp_path: Path, stage: str, python: bool, dataset_handler: Any
+) -> None:
+    """webdataset's to_tuple/rename raise ValueError for a sample without the
+    field unless their own handler says otherwise; the dataset's handler
+    does not cover them."""
+    urls = _missing_field_shard(tmp_path)
+    with pytest.raises(ValueError, match=r"didn't find \['txt'\]"):
+        list(_build_missing_field(webdataset, urls, stage, python, dataset_handler=dataset_handler))
+    ds = _build_missing_field(wds, urls, stage, python, dataset_handler=dataset_handler)
+    with pytest.raises(ValueError) as info:
+        list(ds)
+    message = str(info.value)
+    assert "txt" in message and "'m0'" in message and "shard-000000.tar" in message, message
+
+
+@pytest.mark.parametrize("python", [False, True], ids=["native", "python"])
+@pytest.mark.parametrize("stage", ["to_tuple", "rename", "batched"])
+@pytest.mark.parametrize("handler", [wds.ignore_and_continue, wds.warn_and_continue])
+def test_a_missing_field_follows_its_stages_handler(
+    tmp_path: Path, stage: str, python: bool, handler: Any
+) -> None:
+    urls = _missing_field_shard(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = list(
+            _build_missing_field(
+                webdataset,
+                urls,
+                stage,
+                python,
+                dataset_handler=wds.reraise_exception,
+                handler=handler,
+            )
+        )
+        got = list(
+            _build_missing_field(
+                wds, urls, stage, python, dataset_handler=wds.reraise_exception, handler=handler
+            )
+        )
+    assert len(got) == (1 if stage == "batched" else 2)
+    assert_same(ref, got)
+    for lib in (webdataset, wds):
+        build = _build_missing_field(
+            lib,
+            urls,
+            stage,
+            python,
+            dataset_handler=wds.reraise_exception,
+            handler=wds.reraise_exception,
+        )
+        with pytest.raises(ValueError, match="txt"):
+            list(build)
+
+
+def test_a_missing_field_in_a_cut_pipe_raises_as_webdatasets_own_test(tmp_path: Path) -> None:
+    """webdataset's test_dataset_missing_{totuple,rename}_raises: a shard cut
+    inside a sample's second member, read under ignore_and_stop, still hands
+    the partial sample to to_tuple/rename, which raise."""
+    rng = np.random.default_rng(5)
+    shard = tmp_path / "cut.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(3):
+            for ext, data in (("cls", str(i).encode()), ("bin", rng.bytes(20_000))):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    url = f"pipe:head -c 4000 {shard}"
+    for lib in (webdataset, wds):
+        for stage in (lib.to_tuple("foo", "bar"), lib.rename(x="foo", y="bar")):
+            ds = lib.DataPipeline(
+                lib.SimpleShardList(url),
+                lib.tarfile_to_samples(handler=wds.ignore_and_stop),
+                stage,
+            )
+            with pytest.raises(ValueError, match="foo"):
+                list(ds)
+
+
 def test_decode_handler_does_not_cover_a_truncated_archive(
     images: list[str], tmp_path: Path
 ) -> None:
@@ -422,8 +515,10 @@ def test_non_utf8_member_names_give_webdataset_keys(tmp_path: Path) -> None:
     # A failure naming such a member is an error naming the shard, and skippable.
     with pytest.raises(ValueError, match=r"names\.tar.*sample 'x'.*j\\xc4g"):
         list(chute.WebDataset(str(path), shardshuffle=False).to_tuple("__key__", "cls"))
-    skipped = chute.WebDataset(str(path), shardshuffle=False, handler=wds.ignore_and_continue)
-    assert [k for k, _ in skipped.to_tuple("__key__", "cls")] == ["good", "k\udcff1", "z"]
+    skipped = chute.WebDataset(str(path), shardshuffle=False).to_tuple(
+        "__key__", "cls", handler=wds.ignore_and_continue
+    )
+    assert [k for k, _ in skipped] == ["good", "k\udcff1", "z"]
 
 
 # ---------------------------------------------------------------- composable pipelines
@@ -470,6 +565,148 @@ def test_data_pipeline_with_a_custom_stage_goes_to_python_from_there(small: list
     native = pipeline.native()
     assert native is not None
     assert [s.kind for s in native.stages] == ["decode", "to_tuple", "compose", "batched"]
+
+
+def test_a_pipeline_stage_with_only_a_run_method_runs(small: list[str]) -> None:
+    """webdataset's PipelineStage objects (LMDBCached among them) have
+    ``run(source)`` and need not be callable."""
+
+    class EveryOther(webdataset.filters.PipelineStage):  # type: ignore[misc]
+        def run(self, source: Any) -> Any:
+            return islice(source, 0, None, 2)
+
+    stages = [EveryOther(), wds.to_tuple("__key__")]
+    ref = list(composable(small, webdataset, *stages))
+    assert len(ref) == 45
+    assert_same(ref, list(composable(small, wds, *stages)))
+
+
+def _cls_as_txt(name: str) -> str:
+    return name[: -len(".cls")] + ".txt" if name.endswith(".cls") else name
+
+
+def _not_npy(name: str) -> bool:
+    return not name.endswith(".npy")
+
+
+@pytest.mark.parametrize(
+    "member_functions",
+    [
+        {"select_files": _not_npy},
+        {"rename_files": _cls_as_txt},
+        {"rename_files": _cls_as_txt, "select_files": lambda n: n.endswith(".txt")},
+        # Renamed keys regroup the members: ten samples' members under one key.
+        {"rename_files": lambda n: n.split(".")[0][:-1] + "." + n.split(".")[1] + n[-5]},
+    ],
+    ids=["select", "rename", "rename then select", "regroup"],
+)
+def test_select_and_rename_files_equal_webdataset(
+    small: list[str], member_functions: dict[str, Any]
+) -> None:
+    def build(lib: Any, urls: Any) -> Any:
+        return lib.WebDataset(urls, shardshuffle=False, **member_functions).decode()
+
+    for urls in (small, [f"pipe:cat {small[0]}"]):
+        ref = list(build(webdataset, urls))
+        ds = build(wds, urls)
+        got = list(ds)
+        assert len(got) == len(ref) > 0
+        assert_same(ref, got)
+        assert ds.stats()["python_items"] >= len(got)
+
+
+def test_tarfile_to_samples_select_and_rename_files_equal_webdataset(small: list[str]) -> None:
+    def pipeline(lib: Any) -> Any:
+        return lib.DataPipeline(
+            lib.SimpleShardList(small),
+            lib.tarfile_to_samples(select_files=_not_npy, rename_files=_cls_as_txt),
+            lib.decode(),
+            lib.to_tuple("__key__", "txt"),
+        )
+
+    ref = list(pipeline(webdataset))
+    got_pipeline = pipeline(wds)
+    assert got_pipeline.native() is None
+    got = list(got_pipeline)
+    assert len(got) == 90 and isinstance(got[0][1], str)
+    assert_same(ref, got)
+
+
+@pytest.mark.parametrize("handler", [wds.ignore_and_continue, wds.ignore_and_stop])
+def test_select_files_on_a_cut_shard_equal_webdataset(tmp_path: Path, handler: Any) -> None:
+    """The Python reader hands a cut shard to the handler as webdataset's does:
+    the members read before the cut are delivered, and the next shard follows."""
+    good = write_shards(tmp_path, tiny_samples(6), per_shard=6, prefix="good")[0]
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(Path(good).read_bytes()[:7000])
+    urls = [str(cut), good]
+
+    def build(lib: Any) -> Any:
+        return lib.WebDataset(urls, shardshuffle=False, handler=handler, select_files=_not_npy)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = list(build(webdataset))
+        got = list(build(wds))
+    assert len(got) == (8 if handler is wds.ignore_and_continue else 2)
+    assert_same(ref, got)
+    with pytest.raises(tarfile.ReadError):
+        list(wds.WebDataset(urls, shardshuffle=False, select_files=_not_npy))
+
+
+def test_select_files_datasets_batch_in_a_loader_and_keep_no_state(small: list[str]) -> None:
+    ds = chute.WebDataset(small, shardshuffle=False, select_files=_not_npy).decode()
+    loader = chute.DataLoader(ds.to_tuple("cls"), batch_size=8)
+    reference = torch.utils.data.DataLoader(
+        webdataset.WebDataset(small, shardshuffle=False, select_files=_not_npy)
+        .decode()
+        .to_tuple("cls"),
+        batch_size=8,
+    )
+    assert_same(list(reference), list(loader))
+    with pytest.raises(ValueError, match="reads its shards in Python and keeps no state"):
+        ds.state_dict()
+    with pytest.raises(ValueError, match="takes no resampled=, repeat= or elastic="):
+        chute.WebDataset(small, resampled=True, rename_files=_cls_as_txt)
+
+
+def test_lmdb_cached_is_refused_with_what_to_use_instead() -> None:
+    with pytest.raises(NotImplementedError) as info:
+        wds.LMDBCached("cache.lmdb")
+    assert str(info.value) == (
+        "chute.wds.LMDBCached is not implemented: cache samples in memory with "
+        "wds.Cached(), or put webdataset.LMDBCached(fname) in a wds.DataPipeline "
+        "(chute runs a stage it does not know in Python)"
+    )
+
+
+def test_loader_workers_beyond_the_shards_fail_the_empty_check(small: list[str]) -> None:
+    """webdataset's workers split the shards: with more workers than shards
+    one gets none, and its empty_check raises."""
+
+    def loader(lib: Any, urls: list[str], workers: int, **kw: Any) -> Any:
+        ds = lib.WebDataset(urls, shardshuffle=False, **kw).to_tuple("cls")
+        return lib.WebLoader(ds, num_workers=workers, batch_size=3)
+
+    for lib in (webdataset, wds):
+        with pytest.raises(ValueError, match="No samples found in dataset; perhaps you have "):
+            list(loader(lib, small[:1], 2))
+    for workers, urls, kw in [
+        (2, small[:2], {}),
+        (2, small[:1], {"empty_check": False}),
+        (0, small[:1], {}),
+    ]:
+        ref = list(loader(webdataset, urls, workers, **kw))
+        got = list(loader(wds, urls, workers, **kw))
+        assert sorted(int(x) for b in got for x in b[0]) == sorted(
+            int(x) for b in ref for x in b[0]
+        )
+    # chute.DataLoader's workers are threads over one shard list: none is
+    # left without a shard, so nothing is empty.
+    threads = chute.DataLoader(
+        chute.WebDataset(small[:1], shardshuffle=False).to_tuple("cls"), num_workers=2
+    )
+    assert len(list(threads)) == 30
 
 
 def test_data_pipeline_sources(small: list[str]) -> None:
@@ -653,3 +890,36 @@ def test_webloader_repeat_and_with_epoch_like_webdataset(small: list[str]) -> No
     ):
         assert run(wds, build) == run(webdataset, build)
     assert run(wds, lambda loader: loader.repeat(nepochs=2)) == [20, 20, 20, 20, 10] * 2
+
+
+def test_an_unknown_image_spec_lists_the_valid_ones() -> None:
+    expected = (
+        "Unknown imagespec: nonsense (valid specs: l8, rgb8, rgba8, l, rgb, rgba, torchl8, "
+        "torchrgb8, torchrgba8, torchl, torchrgb, torch, torchrgba, pill, pil, pilrgb, "
+        "pilrgba; or a handler callable f(key, data))"
+    )
+    for make in (
+        lambda: chute.WebDataset("x.tar", shardshuffle=False).decode("nonsense"),
+        lambda: wds.decode("nonsense"),
+        lambda: wds.autodecode.ImageHandler("nonsense"),
+    ):
+        with pytest.raises(ValueError) as info:
+            make()
+        assert str(info.value) == expected
+
+
+@pytest.mark.parametrize("combine_tensors", [True, False])
+@pytest.mark.parametrize("combine_scalars", [True, False])
+def test_default_collation_fn_switches_equal_webdatasets(
+    combine_tensors: bool, combine_scalars: bool
+) -> None:
+    flags = {"combine_tensors": combine_tensors, "combine_scalars": combine_scalars}
+    for rows in (
+        [{"a": 1, "b": 2.5}, {"a": 2, "b": 3.5}],
+        [(1, "x"), (2, "y")],
+        [{"a": np.array([1, 2])}, {"a": np.array([3, 4])}],
+        [(torch.tensor([1.0]),), (torch.tensor([2.0]),)],
+    ):
+        ref = webdataset.filters.default_collation_fn(rows, **flags)
+        got = wds.default_collation_fn(rows, **flags)
+        assert_same(ref, got)

@@ -164,6 +164,13 @@ void register_stream(py::module_& m) {
              return stats_dict(owned.here() ? owned.get().stats() : EngineStats{});
            })
       .def(
+          "batches_formed",
+          [](const OwnedStreamEngine& owned) {
+            return owned.here() ? owned.get().batches_formed() : int64_t{0};
+          },
+          "Batches formed so far, those skipped by a resume included; at the end of the "
+          "epoch, its batch count.")
+      .def(
           "take_skipped",
           [](OwnedStreamEngine& owned) {
             py::list out;

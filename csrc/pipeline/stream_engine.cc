@@ -252,6 +252,7 @@ void StreamEngine::run_assembler() {
   auto submit = [&](BatchTask&& task, uint64_t cost) -> bool {
     task.epoch = plan_.epoch;
     task.absolute = formed++;
+    batches_formed_.store(formed);
     if (!delivers(task.absolute)) return true;
     if (!results_.wait_for_slot(sequence, cost)) return false;
     task.sequence = sequence++;

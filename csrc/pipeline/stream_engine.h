@@ -56,6 +56,9 @@ class StreamEngine {
   void close();
 
   EngineStats stats() const;
+  // Batches formed so far, those a resume skips (StreamPlan::skip_batches)
+  // included; once next() returned kEnd, the epoch's batch count.
+  int64_t batches_formed() const { return batches_formed_.load(); }
   // Errors of the samples skipped since the last call (for Python's handler).
   std::vector<Error> take_skipped() { return skips_.take(); }
   BatchAllocator& allocator() { return allocator_; }
@@ -87,6 +90,7 @@ class StreamEngine {
                                           &payload_buffers_};
   std::vector<std::unique_ptr<BoundedQueue<SampleChunk>>> stream_queues_;
   std::atomic<bool> closed_{false};
+  std::atomic<int64_t> batches_formed_{0};
 
   DeliveryCounter delivered_;
   StreamCounters counters_;

@@ -716,6 +716,10 @@ class StreamPlan:
 class StreamEngine:
     def __init__(self, plan: StreamPlan) -> None:
         ...
+    def batches_formed(self) -> int:
+        """
+        Batches formed so far, those skipped by a resume included; at the end of the epoch, its batch count.
+        """
     def close(self) -> None:
         """
         Stops the threads and drops what is queued; nothing in a forked copy.

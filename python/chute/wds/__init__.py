@@ -33,6 +33,7 @@ from chute.wds.autodecode import (
 from chute.wds.dataset import WebDataset
 from chute.wds.filters import (
     Cached,
+    LMDBCached,
     batched,
     decode,
     default_collation_fn,
@@ -84,6 +85,7 @@ __all__ = [
     "DecodingError",
     "FluidWrapper",
     "ImageHandler",
+    "LMDBCached",
     "MockDataset",
     "ResampledShards",
     "SimpleShardList",

@@ -30,6 +30,15 @@ DecodeHandler = Callable[[str, bytes], Any]
 imagespecs = IMAGE_SPECS
 
 
+def unknown_imagespec(spec: str) -> ValueError:
+    """The error for an image spec that is not one of IMAGE_SPECS (its first
+    words are webdataset's)."""
+    return ValueError(
+        f"Unknown imagespec: {spec} (valid specs: {', '.join(IMAGE_SPECS)}; "
+        "or a handler callable f(key, data))"
+    )
+
+
 class Continue:
     """Returned by a handler that transformed a member but leaves the
     decoding to the handlers after it: decode `data` under the name `key`."""
@@ -58,7 +67,7 @@ class ImageHandler:
 
     def __init__(self, imagespec: str, extensions: Iterable[str] = IMAGE_EXTENSIONS) -> None:
         if imagespec.lower() not in IMAGE_SPECS:
-            raise ValueError(f"Unknown imagespec: {imagespec}")
+            raise unknown_imagespec(imagespec)
         self.imagespec = imagespec.lower()
         self.extensions = set(extensions)
 

@@ -258,17 +258,18 @@ def native_torch_batch(
 def error_handlers(native_stages: Sequence[Stage], default: Handler) -> ErrorHandlers:
     """Who handles a failure in the native part, by webdataset's scopes: the
     dataset's handler for reading and tar structure; a decode stage's own
-    handler for members that do not decode, a ``to_tuple``/``rename``
-    stage's own for samples that lack a field. A stage without a handler of
-    its own leaves its failures to the dataset's handler (chute's rule,
-    documented: webdataset raises there)."""
-    member = field_ = default
+    handler for members that do not decode (a decode stage without one
+    leaves them to the dataset's handler: chute's rule, documented); a
+    ``to_tuple``/``rename`` stage's own handler for samples that lack a
+    field, which raise, as webdataset's do, where that stage has none."""
+    member = default
+    field_: Handler = reraise_exception
     for stage in native_stages:
         own = stage.kwargs.get("handler", reraise_exception)
         if own is reraise_exception:
             continue
         if stage.kind == "decode" and member is default:
             member = own
-        elif stage.kind in ("to_tuple", "rename") and field_ is default:
+        elif stage.kind in ("to_tuple", "rename") and field_ is reraise_exception:
             field_ = own
     return ErrorHandlers(read=default, member=member, field=field_)

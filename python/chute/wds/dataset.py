@@ -22,6 +22,7 @@ import random
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch.utils.data import IterableDataset
@@ -45,6 +46,7 @@ from chute.shards import (
     apply_splitter,
     expand_urls,
     local_path,
+    rank_and_world_size,
     single_node_only,
     split_by_worker,
     worker_and_num_workers,
@@ -60,9 +62,11 @@ from chute.wds.native import (
     field_plan,
 )
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
+from chute.wds.pystages import apply_python_stage
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
-from chute.wds.run import EpochIteration, EpochRun
+from chute.wds.run import EMPTY_MESSAGE, EpochIteration, EpochRun, as_torch_loader
 from chute.wds.stages import Stage
+from chute.wds.tarread import tar_samples
 
 if TYPE_CHECKING:
     from chute.workers.main import Outgoing, WorkerContext
@@ -138,8 +142,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
 
     ``handler`` handles failures to open or read a shard and malformed
     archives; a ``decode``, ``to_tuple`` or ``rename`` stage's own handler
-    handles its members that do not decode or samples that lack a field,
-    and where such a stage has none, the dataset's handler does.
+    handles its members that do not decode or samples that lack a field.
+    Where a decode stage has none, the dataset's handler does; where a
+    ``to_tuple`` or ``rename`` has none, a missing field raises, as in
+    webdataset.
     """
 
     index_driven: ClassVar[bool] = False
@@ -182,14 +188,17 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             raise ValueError(f"even_batches must be 'cap', 'repeat' or 'off', not {even_batches!r}")
         self.even_batches = even_batches
         self.elastic = bool(elastic)
-        unsupported = {
-            "url_to_name": url_to_name,
-            "select_files": select_files,
-            "rename_files": rename_files,
-        }
-        for name, value in unsupported.items():
-            if value is not None:
-                raise ValueError(f"chute.WebDataset does not support {name}= (use a .map stage)")
+        if url_to_name is not None:
+            raise ValueError("chute.WebDataset does not support url_to_name= (use a .map stage)")
+        if (select_files is not None or rename_files is not None) and (
+            resampled or mode == "resampled" or repeat or elastic
+        ):
+            raise ValueError(
+                "select_files=/rename_files= read the shards in Python (chute.wds.tarread), "
+                "which takes no resampled=, repeat= or elastic="
+            )
+        self.select_files = select_files
+        self.rename_files = rename_files
         if mode not in (None, "resampled"):
             raise ValueError(f"unknown mode {mode!r}")
         resampled = resampled or mode == "resampled"
@@ -227,6 +236,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self.workersplitter = workersplitter
         self.empty_check = empty_check
         env_seed = os.environ.get("WDS_SEED")
+        # A seed drawn here, not given, gives way to a loaded state's.
+        self._seed_given = seed is not None or env_seed is not None
         if seed is not None:
             self.seed = int(seed)
         elif env_seed is not None:
@@ -320,30 +331,68 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             return dict(self.finished_stats)
         return empty_stats()
 
+    @property
+    def reads_in_python(self) -> bool:
+        """Whether the shards are read in Python (``select_files=`` or
+        ``rename_files=``; see chute.wds.tarread)."""
+        return self.select_files is not None or self.rename_files is not None
+
+    def _refuse_states(self) -> None:
+        if self.reads_in_python:
+            raise ValueError(
+                "a WebDataset with select_files=/rename_files= reads its shards in Python "
+                "and keeps no state: state_dict()/load_state_dict() are not supported"
+            )
+
     def state_fingerprint(self) -> dict[str, Any]:
-        return fingerprint(self.urls, self.stages, self.elastic)
+        order: dict[str, Any] = {
+            "shardshuffle": self.shardshuffle,
+            "resampled": self.resampled,
+            "repeat": self.repeat_shards,
+            "streams": self.streams,
+            "shuffle_max_bytes": self.shuffle_max_bytes,
+        }
+        if not self.elastic:
+            # Each rank's position is in its own part of the shards.
+            order["world_size"] = rank_and_world_size()[1]
+            order["even_batches"] = self.even_batches
+        return fingerprint(self.urls, self.stages, self.elastic, order)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the oldest running iteration stands; ``load_state_dict``
         makes the next iteration resume right after it, with the same order.
         With no iteration running it names the start of the next epoch."""
+        self._refuse_states()
         live = self._live_iterations()
         if live:
             return live[0].state()
         return self._next_epoch_state()
 
     def _next_epoch_state(self) -> dict[str, Any]:
-        return StreamPosition(epoch=self._epoch, shuffle_seed=None).as_state(
+        return StreamPosition(epoch=self._epoch, shuffle_seed=None, seed=self.seed).as_state(
             self.state_fingerprint()
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Makes the next iteration resume at `state` (from ``state_dict``);
         ValueError when it is malformed or comes from another dataset or
-        pipeline (shard list, stages, batch size)."""
-        self._resume = position_from_state(state, self.state_fingerprint())
+        pipeline (shard list, stages, batch size, settings that decide the
+        order, a seed given to this dataset). A dataset that drew its own
+        seed takes the state's, so that this epoch and the next ones follow
+        the interrupted run's order."""
+        self._refuse_states()
+        position = position_from_state(state, self.state_fingerprint())
+        assert position.seed is not None
+        if position.seed != self.seed and self._seed_given:
+            raise ValueError(
+                f"WebDataset state was taken with seed {position.seed}; this dataset has "
+                f"seed {self.seed}: their orders differ (leave the seed out to take the state's)"
+            )
+        self.seed = position.seed
+        self._resume = position
 
     def loader_state(self, running: Iterator[Any] | None = None) -> dict[str, Any]:
+        self._refuse_states()
         if isinstance(running, EpochIteration) and running.running:
             return running.state()
         return self._next_epoch_state()
@@ -391,6 +440,20 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             worker_urls = urls  # resampling draws from every shard the node has
         return worker_urls, worker
 
+    def leaves_a_worker_without_shards(self, num_workers: int) -> bool:
+        """Whether webdataset's `num_workers` worker processes, splitting
+        this dataset's shards with split_by_worker, would leave one without
+        a shard: its empty_check then raises. (chute.DataLoader's workers
+        are threads over one shard list: none is left without.)"""
+        if (
+            not self.empty_check
+            or self.workersplitter is not split_by_worker
+            or self.resampled
+            or self.elastic
+        ):
+            return False
+        return num_workers > len(self.shard_urls()[0])
+
     def __iter__(self) -> Iterator[Any]:
         return self.iterate()
 
@@ -422,6 +485,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         if not self._epoch_set:
             self._epoch += 1
         self._epoch_set = False
+        if self.reads_in_python:
+            return self._read_in_python(epoch, loader)
         settings = EngineSettings(
             threads=max(1, threads or self.threads or default_threads()),
             prefetch=prefetch if prefetch is not None else self.prefetch,
@@ -437,6 +502,52 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self._iterations.append(weakref.ref(it))
         return it
 
+    def _read_in_python(self, epoch: int, loader: LoaderSettings | None) -> Iterator[Any]:
+        """One epoch with the shards read and every stage run in Python
+        (chute.wds.tarread): the slow path of select_files=/rename_files=."""
+        urls, _ = self.shard_urls()
+        if self.shardshuffle:
+            random.Random(f"{self.seed}:{epoch}").shuffle(urls)
+        figures = empty_stats()
+        self.finished_stats = figures
+
+        def count(n: int) -> None:
+            figures["python_items"] += n
+
+        def passes() -> Iterator[Any]:
+            if not urls and self.empty_check:
+                raise ValueError(EMPTY_MESSAGE)
+            for _ in range(self.repetitions):
+                samples = 0
+
+                def counted(items: Iterator[Any]) -> Iterator[Any]:
+                    nonlocal samples
+                    for item in items:
+                        samples += 1
+                        count(1)
+                        yield item
+
+                items = counted(
+                    tar_samples(
+                        urls, self.handler, self.select_files, self.rename_files, self.remote
+                    )
+                )
+                for stage in self.stages:
+                    items = apply_python_stage(stage, items, count, self.handler)
+                yielded = 0
+                for item in items:
+                    yielded += 1
+                    yield item
+                if samples == 0 and self.empty_check:
+                    raise ValueError(EMPTY_MESSAGE)
+                if yielded == 0:
+                    return  # a pass that yields nothing would repeat forever
+
+        items = passes()
+        if self.repetitions != 1 and self.epoch_items > 0:
+            items = islice(items, self.epoch_items)
+        return items if loader is None else as_torch_loader(items, loader, native=False)
+
     def loader_batches(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
     ) -> Iterator[Any]:
@@ -449,6 +560,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         )
 
     def python_work(self, settings: LoaderSettings) -> bool:
+        if self.reads_in_python:
+            return False  # nothing runs on the engine: everything stays here
         # The shuffle seed given keeps the compiler from drawing on a
         # shuffle's rng (that draw belongs to the epoch).
         compiled = compile_stages(

@@ -22,6 +22,7 @@ from chute.collate import default_collate
 from chute.decoders import IMAGE_SPECS
 from chute.handlers import Handler, reraise_exception
 from chute.image_options import image_options
+from chute.wds.autodecode import unknown_imagespec
 from chute.wds.pystages import XDECODE_DEFAULTS, getfirst, python_shuffle
 from chute.wds.stages import Stage
 
@@ -71,7 +72,7 @@ def decode(
     ``layout`` ("CHW", "HWC") override the image spec's."""
     for spec in args:
         if isinstance(spec, str) and spec.lower() not in IMAGE_SPECS:
-            raise ValueError(f"Unknown imagespec: {spec}")
+            raise unknown_imagespec(spec)
     image_spec = next((s.lower() for s in args if isinstance(s, str)), None)
     opts = image_options(
         image_spec,
@@ -306,6 +307,18 @@ class Cached:
         return self.run(source)
 
 
+class LMDBCached:
+    """webdataset's ``LMDBCached`` (samples cached in an LMDB file) is not
+    implemented: constructing one raises, saying what to use instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(
+            "chute.wds.LMDBCached is not implemented: cache samples in memory with "
+            "wds.Cached(), or put webdataset.LMDBCached(fname) in a wds.DataPipeline "
+            "(chute runs a stage it does not know in Python)"
+        )
+
+
 def transform_with(sample: Sequence[Any], transformers: Sequence[Any] | None) -> list[Any]:
     """`sample` with each value passed through the function at its position
     (None or a missing function: unchanged)."""
@@ -322,6 +335,7 @@ def transform_with(sample: Sequence[Any], transformers: Sequence[Any] | None) ->
 
 __all__ = [
     "Cached",
+    "LMDBCached",
     "batched",
     "decode",
     "default_collation_fn",

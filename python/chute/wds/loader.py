@@ -7,7 +7,9 @@ from itertools import islice
 from typing import Any
 
 from chute.dataloader import DataLoader
+from chute.wds.dataset import WebDataset
 from chute.wds.fluent import Fluent
+from chute.wds.run import EMPTY_MESSAGE
 
 
 class WebLoader(Fluent, DataLoader):  # type: ignore[type-arg]
@@ -18,7 +20,9 @@ class WebLoader(Fluent, DataLoader):  # type: ignore[type-arg]
     ``with_epoch(n)`` passes over it as often as it takes to yield `n`. The
     DataLoader is chute's: a chute dataset's Python stages run on
     ``num_workers`` worker processes in the order of one process (see
-    ``chute.DataLoader``); any other dataset goes to torch's."""
+    ``chute.DataLoader``); any other dataset goes to torch's. As webdataset's
+    does, it raises when ``num_workers`` exceeds a WebDataset's shards (its
+    empty_check: one of webdataset's workers would get no shard)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -31,6 +35,13 @@ class WebLoader(Fluent, DataLoader):  # type: ignore[type-arg]
         return items
 
     def _passes(self) -> Iterator[Any]:
+        dataset = self.dataset
+        if isinstance(dataset, WebDataset) and dataset.leaves_a_worker_without_shards(
+            self.num_workers
+        ):
+            # webdataset's worker processes split the shards; one left
+            # without fails its empty_check.
+            raise ValueError(EMPTY_MESSAGE)
         for _ in range(self.repetitions):
             items: Iterator[Any] = super().__iter__()
             for stage in self.stages:

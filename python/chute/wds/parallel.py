@@ -33,7 +33,7 @@ from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers,
 from chute.wds.convert import DROPPED, BatchConverter
 from chute.wds.native import EngineSettings, report_skips
 from chute.wds.pystages import apply_python_stage
-from chute.wds.resume import StreamPosition
+from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.transport import default_collate, pack, unpack
@@ -216,6 +216,7 @@ class WorkerEpochRun(EpochRun):
                     self.pass_samples = int(body["stats"]["samples_read"])
                     if body["error"] is not None:
                         body["error"].reraise()
+                    check_resume_reached(skip_batches, int(body["formed"]))
                     return
                 pool.send(worker, ("credit", tag, 1))
                 items = unpack(body["items"], fds[0] if fds else -1, pin, pool.releaser(worker))
@@ -325,6 +326,7 @@ def stream_task(
                 "error": error,
                 "warnings": caught_warnings(records),
                 "stats": engine.stats(),
+                "formed": engine.batches_formed(),
                 **counts,
             }
             counts = dict.fromkeys(counts, 0)

@@ -39,11 +39,23 @@ if TYPE_CHECKING:
 
 class _TarfileSamples:
     """``tarfile_to_samples(handler=...)``: url dicts in, samples out. In a
-    DataPipeline it marks where the engine takes over; called on url dicts
-    it reads each shard with the engine."""
+    DataPipeline it marks where the engine takes over (unless it has
+    select_files/rename_files: then the pipeline runs in Python); called on
+    url dicts it reads each shard."""
 
-    def __init__(self, handler: Handler = reraise_exception) -> None:
+    def __init__(
+        self,
+        handler: Handler = reraise_exception,
+        select_files: Callable[[str], bool] | None = None,
+        rename_files: Callable[[str], str] | None = None,
+    ) -> None:
         self.handler = handler
+        self.select_files = select_files
+        self.rename_files = rename_files
+
+    @property
+    def reads_in_python(self) -> bool:
+        return self.select_files is not None or self.rename_files is not None
 
     def __call__(self, src: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         for item in src:
@@ -53,6 +65,8 @@ class _TarfileSamples:
                 shardshuffle=False,
                 nodesplitter=None,
                 workersplitter=None,
+                select_files=self.select_files,
+                rename_files=self.rename_files,
                 empty_check=False,
             )
 
@@ -62,10 +76,10 @@ def tarfile_to_samples(
     select_files: Callable[[str], bool] | None = None,
     rename_files: Callable[[str], str] | None = None,
 ) -> _TarfileSamples:
-    """The stage from url dicts to samples (members grouped by key)."""
-    if select_files is not None or rename_files is not None:
-        raise ValueError("chute does not support select_files=/rename_files= (use a .map stage)")
-    return _TarfileSamples(handler)
+    """The stage from url dicts to samples (members grouped by key);
+    `rename_files` renames each member, then `select_files` keeps those
+    whose (new) name it accepts, in Python (chute.wds.tarread)."""
+    return _TarfileSamples(handler, select_files, rename_files)
 
 
 def tarfile_samples(
@@ -184,6 +198,8 @@ class DataPipeline(Fluent, IterableDataset[Any], EngineDataset):
             if marker is None or not isinstance(head, (SimpleShardList, ResampledShards)):
                 return None
             tar_stage = pipeline[marker]
+            if isinstance(tar_stage, _TarfileSamples) and tar_stage.reads_in_python:
+                return None  # member names go through Python functions: webdataset's path
             handler = (
                 tar_stage.handler if isinstance(tar_stage, _TarfileSamples) else reraise_exception
             )

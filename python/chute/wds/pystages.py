@@ -22,9 +22,10 @@ from chute.wds.autodecode import decoder_of
 if TYPE_CHECKING:
     from chute.wds.stages import Stage
 
-# Stages that can run natively: when their own handler is the default, the
-# dataset's applies, wherever they run (see WebDataset's handler).
-HANDLED_LIKE_NATIVE = frozenset({"decode", "rename", "to_tuple"})
+# Stages whose failures the dataset's handler takes when their own handler
+# is the default, wherever they run (see WebDataset's handler). A
+# ``rename``/``to_tuple`` without a handler raises, as webdataset's does.
+HANDLED_LIKE_NATIVE = frozenset({"decode"})
 
 
 def _no_count(n: int) -> None:
@@ -74,7 +75,11 @@ def apply_python_stage(
     if kind == "unlisted":
         return _unlisted(items)
     if kind == "compose":
-        return stage.args[0](items)  # type: ignore[no-any-return]
+        # webdataset's pipeline stages (PipelineStage) have a run method
+        # and need not be callable.
+        f = stage.args[0]
+        run = getattr(f, "run", None)
+        return (run if callable(run) else f)(items)  # type: ignore[no-any-return]
     if kind == "shuffle":
         return python_shuffle(items, int(stage.args[0]), stage.kwargs)
     if kind == "decode":
@@ -184,8 +189,17 @@ def getfirst(
         if name in sample:
             return sample[name]
     if missing_is_error:
-        raise ValueError(f"didn't find {names} in {list(sample.keys())}")
+        raise ValueError(f"didn't find {names} in {list(sample.keys())}{_which(sample)}")
     return default
+
+
+def _which(sample: dict[str, Any]) -> str:
+    """Names `sample` by its key and shard, for error messages."""
+    key = sample.get("__key__")
+    if key is None:
+        return ""
+    url = sample.get("__url__")
+    return f" (sample {key!r}" + (f" of {url!r})" if url is not None else ")")
 
 
 def _renamer(names: dict[str, str], keep: bool) -> Callable[[Any], Any]:
@@ -210,7 +224,7 @@ def _tupler(
     def to_tuple(sample: dict[str, Any]) -> tuple[Any, ...]:
         result = tuple(getfirst(sample, s, missing_is_error=missing_is_error) for s in specs)
         if none_error and any(v is None for v in result):
-            raise ValueError(f"to_tuple {tuple(specs)} got {sample.keys()}")
+            raise ValueError(f"to_tuple {tuple(specs)} got {sample.keys()}{_which(sample)}")
         return result
 
     return to_tuple

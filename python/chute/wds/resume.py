@@ -4,11 +4,14 @@ keep a state from resuming the wrong pipeline.
 A state names the epoch, the shuffle seed, the pass over the shards (epochs
 of ``with_epoch``/``repeat`` make several), the engine batches and rows
 handed out in that pass, and the items the epoch has yielded. It also
-carries a fingerprint of the pipeline it came from (the shard list and the
-stages, batch sizes included): resuming another dataset, another pipeline or
-another batch size raises ValueError naming the difference, never a silent
-wrong position. States without a fingerprint (taken before chute recorded
-one) still load.
+carries a version, the dataset's seed (a resumed dataset takes it: the
+shard shuffle and the buffers follow the interrupted run's draws) and a
+fingerprint of the pipeline it came from (the shard list, the stages with
+their batch and buffer sizes, and the settings that decide the order):
+resuming another dataset, another pipeline or another batch size raises
+ValueError naming the difference, never a silent wrong position, and so does
+a state without a version or a fingerprint, or one whose position lies past
+the end of the epoch's data.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chute.wds.stages import Stage
+
+# The layout of the state dicts this module writes and reads.
+STATE_VERSION = 1
 
 if TYPE_CHECKING:
     from chute.wds.elastic import ElasticRun
@@ -32,6 +38,7 @@ class StreamPosition:
     batches: int = 0  # engine batches of this pass fully handed out
     rows: int = 0  # rows handed out of the next one (unbatched pipelines)
     items: int = 0  # items the epoch has yielded (for its cap)
+    seed: int | None = None  # the dataset's seed (None: not recorded yet)
     # elastic=True: the global position a loaded state recorded, and the
     # running iteration's segment (chute.wds.elastic).
     recorded_elastic: dict[str, Any] | None = None
@@ -44,7 +51,9 @@ class StreamPosition:
 
     def as_state(self, pipeline: dict[str, Any]) -> dict[str, Any]:
         state = {
+            "version": STATE_VERSION,
             "epoch": self.epoch,
+            "seed": self.seed,
             "shuffle_seed": self.shuffle_seed,
             "pass": self.pass_index,
             "batches": self.batches,
@@ -58,21 +67,29 @@ class StreamPosition:
 
 
 def describe_stage(stage: Stage) -> str:
-    if stage.kind in ("batched", "shuffle"):
-        return f"{stage.kind}({stage.args[0]})"
+    if stage.kind == "batched":
+        partial = "" if stage.kwargs.get("partial", True) else ", partial=False"
+        return f"batched({stage.args[0]}{partial})"
+    if stage.kind == "shuffle":
+        return f"shuffle({stage.args[0]}, initial={stage.kwargs.get('initial')})"
     return stage.kind
 
 
 def fingerprint(
-    urls: Sequence[str], stages: Sequence[Stage], elastic: bool = False
+    urls: Sequence[str],
+    stages: Sequence[Stage],
+    elastic: bool = False,
+    order: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a state must match: the shard list (count and digest), the
-    stages, and whether positions are global (elastic)."""
+    stages, whether positions are global (elastic), and `order`: the
+    dataset's settings that decide the order of its samples."""
     digest = hashlib.sha256("\n".join(urls).encode("utf-8", "surrogateescape")).hexdigest()
     out: dict[str, Any] = {
         "num_shards": len(urls),
         "shards": digest[:16],
         "stages": [describe_stage(s) for s in stages],
+        "order": dict(order or {}),
     }
     if elastic:
         out["elastic"] = True
@@ -88,11 +105,9 @@ def _count(state: dict[str, Any], key: str, default: int | None = None) -> int:
     return value
 
 
-def check_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
+def check_fingerprint(recorded: dict[str, Any], expected: dict[str, Any]) -> None:
     """ValueError naming the first difference between the pipeline a state
     was taken from (`recorded`) and this one (`expected`)."""
-    if not isinstance(recorded, dict):
-        raise ValueError(f"WebDataset state: 'pipeline' must be a dict, not {recorded!r}")
     if (recorded.get("num_shards"), recorded.get("shards")) != (
         expected["num_shards"],
         expected["shards"],
@@ -107,6 +122,19 @@ def check_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
             "WebDataset state was taken with elastic="
             f"{bool(recorded.get('elastic'))}, this pipeline has elastic="
             f"{bool(expected.get('elastic'))}: their positions do not translate"
+        )
+    theirs_order, ours_order = recorded.get("order"), expected["order"]
+    if theirs_order != ours_order:
+        if not isinstance(theirs_order, dict):
+            raise ValueError(f"WebDataset state: 'order' must be a dict, not {theirs_order!r}")
+        differ = [
+            f"{k}={theirs_order.get(k)!r} in the state, {ours_order.get(k)!r} here"
+            for k in sorted(set(theirs_order) | set(ours_order))
+            if theirs_order.get(k) != ours_order.get(k)
+        ]
+        raise ValueError(
+            "WebDataset state was taken with other settings that decide the order: "
+            + "; ".join(differ)
         )
     theirs, ours = recorded.get("stages"), expected["stages"]
     if theirs == ours:
@@ -135,6 +163,9 @@ def position_from_state(state: Any, expected: dict[str, Any]) -> StreamPosition:
     seed = state.get("shuffle_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"WebDataset state: 'shuffle_seed' must be an int or None, not {seed!r}")
+    state_seed = state.get("seed")
+    if state_seed is not None and (isinstance(state_seed, bool) or not isinstance(state_seed, int)):
+        raise ValueError(f"WebDataset state: 'seed' must be an int, not {state_seed!r}")
     position = StreamPosition(
         epoch=_count(state, "epoch"),
         shuffle_seed=seed,
@@ -142,11 +173,57 @@ def position_from_state(state: Any, expected: dict[str, Any]) -> StreamPosition:
         batches=_count(state, "batches"),
         rows=_count(state, "rows"),
         items=_count(state, "items", 0),
+        seed=state_seed,
     )
     recorded = state.get("elastic")
     if recorded is not None and not isinstance(recorded, dict):
         raise ValueError(f"WebDataset state: 'elastic' must be a dict, not {recorded!r}")
     position.recorded_elastic = recorded
-    if "pipeline" in state:
-        check_fingerprint(state["pipeline"], expected)
+    if "pipeline" not in state:
+        raise ValueError(
+            "WebDataset state has no pipeline fingerprint (it was taken by a chute that did "
+            "not record one, or not by state_dict()): it cannot be checked against this "
+            "pipeline; start the epoch afresh"
+        )
+    if not isinstance(state["pipeline"], dict):
+        raise ValueError(f"WebDataset state: 'pipeline' must be a dict, not {state['pipeline']!r}")
+    version = state.get("version")
+    if version != STATE_VERSION:
+        raise ValueError(
+            f"WebDataset state has version {version!r}; this chute reads version "
+            f"{STATE_VERSION} (a state from another chute release)"
+        )
+    if state_seed is None:
+        raise ValueError("WebDataset state: 'seed' is missing")
+    check_fingerprint(state["pipeline"], expected)
     return position
+
+
+def check_pass_reached(start: StreamPosition, passes: int) -> None:
+    """ValueError when `start` lies past the last of an epoch's `passes`
+    (the end of the last pass is the end of the epoch)."""
+    if start.pass_index < passes:
+        return
+    if start.pass_index > passes:
+        where = f"in pass {start.pass_index}"
+    elif start.batches or start.rows:
+        where = f"in pass {start.pass_index} after batch {start.batches}"
+    else:
+        return
+    raise ValueError(
+        f"WebDataset state resumes {where}, but an epoch of this pipeline makes {passes} "
+        "pass(es) over the shards: the state is from another pipeline, or was edited"
+    )
+
+
+def check_resume_reached(skip_batches: int, formed: int | None) -> None:
+    """ValueError when a resumed pass has fewer batches (`formed`: all the
+    engine formed, or the most the shards' indexes allow; None: unknown)
+    than the one its state resumes after: the position lies past the end of
+    the data."""
+    if formed is not None and skip_batches > formed:
+        raise ValueError(
+            f"WebDataset state resumes after batch {skip_batches} of its pass, but the pass "
+            f"has only {formed} batches: the state is from other data (another shard list "
+            "of the same names, rewritten shards, or an edited state)"
+        )

@@ -19,8 +19,9 @@ from chute.errors import engine_errors
 from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
-from chute.shards import rank_and_world_size
+from chute.shards import local_path, rank_and_world_size
 from chute.stats import add_figures, empty_stats, with_running
+from chute.tarindex import indexed_sample_count
 from chute.wds.compiler import (
     CompiledPipeline,
     compile_stages,
@@ -31,7 +32,7 @@ from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.pystages import apply_python_stage, python_batched
-from chute.wds.resume import StreamPosition
+from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.stages import STATEFUL_PYTHON_STAGES
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ class EpochRun:
         self.urls, self.worker = dataset.shard_urls()
         self.rank, _ = rank_and_world_size()
         start = resume if resume is not None else StreamPosition(epoch=epoch, shuffle_seed=None)
+        check_pass_reached(start, dataset.repetitions)
         torch_batch = (
             (loader.batch_size, loader.drop_last)
             if loader is not None and loader.batch_size is not None and loader.collate_fn is None
@@ -166,9 +168,13 @@ class EpochRun:
             batches=start.batches,
             rows=start.rows,
             items=start.items,
+            seed=dataset.seed,
             elastic=self.elastic,
         )
         self.fingerprint = dataset.state_fingerprint()
+        if self.elastic is None and start.batches:
+            # Before reading, where the shards' indexes tell the pass's length.
+            check_resume_reached(start.batches, self._indexed_batches())
         self.pass_samples: int | None = None  # samples the engine read in the last pass
         self.source: Generator[Any, None, None] = self._passes(start)
         items: Iterator[Any] = self.source
@@ -177,6 +183,28 @@ class EpochRun:
         if loader is not None:
             items = as_torch_loader(items, loader, native_batch is not None, self.default_collate)
         self.items = items
+
+    def _indexed_batches(self) -> int | None:
+        """The most batches the engine can form in a pass, from the sidecar
+        indexes of this process's shards; None when a shard has no current
+        index, the engine does not batch, or the shards may be read again
+        within a pass (repeat, resampling, DDP's even batch counts)."""
+        batch_size = self.compiled.batch_size
+        if (
+            batch_size is None
+            or self.dataset.resampled
+            or self.dataset.repeat_shards
+            or rank_and_world_size()[1] > 1
+        ):
+            return None
+        samples = 0
+        for url in self.urls:
+            path = local_path(url)
+            count = indexed_sample_count(path) if path is not None else None
+            if count is None:
+                return None
+            samples += count
+        return -(-samples // batch_size) if self.compiled.partial else samples // batch_size
 
     def current_figures(self) -> dict[str, Any]:
         """The engine figures of the running pass."""
@@ -270,6 +298,7 @@ class EpochRun:
                 self.figures.wait_seconds += time.perf_counter() - started
                 stop = report_skips(engine, self.handlers)
                 if batch is None:
+                    check_resume_reached(skip_batches, engine.batches_formed())
                     break
                 if compiled.batch_size is not None:
                     position.batches += 1
