@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceCounters', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -54,6 +54,11 @@ class FetchTicket:
         'head' or 'range'.
         """
     @property
+    def sequential(self) -> bool:
+        """
+        Whether the range was asked for by a reader that reads the object in order (a source), not at random.
+        """
+    @property
     def url(self) -> str:
         ...
 class FetchQueue:
@@ -74,7 +79,7 @@ class FetchQueue:
         """
     def stats(self) -> dict[str, int]:
         """
-        Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, reserved_bytes.
+        Counters: requests (attempts), retries, failures, bytes, cache_corrupt_refetches (cache entries that failed their checksum and were fetched again); now: queued, in_flight, reserved_bytes.
         """
     def take_cancelled(self) -> list[int]:
         """
@@ -92,6 +97,17 @@ class FetchQueue:
         """
         Readable when there is something to do (an eventfd).
         """
+class SourceCounters:
+    """
+    What the sources opened with one SourceOptions count.
+    """
+    def __init__(self) -> None:
+        ...
+    @property
+    def cache_corrupt_refetches(self) -> int:
+        """
+        Cache entries that failed their checksum: dropped and fetched again.
+        """
 class SourceOptions:
     """
     How urls are reached (csrc/io/byte_source.h): the pipe: and remote cache, the remote reader (a FetchQueue) for http(s)://, s3://, ... urls.
@@ -105,6 +121,14 @@ class SourceOptions:
         ...
     @cache_limit_bytes.setter
     def cache_limit_bytes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def counters(self) -> SourceCounters:
+        """
+        None: not counted.
+        """
+    @counters.setter
+    def counters(self, arg0: SourceCounters) -> None:
         ...
     @property
     def pipe_timeout(self) -> float:
@@ -175,6 +199,11 @@ class RemoteReader:
     def in_place(self) -> bool:
         """
         Whether the object is read from a mapped local file (a cache hit).
+        """
+    @property
+    def reading(self) -> bool:
+        """
+        Whether a read() is in progress (a close() ends it).
         """
 class Batch:
     """
