@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import shutil
 import threading
+import urllib.request
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -71,7 +72,14 @@ def served(tmp_path: Path) -> Iterator[tuple[PlainServer, list[str], list[str]]]
     for path in shards:
         shutil.copy(path, root / Path(path).name)
     with PlainServer(root) as server:
-        yield server, [f"{server.url}/{Path(p).name}" for p in shards], shards
+        urls = [f"{server.url}/{Path(p).name}" for p in shards]
+        # What these tests are about: a ranged GET answered with the whole body.
+        request = urllib.request.Request(urls[0], headers={"Range": "bytes=0-99"})
+        with urllib.request.urlopen(request) as response:
+            assert response.status == 200
+            assert response.read() == Path(shards[0]).read_bytes()
+        server.gets.clear()
+        yield server, urls, shards
 
 
 def options(**overrides: Any) -> Any:
@@ -88,16 +96,6 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray):
         return bool(np.array_equal(a, b))
     return bool(a == b)
-
-
-def test_the_server_ignores_range(served: tuple[PlainServer, list[str], list[str]]):
-    import urllib.request
-
-    server, urls, shards = served
-    request = urllib.request.Request(urls[0], headers={"Range": "bytes=0-99"})
-    with urllib.request.urlopen(request) as response:
-        assert response.status == 200
-        assert response.read() == Path(shards[0]).read_bytes()
 
 
 @pytest.mark.parametrize("cached", [False, True])
@@ -124,12 +122,53 @@ def test_webdataset_reads_it_as_webdataset_does(
         assert len(server.gets) == gets
 
 
-def test_random_access_is_refused_clearly(served: tuple[PlainServer, list[str], list[str]]):
+def test_random_access_reads_a_kept_copy(served: tuple[PlainServer, list[str], list[str]]):
     server, urls, shards = served
-    with remote.RemoteSession(options(retries=0)) as session:
+    data = Path(shards[0]).read_bytes()
+    with remote.RemoteSession(options()) as session:
         ranges = session.ranges(urls[0])
-        assert ranges.size == Path(shards[0]).stat().st_size
-        with pytest.raises(Exception, match="ignores Range requests") as info:
+        assert ranges.size == len(data)
+        for offset, size in [(3 * R + 5, 100), (10, 2 * R), (len(data) - 7, 7), (0, 1)]:
+            assert ranges.read(offset, size) == data[offset : offset + size]
+    # One ranged GET answered whole (refused), then one download of the object.
+    assert server.gets == [f"bytes={3 * R + 5}-{3 * R + 104}", None]
+
+
+def test_tar_dataset_equals_the_local_one(served: tuple[PlainServer, list[str], list[str]]):
+    server, urls, shards = served
+    ds = chute.TarDataset(urls, remote=options())
+    local = chute.TarDataset(shards)
+    assert len(ds) == len(local) == 450
+    order = [449, 0, 151, 300, 2, 448]
+    for i in order:
+        assert same(without_url(ds[i]), without_url(local[i]))
+    got = list(chute.DataLoader(ds, batch_size=16, shuffle=True, generator=seeded()))
+    want = list(chute.DataLoader(local, batch_size=16, shuffle=True, generator=seeded()))
+    assert same([without_url(b) for b in got], [without_url(b) for b in want])
+
+
+def test_random_access_past_the_bound_is_refused_clearly(
+    served: tuple[PlainServer, list[str], list[str]],
+):
+    server, urls, shards = served
+    limit = Path(shards[0]).stat().st_size - 1
+    with remote.RemoteSession(options(retries=0, prefetch_bytes=limit)) as session:
+        ranges = session.ranges(urls[0])
+        with pytest.raises(ValueError) as info:
             ranges.read(R, 100)
-    assert urls[0] in str(info.value)
-    assert "cannot be read at random" in str(info.value)
+    message = str(info.value)
+    assert message.startswith(f"cannot read '{urls[0]}' (bytes {R}-{R + 99} of ")
+    assert "ignores Range requests" in message
+    assert f"larger than the {limit} bytes (prefetch_bytes)" in message
+
+
+def seeded() -> Any:
+    import torch
+
+    return torch.Generator().manual_seed(5)
+
+
+def without_url(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: v for k, v in x.items() if k not in ("__url__", "__local_path__")}
+    return x
