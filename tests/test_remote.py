@@ -407,6 +407,11 @@ def test_an_unknown_scheme_lists_the_schemes_read():
     with pytest.raises(ValueError) as info:
         list(chute.WebDataset("ftp://host/shard.tar", shardshuffle=False))
     assert expected in str(info.value)
+    with pytest.raises(ValueError) as info:
+        chute.TarDataset("ftp://host/shard.tar")
+    assert str(info.value) == (
+        f"TarDataset reads local shards and {schemes} urls; 'ftp://host/shard.tar' is neither"
+    )
 
 
 def test_a_refused_connection_asks_whether_the_server_runs():
