@@ -323,14 +323,6 @@ void register_remote(py::module_& m) {
           "(cache entries that failed their checksum and were fetched again); now: queued, "
           "in_flight, reserved_bytes.");
 
-  py::class_<SourceCounters, std::shared_ptr<SourceCounters>>(
-      m, "SourceCounters", "What the sources opened with one SourceOptions count.")
-      .def(py::init<>())
-      .def_property_readonly(
-          "cache_corrupt_refetches",
-          [](const SourceCounters& c) { return c.cache_corrupt_refetches.load(); },
-          "Cache entries that failed their checksum: dropped and fetched again.");
-
   py::class_<SourceOptions>(
       m, "SourceOptions",
       "How urls are reached (csrc/io/byte_source.h): the pipe: and remote cache, the remote "
@@ -341,8 +333,7 @@ void register_remote(py::module_& m) {
       .def_readwrite("cache_fsync", &SourceOptions::cache_fsync)
       .def_readwrite("pipe_timeout", &SourceOptions::pipe_timeout_s)
       .def_readwrite("readahead_bytes", &SourceOptions::readahead_bytes)
-      .def_readwrite("remote", &SourceOptions::remote, "None: remote urls cannot be read.")
-      .def_readwrite("counters", &SourceOptions::counters, "None: not counted.");
+      .def_readwrite("remote", &SourceOptions::remote, "None: remote urls cannot be read.");
 
   py::class_<PyRemoteRanges>(m, "RemoteRanges",
                           "Byte ranges of a remote object, read through a FetchQueue.")
