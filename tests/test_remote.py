@@ -393,3 +393,36 @@ def test_a_forked_child_fails_clearly(object_server: ObjectServer):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run([sys.executable, "-c", script], env=env, timeout=60)
     assert done.returncode == 0
+
+
+def test_an_unknown_scheme_lists_the_schemes_read():
+    # The list is the engine's own (remote_schemes), the one place that decides.
+    schemes = ", ".join(f"{scheme}://" for scheme in _core.remote_schemes())
+    assert schemes.startswith("http://, https://, s3://") and "gs://" in schemes
+    assert "az://" in schemes and "hf://" in schemes
+    expected = (
+        "unsupported url 'ftp://host/shard.tar': chute reads local files, pipe: commands and "
+        f"{schemes} urls; for others use a pipe, e.g. 'pipe:curl -sf ftp://host/shard.tar'"
+    )
+    with pytest.raises(ValueError) as info:
+        list(chute.WebDataset("ftp://host/shard.tar", shardshuffle=False))
+    assert expected in str(info.value)
+    with pytest.raises(ValueError) as info:
+        chute.TarDataset("ftp://host/shard.tar")
+    assert str(info.value) == (
+        f"TarDataset reads local shards and {schemes} urls; 'ftp://host/shard.tar' is neither"
+    )
+
+
+def test_a_refused_connection_asks_whether_the_server_runs():
+    import socket
+
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}/shard-000000.tar"
+        with session(retries=1) as s, pytest.raises(chute.ReadError) as info:
+            s.read_bytes(url)
+    message = str(info.value)
+    assert message.startswith(f"cannot read '{url}': ")
+    assert "(connection refused: is the server running?)" in message
+    assert "gave up after 2 attempts" in message

@@ -8,6 +8,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import chute
 import pytest
 from chute import _core
 from conftest import tiny_samples, write_shards
-from remote_servers import Fault, FaultProxy, ObjectServer
+from remote_servers import S3, Fault, FaultProxy, ObjectServer
 
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
@@ -98,6 +99,83 @@ def test_entry_that_does_not_match_its_meta_is_refetched(
     assert object_server.range_bytes("/m.bin") == 3 * 2 * R
 
 
+def corrupt_one_byte(path: Path, at: int) -> None:
+    """Flips the bits of one byte in place: same size, same modification
+    time (what a disk error or a stray write can leave)."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        old = f.read(1)
+        f.seek(at)
+        f.write(bytes([old[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_corrupt_entry_is_dropped_and_fetched_again(object_server: ObjectServer, tmp_path: Path):
+    data = payload(5 * R + 3)
+    object_server.objects["/c.bin"] = data
+    url = f"{object_server.url}/c.bin"
+    cache = tmp_path / "c"
+    with session(cache) as s:
+        assert s.read_bytes(url) == data
+        corrupt_one_byte(entry(cache, url), 3 * R + 11)
+        assert s.read_bytes(url) == data  # never the corrupt bytes
+        assert s.stats()["cache_corrupt_refetches"] == 1
+        # The checksum made while downloading is recorded beside the entry.
+        meta = (cache / (entry(cache, url).name + "+meta")).read_text()
+        assert f"crc32c {crc32c_hex(data)}\n" in meta
+        assert entry(cache, url).read_bytes() == data  # the new download replaced it
+        with s.open(url) as f:
+            assert f.in_place and f.read() == data  # a good entry is a hit again
+        assert s.stats()["cache_corrupt_refetches"] == 1
+    assert object_server.range_bytes("/c.bin") == 2 * len(data)
+
+
+def test_a_corrupt_entry_under_the_engine(moto_s3: S3, tmp_path: Path):
+    # A shard in S3, read once through the cache by a WebDataset; one byte of
+    # the cache entry is then changed in place. The next epoch reads the
+    # shard's own bytes again, and the dataset's stats count the refetch.
+    [shard] = write_shards(tmp_path / "local", tiny_samples(300), per_shard=300)
+    moto_s3.bucket("corrupt-cache", {"train/shard-000000.tar": Path(shard).read_bytes()})
+    url = "s3://corrupt-cache/train/shard-000000.tar"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    ds = chute.WebDataset(
+        url,
+        shardshuffle=False,
+        cache_dir=str(cache),
+        storage_options=moto_s3.storage_options(),
+        remote=remote.RemoteOptions(range_bytes=R, cache_fsync=False),
+    ).to_tuple("__key__", "npy", "cls")
+    expected = list(chute.WebDataset(shard, shardshuffle=False).to_tuple("__key__", "npy", "cls"))
+    assert list(ds) == expected
+    cached = entry(cache, url)
+    assert cached.read_bytes() == Path(shard).read_bytes()
+    # Inside a member's bytes, where nothing else would notice.
+    with tarfile.open(cached) as tar:
+        member = tar.getmembers()[len(tar.getmembers()) // 2]
+    corrupt_one_byte(cached, member.offset_data + member.size // 2)
+    assert list(ds) == expected
+    assert ds.stats()["cache_corrupt_refetches"] == 1
+    assert cached.read_bytes() == Path(shard).read_bytes()
+    assert list(ds) == expected  # the new entry is good
+    assert ds.stats()["cache_corrupt_refetches"] == 0
+
+
+def crc32c_hex(data: bytes) -> str:
+    """CRC-32C written out bit by bit, independent of the engine's."""
+    crc = 0xFFFFFFFF
+    table = []
+    for b in range(256):
+        r = b
+        for _ in range(8):
+            r = (r >> 1) ^ (0x82F63B78 if r & 1 else 0)
+        table.append(r)
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return f"{crc ^ 0xFFFFFFFF:08x}"
+
+
 def test_two_readers_of_one_object_download_it_once(object_server: ObjectServer, tmp_path: Path):
     data = payload(8 * R)
     object_server.objects["/one.bin"] = data
@@ -133,7 +211,7 @@ def test_follower_finishes_when_the_downloader_stops(object_server: ObjectServer
             assert owner.read(2 * R) == data[: 2 * R]  # its part file holds two ranges
             follower = s.open(url)
             assert follower.read(R) == data[:R]  # read from the owner's part file
-            assert stall.hit.wait(10)
+            assert stall.hit.wait(60)
             owner.close()  # abandons the download
             assert follower.read() == data[R:]  # the rest fetched directly
             follower.close()

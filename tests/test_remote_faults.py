@@ -172,7 +172,7 @@ def test_object_changed_while_read(object_server: ObjectServer):
         hold = proxy.add(Fault("stall", range_start=2 * R))
         with session(max_in_flight=1) as s, s.open(f"{proxy.url}/c.bin") as f:
             assert f.read(2 * R) == data[: 2 * R]
-            assert hold.hit.wait(10)
+            assert hold.hit.wait(60)
             object_server.objects["/c.bin"] = payload(4 * R, seed=5)  # a new version
             hold.release.set()
             with pytest.raises(chute.ReadError, match="changed while it was being read"):
@@ -191,14 +191,12 @@ def test_timeouts_are_retried_then_fail(object_server: ObjectServer):
 
 
 def _read_in_thread(f: chute.remote.RemoteFile) -> tuple[threading.Thread, list[BaseException]]:
-    """Starts f.read() in a thread and returns once it has (most likely) gone
-    to wait: a read that had not begun before close() would rightly fail as a
-    read of a closed file instead."""
+    """Starts f.read() in a thread and returns once the read holds the
+    reader (a read that had not begun before close() would rightly fail as a
+    read of a closed file instead)."""
     errors: list[BaseException] = []
-    started = threading.Event()
 
     def run() -> None:
-        started.set()
         try:
             f.read()
         except BaseException as e:
@@ -206,12 +204,11 @@ def _read_in_thread(f: chute.remote.RemoteFile) -> tuple[threading.Thread, list[
 
     t = threading.Thread(target=run)
     t.start()
-    started.wait(10)
-    time.sleep(0.3)
+    assert _wait_for(lambda: f._reader.reading or not t.is_alive())
     return t, errors
 
 
-def _wait_for(predicate: object, limit_s: float = 10.0) -> bool:
+def _wait_for(predicate: object, limit_s: float = 60.0) -> bool:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]
@@ -229,7 +226,7 @@ def test_close_during_a_stalled_request(object_server: ObjectServer):
             f = s.open(f"{proxy.url}/stall.bin")
             assert f.read(R) == payload(3 * R)[:R]
             t, errors = _read_in_thread(f)
-            assert stall.hit.wait(10)
+            assert stall.hit.wait(60)
             f.close()
             t.join(10)
             assert not t.is_alive()
@@ -248,7 +245,7 @@ def test_session_close_during_a_stalled_request(object_server: ObjectServer):
         s = session(timeout_s=300.0)
         f = s.open(f"{proxy.url}/stall.bin")
         t, errors = _read_in_thread(f)
-        assert stall.hit.wait(10)
+        assert stall.hit.wait(60)
         s.close()
         t.join(10)
         assert not t.is_alive()

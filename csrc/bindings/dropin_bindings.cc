@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "bindings/process_owned.h"
+#include "bindings/owned_stream_engine.h"
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "io/mapped_region.h"
@@ -80,7 +80,7 @@ void register_dropin(py::module_& m) {
       "Batch.other_members() with extensions decoded as webdataset decodes them.");
   m.def(
       "_take_skipped",
-      [](ProcessOwned<StreamEngine>& owned) {
+      [](OwnedStreamEngine& owned) {
         const std::vector<Error> errors =
             owned.here() ? owned.get().take_skipped() : std::vector<Error>{};
         py::list out(errors.size());

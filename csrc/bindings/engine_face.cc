@@ -61,6 +61,7 @@ py::dict stats_dict(const EngineStats& s) {
   d["shuffle_bytes"] = s.shuffle_bytes;
   d["shuffle_peak_bytes"] = s.shuffle_peak_bytes;
   d["shuffle_peak_samples"] = s.shuffle_peak_samples;
+  d["cache_corrupt_refetches"] = s.cache_corrupt_refetches;
   d["arenas_created"] = s.memory.arenas_created;
   d["batch_bytes_reserved"] = s.memory.bytes_reserved;
   d["batch_bytes_in_use"] = s.memory.bytes_in_use;

@@ -49,6 +49,7 @@ class FetchTicket {
   uint64_t length() const { return request_.length; }
   const std::string& if_match() const { return request_.if_match; }
   int attempt() const { return request_.attempt; }
+  bool sequential() const { return request_.sequential; }
 
   void complete(const py::buffer& data) {
     const py::buffer_info info = data.request();
@@ -116,6 +117,7 @@ class RemoteReader {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
       CHUTE_CHECK(source_ != nullptr, kUsage, "read from a closed remote reader");
+      const Reading reading(reading_);
       constexpr size_t kStep = size_t{1} << 20;
       size_t want = n < 0 ? SIZE_MAX : static_cast<size_t>(n);
       while (want > 0) {
@@ -130,6 +132,10 @@ class RemoteReader {
     }
     return py::bytes(out);
   }
+
+  // Whether a read() holds the reader now: a close() then waits for it to
+  // give up (tests wait for this rather than for time).
+  bool reading() const { return reading_.load(); }
 
   // Whether the object is read in place from a file mapping (a cache hit).
   bool in_place() {
@@ -158,7 +164,16 @@ class RemoteReader {
   }
 
  private:
+  struct Reading {
+    explicit Reading(std::atomic<bool>& flag) : flag_(flag) { flag_.store(true); }
+    ~Reading() { flag_.store(false); }
+    Reading(const Reading&) = delete;
+    Reading& operator=(const Reading&) = delete;
+    std::atomic<bool>& flag_;
+  };
+
   std::atomic<bool> cancel_{false};
+  std::atomic<bool> reading_{false};
   std::mutex mu_;
   std::unique_ptr<ByteSource> source_;
 };
@@ -228,6 +243,9 @@ void register_remote(py::module_& m) {
       .def_property_readonly("if_match", &FetchTicket::if_match,
                              "ETag the object must still have ('' for any).")
       .def_property_readonly("attempt", &FetchTicket::attempt, "0 on the first try.")
+      .def_property_readonly("sequential", &FetchTicket::sequential,
+                             "Whether the range was asked for by a reader that reads the object "
+                             "in order (a source), not at random.")
       .def("complete", &FetchTicket::complete, py::arg("data"),
            "Delivers a range's bytes (copied with the GIL released). Fewer bytes than "
            "asked for count as a retryable failure.")
@@ -298,10 +316,12 @@ void register_remote(py::module_& m) {
                 {"requests", s.requests}, {"retries", s.retries},
                 {"failures", s.failures}, {"bytes", s.bytes},
                 {"queued", s.queued},     {"in_flight", s.in_flight},
-                {"reserved_bytes", s.reserved_bytes}};
+                {"reserved_bytes", s.reserved_bytes},
+                {"cache_corrupt_refetches", s.cache_corrupt_refetches}};
           },
-          "Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, "
-          "reserved_bytes.");
+          "Counters: requests (attempts), retries, failures, bytes, cache_corrupt_refetches "
+          "(cache entries that failed their checksum and were fetched again); now: queued, "
+          "in_flight, reserved_bytes.");
 
   py::class_<SourceOptions>(
       m, "SourceOptions",
@@ -334,6 +354,8 @@ void register_remote(py::module_& m) {
            py::arg("cache_limit_bytes") = 0, py::arg("cache_fsync") = true)
       .def("read", &RemoteReader::read, py::arg("n") = -1,
            "Up to n bytes (all that is left when n < 0); b'' at the end.")
+      .def_property_readonly("reading", &RemoteReader::reading,
+                             "Whether a read() is in progress (a close() ends it).")
       .def_property_readonly("in_place", &RemoteReader::in_place,
                              "Whether the object is read from a mapped local file (a cache hit).")
       .def("close", &RemoteReader::close, "Stops any read in progress and releases the object.")

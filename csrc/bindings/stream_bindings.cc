@@ -8,7 +8,7 @@
 #include "bindings/engine_face.h"
 #include "bindings/errors.h"
 #include "bindings/pin_hooks.h"
-#include "bindings/process_owned.h"
+#include "bindings/owned_stream_engine.h"
 #include "bindings/registry.h"
 #include "bindings/text.h"
 #include "compose/stream_request.h"
@@ -134,11 +134,13 @@ void register_stream(py::module_& m) {
       "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
   forward(plan, "on_error", &StreamRequest::plan, &StreamPlan::on_error);
 
-  using OwnedStreamEngine = ProcessOwned<StreamEngine>;
   py::class_<OwnedStreamEngine>(m, "StreamEngine")
       .def(py::init([](const StreamRequest& request) {
+             StreamRequest counted = request;
+             auto counters = std::make_shared<SourceCounters>();
+             counted.source.counters = counters;
              return std::make_unique<OwnedStreamEngine>(
-                 std::make_unique<StreamEngine>(compose_stream_plan(request)));
+                 std::make_unique<StreamEngine>(compose_stream_plan(counted)), counters);
            }),
            py::arg("plan"), py::call_guard<py::gil_scoped_release>())
       .def(
@@ -159,10 +161,7 @@ void register_stream(py::module_& m) {
           },
           py::call_guard<py::gil_scoped_release>(),
           "Stops the threads and drops what is queued; nothing in a forked copy.")
-      .def("stats",
-           [](const OwnedStreamEngine& owned) {
-             return stats_dict(owned.here() ? owned.get().stats() : EngineStats{});
-           })
+      .def("stats", [](const OwnedStreamEngine& owned) { return stats_dict(owned.stats()); })
       .def(
           "batches_formed",
           [](const OwnedStreamEngine& owned) {

@@ -186,9 +186,16 @@ std::unique_ptr<ByteSource> open_stored_source(const std::string& url,
   } else {
     const size_t scheme_end = url.find("://");
     const size_t slash = url.find('/');
-    CHUTE_CHECK(scheme_end == std::string::npos || scheme_end == 0 || slash < scheme_end, kUsage,
-                "unsupported url '" << url << "': chute reads local files and pipe: commands; "
-                                    << "use e.g. 'pipe:curl -sf " << url << "'");
+    if (scheme_end != std::string::npos && scheme_end != 0 && slash > scheme_end) {
+      std::string schemes;
+      for (const std::string& scheme : remote_schemes()) {
+        schemes += (schemes.empty() ? "" : ", ") + scheme + "://";
+      }
+      CHUTE_CHECK(false, kUsage,
+                  "unsupported url '" << url << "': chute reads local files, pipe: commands and "
+                                      << schemes << " urls; for others use a pipe, e.g. "
+                                      << "'pipe:curl -sf " << url << "'");
+    }
   }
   CHUTE_CHECK(!path.empty(), kUsage, "empty file path in url '" << url << "'");
   return open_file_source(url, path, options.readahead_bytes);

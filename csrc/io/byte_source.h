@@ -60,6 +60,14 @@ class ByteSource {
 
 class FetchQueue;
 
+// What the sources opened with one SourceOptions count, read by their owner
+// (an engine's stats).
+struct SourceCounters {
+  // Cache entries whose bytes no longer matched the checksum made when they
+  // were downloaded: dropped and fetched again.
+  std::atomic<uint64_t> cache_corrupt_refetches{0};
+};
+
 struct SourceOptions {
   std::string cache_dir;       // empty: no caching of pipe: or remote sources
   uint64_t cache_limit_bytes = 0;  // > 0: least recently used entries go beyond this
@@ -74,6 +82,7 @@ struct SourceOptions {
   // Remote urls are read through this queue (its fetcher lives in
   // chute.remote); null: they are a usage error.
   std::shared_ptr<FetchQueue> remote;
+  std::shared_ptr<SourceCounters> counters;  // null: not counted
 };
 
 // How often a blocked pipe read looks at SourceOptions::cancel.

@@ -60,8 +60,9 @@ TEST(OpenSource, UrlErrors) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kUsage);
   EXPECT_EQ(e->message(),
-            "unsupported url 'ftp://host/shard.tar': chute reads local files and pipe: commands; "
-            "use e.g. 'pipe:curl -sf ftp://host/shard.tar'");
+            "unsupported url 'ftp://host/shard.tar': chute reads local files, pipe: commands and "
+            "http://, https://, s3://, s3a://, gs://, az://, azure://, abfs://, abfss://, adl://, "
+            "hf:// urls; for others use a pipe, e.g. 'pipe:curl -sf ftp://host/shard.tar'");
   e = open_error("pipe: \t");
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kUsage);

@@ -45,13 +45,15 @@ void FetchQueue::consume_wake() {
 }
 
 bool FetchQueue::submit(FetchOp op, const std::string& url, uint64_t offset, uint64_t length,
-                        const std::string& if_match, const std::shared_ptr<FetchTarget>& target) {
+                        const std::string& if_match, const std::shared_ptr<FetchTarget>& target,
+                        bool sequential) {
   auto request = std::make_shared<FetchRequest>();
   request->op = op;
   request->url = url;
   request->offset = offset;
   request->length = length;
   request->if_match = if_match;
+  request->sequential = sequential;
   request->target = target;
   request->owner = target.get();
   std::lock_guard<std::mutex> lock(mu_);
@@ -93,6 +95,11 @@ bool FetchQueue::try_reserve(uint64_t bytes, bool force) {
 void FetchQueue::release(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   reserved_ -= std::min(reserved_, bytes);
+}
+
+void FetchQueue::count_corrupt_cache_entry() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.cache_corrupt_refetches;
 }
 
 void FetchQueue::expire_overdue() {

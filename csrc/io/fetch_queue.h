@@ -78,6 +78,9 @@ struct FetchRequest {
   uint64_t offset = 0;
   uint64_t length = 0;
   std::string if_match;  // ETag the object must still have; empty: any
+  // Asked for by a reader that reads the object in order (a source), not at
+  // random: a server that ignores Range can serve it from one whole body.
+  bool sequential = false;
   int attempt = 0;       // 0 on the first try
   std::weak_ptr<FetchTarget> target;
   // Identity only, for cancel_target: locking `target` under the queue's
@@ -90,6 +93,7 @@ struct FetchStats {
   uint64_t retries = 0;
   uint64_t failures = 0;  // requests that failed for good
   uint64_t bytes = 0;     // range bytes delivered
+  uint64_t cache_corrupt_refetches = 0;  // cache entries that failed their checksum
   uint64_t queued = 0;
   uint64_t in_flight = 0;
   uint64_t reserved_bytes = 0;
@@ -107,7 +111,8 @@ class FetchQueue {
   // --- the sources' side ---
   // Queues a request; returns false (and queues nothing) once closed.
   bool submit(FetchOp op, const std::string& url, uint64_t offset, uint64_t length,
-              const std::string& if_match, const std::shared_ptr<FetchTarget>& target);
+              const std::string& if_match, const std::shared_ptr<FetchTarget>& target,
+              bool sequential = false);
   // Drops the target's queued requests and marks its in-flight ones for the
   // fetcher to abort; their answers are ignored.
   void cancel_target(const FetchTarget* target);
@@ -116,6 +121,8 @@ class FetchQueue {
   // make progress, or two sources could starve each other.
   bool try_reserve(uint64_t bytes, bool force);
   void release(uint64_t bytes);
+  // A source found its cache entry corrupt and fetches the object again.
+  void count_corrupt_cache_entry();
   // Fails requests in flight past their deadline (timeout_s plus a grace
   // second) as retryable timeouts. Called by try_pop and by waiting readers,
   // so a fetcher that never answers cannot stall a reader forever.

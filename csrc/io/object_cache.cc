@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/crc32c.h"
 
 namespace chute::cache {
 namespace {
@@ -113,7 +114,7 @@ UniqueFd open_entry(const std::string& path) {
   return fd;
 }
 
-bool read_meta(const std::string& entry_path, ObjectVersion& out) {
+bool read_meta(const std::string& entry_path, EntryMeta& out) {
   UniqueFd fd(open_cloexec(entry_path + "+meta", O_RDONLY));
   if (!fd.valid()) return false;
   std::string text;
@@ -127,21 +128,28 @@ bool read_meta(const std::string& entry_path, ObjectVersion& out) {
   }
   std::istringstream in(text);
   std::string line;
-  bool have_size = false, have_version = false;
+  bool have_size = false, have_version = false, have_crc = false;
   while (std::getline(in, line)) {
     if (line.rfind("size ", 0) == 0) {
       try {
-        out.size = std::stoull(line.substr(5));
+        out.version.size = std::stoull(line.substr(5));
         have_size = true;
       } catch (const std::exception&) {
         return false;
       }
     } else if (line.rfind("version ", 0) == 0) {
-      out.version = line.substr(8);
+      out.version.version = line.substr(8);
       have_version = true;
+    } else if (line.rfind("crc32c ", 0) == 0) {
+      const std::string hex = line.substr(7);
+      if (hex.size() != 8 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return false;
+      }
+      out.crc32c = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+      have_crc = true;
     }
   }
-  return have_size && have_version;
+  return have_size && have_version && have_crc;
 }
 
 namespace {
@@ -184,15 +192,41 @@ bool write_all(int fd, const std::string& text) {
 
 }  // namespace
 
-void write_meta(const std::string& entry_path, const std::string& url, const ObjectVersion& v) {
+void write_meta(const std::string& entry_path, const std::string& url, const EntryMeta& meta) {
   const std::string tmp = entry_path + "+tmp.meta." + std::to_string(::getpid());
   UniqueFd fd(open_cloexec(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666));
   if (!fd.valid()) return;  // the entry then reads as unverified: refetched, never trusted
-  const bool ok = write_all(fd.get(), note_text(v) + "url " + one_line(url) + "\n");
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", static_cast<unsigned>(meta.crc32c));
+  const bool ok = write_all(fd.get(), note_text(meta.version) + "crc32c " + crc + "\nurl " +
+                                          one_line(url) + "\n");
   fd.reset();
   if (!ok || ::rename(tmp.c_str(), (entry_path + "+meta").c_str()) != 0) {
     (void)::unlink(tmp.c_str());
   }
+}
+
+bool verify_entry(int fd, uint64_t size, uint32_t expected, const std::atomic<bool>* cancel) {
+  // Large enough that the checksum, not the calls, sets the pace.
+  std::vector<uint8_t> block(size_t{4} << 20);
+  uint32_t crc = 0;
+  uint64_t at = 0;
+  while (at < size) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return false;
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(block.size(), size - at));
+    const ssize_t r = ::pread(fd, block.data(), want, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    crc = crc32c(crc, block.data(), static_cast<size_t>(r));
+    at += static_cast<uint64_t>(r);
+  }
+  return crc == expected;
+}
+
+void drop_entry(const std::string& path, int fd) {
+  if (!same_file(fd, path)) return;
+  (void)::unlink(path.c_str());
+  (void)::unlink((path + "+meta").c_str());
 }
 
 bool DownloadLock::try_acquire(const std::string& entry_path) {

@@ -3,8 +3,9 @@
 // beside an entry of a remote object live, while needed:
 //
 //   <name>+meta   the object's size and version (ETag, else modification
-//                 time) as fetched; written after the data is in place, so
-//                 data without matching meta is never trusted
+//                 time) as fetched, and the CRC-32C of its bytes computed
+//                 while they were written; written after the data is in
+//                 place, so data without matching meta is never trusted
 //   <name>+lock   held (exclusive flock) by the one process downloading the
 //                 object; its content is the size and version being fetched,
 //                 so that others can follow the download; unlinked by its
@@ -24,6 +25,7 @@
 // missing.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -45,10 +47,26 @@ void make_dirs(const std::string& dir, const std::string& url);
 // was evicted meanwhile.
 UniqueFd open_entry(const std::string& path);
 
-// The version recorded beside a remote entry; false if none (or unreadable).
-bool read_meta(const std::string& entry_path, ObjectVersion& out);
-// Records `v` for `entry_path` atomically (a temporary renamed into place).
-void write_meta(const std::string& entry_path, const std::string& url, const ObjectVersion& v);
+// What is recorded beside a remote entry.
+struct EntryMeta {
+  ObjectVersion version;
+  uint32_t crc32c = 0;  // of the entry's bytes
+};
+
+// The meta of a remote entry; false if none, unreadable, or without a
+// checksum (an entry written before checksums: fetched again).
+bool read_meta(const std::string& entry_path, EntryMeta& out);
+// Records `meta` for `entry_path` atomically (a temporary renamed into place).
+void write_meta(const std::string& entry_path, const std::string& url, const EntryMeta& meta);
+
+// Whether the first `size` bytes of `fd` have the CRC-32C `expected` (a
+// short file does not). Reads in blocks, giving up (false) once `cancel`
+// is set.
+bool verify_entry(int fd, uint64_t size, uint32_t expected, const std::atomic<bool>* cancel);
+
+// Removes an entry found corrupt, and its meta, if `path` still names the
+// file open as `fd` (a concurrent reader may have replaced it already).
+void drop_entry(const std::string& path, int fd);
 
 // The exclusive right to download one object.
 class DownloadLock {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/crc32c.h"
 #include "io/fetch_queue.h"
 #include "io/object_cache.h"
 #include "io/sources.h"
@@ -62,6 +63,7 @@ struct CacheConfig {
   uint64_t limit = 0;
   bool fsync = true;
   size_t readahead = 0;
+  std::shared_ptr<SourceCounters> counters;  // null: not counted
 };
 
 class RemoteObject final : public FetchTarget, public std::enable_shared_from_this<RemoteObject> {
@@ -161,6 +163,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       throw_if_failed_locked();
+      if (mode_ == Mode::kHit && hit_ == nullptr && !check_hit_locked(cancel)) continue;
       if (mode_ == Mode::kHit) {
         ByteSource* hit = hit_.get();
         lock.unlock();
@@ -195,6 +198,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
     const Clock::time_point since = Clock::now();
     std::unique_lock<std::mutex> lock(mu_);
     while (mode_ == Mode::kHead && !failed_) wait_locked(lock, cancel, since);
+    if (mode_ == Mode::kHit && hit_ == nullptr) check_hit_locked(cancel);
     if (mode_ != Mode::kHit) return nullptr;
     ByteSource* hit = hit_.get();
     lock.unlock();
@@ -331,8 +335,8 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
            !range_failed_) {
       const uint64_t length = std::min<uint64_t>(settings_.range_bytes, size_ - issue_from_);
       if (!queue_->try_reserve(length, outstanding_ == 0)) return;
-      if (!queue_->submit(FetchOp::kRange, url_, issue_from_, length, etag_,
-                          shared_from_this())) {
+      if (!queue_->submit(FetchOp::kRange, url_, issue_from_, length, etag_, shared_from_this(),
+                          /*sequential=*/true)) {
         queue_->release(length);
         fail_locked(ErrorKind::kIo, "cannot read '" + url_ + "': the remote reader was closed");
         return;
@@ -348,24 +352,52 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
 
   cache::ObjectVersion version() const { return cache::ObjectVersion{size_, version_}; }
 
-  // Our cached copy if it is present, complete and of the version the HEAD gave.
+  // Our cached copy if it is present, complete and of the version the HEAD
+  // gave. Its bytes are checked against its checksum by the reader
+  // (check_hit_locked), not here: this runs on the fetcher's thread.
   bool try_hit_locked() {
     UniqueFd fd = cache::open_entry(entry_);
     if (!fd.valid()) return false;
-    cache::ObjectVersion have;
-    if (!cache::read_meta(entry_, have) || !(have == version()) || file_size(fd.get()) != size_) {
+    cache::EntryMeta have;
+    if (!cache::read_meta(entry_, have) || !(have.version == version()) ||
+        file_size(fd.get()) != size_) {
       return false;
     }
-    hit_ = open_file_source_fd(url_, entry_, std::move(fd), cache_.readahead);
+    hit_fd_ = std::move(fd);
+    hit_crc32c_ = have.crc32c;
     mode_ = Mode::kHit;
     return true;
   }
 
-  void choose_cache_mode_locked() {
-    if (try_hit_locked()) return;
+  // Before the first byte of a cache hit is served: the whole entry against
+  // the checksum made while it was downloaded. A mismatch (a disk error, a
+  // stray write) drops the entry and fetches the object again, as a miss
+  // would. Returns whether the hit stands.
+  bool check_hit_locked(const std::atomic<bool>* cancel) {
+    if (cache::verify_entry(hit_fd_.get(), size_, hit_crc32c_, cancel)) {
+      hit_ = open_file_source_fd(url_, entry_, std::move(hit_fd_), cache_.readahead);
+      return true;
+    }
+    CHUTE_CHECK(cancel == nullptr || !cancel->load(std::memory_order_relaxed), kIo,
+                "reading '" << url_ << "' was stopped: its reader was closed");
+    cache::drop_entry(entry_, hit_fd_.get());
+    hit_fd_.reset();
+    queue_->count_corrupt_cache_entry();
+    if (cache_.counters) cache_.counters->cache_corrupt_refetches.fetch_add(1);
+    mode_ = Mode::kHead;
+    choose_cache_mode_locked(/*allow_hit=*/false);
+    progress_ = Clock::now();
+    if (mode_ == Mode::kStream || mode_ == Mode::kDownload) issue_locked();
+    return false;
+  }
+
+  // `allow_hit` false: the entry was just found corrupt; whatever is under
+  // its name now is not taken (a download of our own replaces it).
+  void choose_cache_mode_locked(bool allow_hit = true) {
+    if (allow_hit && try_hit_locked()) return;
     if (lock_.try_acquire(entry_)) {
       // Someone may have published it between our look and our lock.
-      if (try_hit_locked() || !start_download_locked()) lock_.release();
+      if ((allow_hit && try_hit_locked()) || !start_download_locked()) lock_.release();
       if (mode_ == Mode::kHead) mode_ = Mode::kStream;
       return;
     }
@@ -380,7 +412,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
       }
     }
     // The other download finished (or gave up) between our look and our lock?
-    if (try_hit_locked()) return;
+    if (allow_hit && try_hit_locked()) return;
     mode_ = Mode::kStream;
   }
 
@@ -400,6 +432,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
     part_write_ = std::move(writer);
     file_ = std::move(reader);
     file_end_ = 0;
+    part_crc32c_ = 0;
     lock_.note(version());
     mode_ = Mode::kDownload;
     return true;
@@ -417,6 +450,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
         abandon_download_locked();
         return;
       }
+      part_crc32c_ = crc32c(part_crc32c_, it->second.data.data(), it->second.length);
       file_end_ += it->second.length;
       retire_locked(it);
     }
@@ -426,7 +460,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
   void publish_locked() {
     if (mode_ != Mode::kDownload || !part_write_.valid()) return;
     if (cache::publish(part_write_.get(), part_path_, entry_, cache_.fsync)) {
-      cache::write_meta(entry_, url_, version());
+      cache::write_meta(entry_, url_, cache::EntryMeta{version(), part_crc32c_});
     }
     part_write_.reset();
     lock_.release();
@@ -499,8 +533,13 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
   uint64_t file_end_ = 0;
   UniqueFd part_write_;
   std::string part_path_;
+  uint32_t part_crc32c_ = 0;  // of the part file's bytes so far
   cache::DownloadLock lock_;
   cache::LockWatch watch_;
+  // A cache hit: its entry open (with its shared lock) and the checksum its
+  // meta records, until checked; then the entry as a local file source.
+  UniqueFd hit_fd_;
+  uint32_t hit_crc32c_ = 0;
   std::unique_ptr<ByteSource> hit_;
 };
 
@@ -553,6 +592,7 @@ std::unique_ptr<ByteSource> open_remote_source(const std::string& url,
   cache.limit = options.cache_limit_bytes;
   cache.fsync = options.cache_fsync;
   cache.readahead = options.readahead_bytes;
+  cache.counters = options.counters;
   if (!cache.dir.empty()) cache::make_dirs(cache.dir, url);
   auto object = std::make_shared<RemoteObject>(url, options.remote, std::move(cache));
   object->start();

@@ -14,8 +14,12 @@
 //
 // With a cache directory (see object_cache.h) the source, once the HEAD is
 // back, either
-//   - finds the object cached with the same size and version and reads the
-//     file as a local file (map_file() works: the in-place path), or
+//   - finds the object cached with the same size and version and, once the
+//     reader has checked the whole file against the CRC-32C recorded when it
+//     was downloaded, reads it as a local file (map_file() works: the
+//     in-place path); a file that fails the check is dropped and the object
+//     downloaded again (counted in the queue's stats and in
+//     SourceOptions::counters), or
 //   - downloads it: ranges are written in order to `<name>+part` while the
 //     reader reads that file behind them; the file is published as `<name>`
 //     when complete (the download continues while the reader lags; it is

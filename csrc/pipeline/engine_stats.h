@@ -23,6 +23,9 @@
 //   arenas_created, batch_bytes_reserved, batch_bytes_in_use,
 //   batch_peak_bytes_reserved, batch_peak_bytes_in_use, batch_bytes_pinned:
 //       the batch memory (see memory/batch_allocator.h)
+//   cache_corrupt_refetches: node-cache entries whose bytes failed their
+//       checksum and were fetched again (counted by the byte sources, which
+//       the engine does not see: filled in by the bindings; stream)
 #pragma once
 
 #include <atomic>
@@ -49,6 +52,7 @@ struct EngineStats {
   uint64_t shuffle_bytes = 0;
   uint64_t shuffle_peak_bytes = 0;
   uint64_t shuffle_peak_samples = 0;
+  uint64_t cache_corrupt_refetches = 0;
   AllocatorStats memory;
 };
 

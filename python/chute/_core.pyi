@@ -54,6 +54,11 @@ class FetchTicket:
         'head' or 'range'.
         """
     @property
+    def sequential(self) -> bool:
+        """
+        Whether the range was asked for by a reader that reads the object in order (a source), not at random.
+        """
+    @property
     def url(self) -> str:
         ...
 class FetchQueue:
@@ -74,7 +79,7 @@ class FetchQueue:
         """
     def stats(self) -> dict[str, int]:
         """
-        Counters: requests (attempts), retries, failures, bytes; now: queued, in_flight, reserved_bytes.
+        Counters: requests (attempts), retries, failures, bytes, cache_corrupt_refetches (cache entries that failed their checksum and were fetched again); now: queued, in_flight, reserved_bytes.
         """
     def take_cancelled(self) -> list[int]:
         """
@@ -175,6 +180,11 @@ class RemoteReader:
     def in_place(self) -> bool:
         """
         Whether the object is read from a mapped local file (a cache hit).
+        """
+    @property
+    def reading(self) -> bool:
+        """
+        Whether a read() is in progress (a close() ends it).
         """
 class Batch:
     """

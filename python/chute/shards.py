@@ -107,6 +107,14 @@ def _expand_braces(url: str) -> list[str]:
     return out
 
 
+def remote_scheme_list() -> str:
+    """The remote url schemes chute reads ("http://, https://, s3://, ..."),
+    as the engine defines them (its remote_schemes()), for messages."""
+    from chute import _core
+
+    return ", ".join(f"{scheme}://" for scheme in _core.remote_schemes())
+
+
 def local_path(url: str) -> str | None:
     """webdataset's ``__local_path__``: the path of a plain-file url, else None."""
     parsed = urlparse(url)

@@ -30,6 +30,7 @@ STATS_KEYS = (
     "batch_bytes_pinned",
     "python_items",
     "wait_seconds",
+    "cache_corrupt_refetches",
 )
 
 # What an engine holds now; the "peak" keys are maxima; every other figure

@@ -52,7 +52,7 @@ from chute.loading import LoaderSettings
 from chute.pinning import pin_hooks
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar_index
-from chute.shards import expand_urls, local_path
+from chute.shards import expand_urls, local_path, remote_scheme_list
 from chute.tarcolumns import concatenate_indexes
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers
@@ -142,7 +142,10 @@ class TarDataset(IndexedDataset):
                 continue
             path = local_path(url)
             if path is None:
-                raise ValueError(f"TarDataset reads local shards; {url!r} is not a local file")
+                raise ValueError(
+                    f"TarDataset reads local shards and {remote_scheme_list()} urls; "
+                    f"{url!r} is neither"
+                )
             if not os.path.isfile(path):
                 raise FileNotFoundError(2, "tar shard not found", path)
             self._paths.append(path)

@@ -35,6 +35,13 @@ from typing_extensions import TypeVarTuple, Unpack
 
 from chute import _core
 from chute.remote._stores import RemoteDependencyError, Stores, claim_runtime, obstore_module
+from chute.remote._wholebody import (
+    TooLargeForACopy,
+    WholeBody,
+    WholeCopy,
+    WholeObjects,
+    ranges_refused,
+)
 
 # A timer tick even when nothing wakes the loop: lets the queue fail requests
 # the store never answered (FetchQueue.try_pop does that).
@@ -47,6 +54,8 @@ _STORE_POLL_S = 0.002
 _Ts = TypeVarTuple("_Ts")
 _STATUS = re.compile(r"status code: (\d{3})")
 _RETRYABLE_STATUS = {408, 429}
+# How obstore's errors (and the OS's) name a connection nobody accepted.
+_CONNECTION_REFUSED = re.compile(r"ConnectionRefused|Connection refused")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -75,6 +84,9 @@ def classify(exc: BaseException) -> tuple[str, int, str, bool]:
         exc, (ox.InvalidPathError, ox.NotSupportedError, ox.UnknownConfigurationKeyError)
     ):
         return "usage", 0, message, False
+    if _CONNECTION_REFUSED.search(str(exc)):
+        # Retried (a server may be restarting), but say what it most likely is.
+        return "io", 0, message + " (connection refused: is the server running?)", True
     match = _STATUS.search(str(exc))
     if match is not None:
         status = int(match.group(1))
@@ -160,12 +172,16 @@ class _FetchLoop(asyncio.SelectorEventLoop):
 class FetchExecutor:
     """Serves `queue` until it is closed; then the thread exits."""
 
-    def __init__(self, queue: _core.FetchQueue, stores: Stores, max_concurrency: int) -> None:
+    def __init__(
+        self, queue: _core.FetchQueue, stores: Stores, max_concurrency: int, copy_limit: int
+    ) -> None:
         self._queue = queue
         self._stores = stores
         self._limit = max_concurrency
         self._obstore: Any = obstore_module()
         self._thread = threading.Thread(target=self._run, name="chute-fetch", daemon=True)
+        # Objects of servers that ignore Range, read whole (see _wholebody).
+        self._whole = WholeObjects(copy_limit)
         # What obstore's threads still owe the loop once it stopped (for tests).
         self.store_outstanding_at_exit = 0
 
@@ -243,17 +259,46 @@ class FetchExecutor:
                 version = etag or f"modified {meta['last_modified'].isoformat()}"
                 ticket.complete_head(int(meta["size"]), etag, version)
                 return
+            if self._whole.ignores_ranges(ticket.url):
+                await self._read_whole(loop, ticket, store, path)
+                return
             options: dict[str, Any] = {"range": (ticket.offset, ticket.offset + ticket.length)}
             if ticket.if_match:
                 options["if_match"] = ticket.if_match
-            with loop.store_call():
-                get = obstore.get_async(store, path, options=options)
-            result = await get
+            try:
+                with loop.store_call():
+                    get = obstore.get_async(store, path, options=options)
+                result = await get
+            except Exception as exc:
+                if not ranges_refused(exc):
+                    raise
+                await self._read_whole(loop, ticket, store, path)
+                return
             with loop.store_call():
                 body = result.bytes_async()
             ticket.complete(await body)
         except asyncio.CancelledError:
-            raise  # the queue has already forgotten this request
+            # The queue has already forgotten this request; a body being read
+            # for it is dropped with it (its source was closed).
+            self._whole.drop_body(ticket.url)
+            raise
+        except TooLargeForACopy as exc:
+            self._whole.drop_copy(ticket.url)
+            ticket.fail("usage", 0, str(exc), False)
         except Exception as exc:
             kind, status, message, retryable = classify(exc)
             ticket.fail(kind, status, message, retryable)
+
+    async def _read_whole(
+        self, loop: _FetchLoop, ticket: _core.FetchTicket, store: Any, path: str
+    ) -> None:
+        """A range of an object whose server ignores Range (see _wholebody)."""
+        url, obstore = ticket.url, self._obstore
+        if ticket.sequential:
+            body = self._whole.body(url, lambda: WholeBody(loop, obstore, store, path))
+            ticket.complete(await body.read(ticket.offset, ticket.length))
+            return
+        copy = self._whole.copy(url, lambda: WholeCopy(loop, obstore, store, path, url))
+        data = await copy.read(ticket.offset, ticket.length, self._whole.copy_limit)
+        self._whole.kept(url)
+        ticket.complete(data)

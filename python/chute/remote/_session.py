@@ -87,7 +87,9 @@ class RemoteSession:
         )
         self._stores = Stores(o)
         self._pid = os.getpid()
-        self._executor = FetchExecutor(self.queue, self._stores, o.max_concurrency)
+        self._executor = FetchExecutor(
+            self.queue, self._stores, o.max_concurrency, copy_limit=o.prefetch_bytes
+        )
         self._executor.start()
         _live.add(self)
 

@@ -4,6 +4,7 @@ of the passes, and torch's batching when a DataLoader asked for it."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -79,14 +80,24 @@ class EpochIteration(Iterator[Any]):
             raise
 
     def close(self) -> None:
-        """Ends this iteration now: its engine and threads stop."""
+        """Ends this iteration now, from any thread: its engine and threads
+        stop, and a next() waiting in another thread (on a stalled server,
+        say) returns within the engine's poll interval and raises
+        StopIteration."""
         if not self.running:
             return
         self.running = False
-        # Closing the innermost generator ends its engine (the stages
-        # wrapping it are dropped with it).
-        self.run.source.close()
-        self.run.dataset.finished_stats = self.run.stats()
+        run = self.run
+        run.closed = True
+        engine = run.engine
+        if engine is not None:
+            engine.close()  # wakes a next() that waits on it, in any thread
+        # Closing the innermost generator ends its engine (the stages wrapping
+        # it are dropped with it). A ValueError: it runs in another thread's
+        # next(), which the closed engine ends there.
+        with contextlib.suppress(ValueError):
+            run.source.close()
+        run.dataset.finished_stats = run.stats()
 
     def __del__(self) -> None:
         self.close()
@@ -118,6 +129,7 @@ class EpochRun:
         self.settings = settings
         self.figures = Figures()
         self.engine: Any = None
+        self.closed = False  # by EpochIteration.close(), maybe from another thread
         self.urls, self.worker = dataset.shard_urls()
         self.rank, _ = rank_and_world_size()
         start = resume if resume is not None else StreamPosition(epoch=epoch, shuffle_seed=None)
@@ -261,6 +273,8 @@ class EpochRun:
                 yield item
                 # Hold no batch while the next one is awaited.
                 del item
+            if self.closed:
+                return  # the pass ended because its engine was closed
             if self.pass_samples == 0 and dataset.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
             if count == 0:
@@ -288,6 +302,8 @@ class EpochRun:
             copy_to_pinned = settings.pin_memory and not apply_pin_hooks(plan)
             engine = _core.StreamEngine(plan)
         self.engine = engine
+        if self.closed:
+            engine.close()  # closed while this engine was being made
         converter = BatchConverter(compiled, self.urls, self._member_failure)
         position = self.position
         try:
