@@ -27,13 +27,13 @@ from chute.wds.compiler import compile_stages, error_handlers
 from chute.wds.native import EngineSettings
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.transport import (
+    ArenaMappings,
     ArenaPool,
     Channel,
     Packed,
     collate_tensors,
     default_collate,
     pack,
-    unpack,
 )
 
 Point = collections.namedtuple("Point", ["x", "label"])
@@ -55,6 +55,13 @@ def same(a: Any, b: Any) -> None:
             same(a[k], b[k])
     else:
         assert a == b
+
+
+def unpack(packed: Packed, fd: int, on_release: Any = None) -> list[Any]:
+    """`packed` unpacked by a loader that has not seen its arena yet."""
+    mappings = ArenaMappings(on_release)
+    mappings.admit(packed, [fd] if fd >= 0 else [])
+    return mappings.unpack(packed)
 
 
 def roundtrip(items: list[Any]) -> list[Any]:
@@ -122,10 +129,12 @@ def test_collation_of_consecutive_rows_is_a_view() -> None:
 def test_an_arena_is_reused_only_once_nothing_views_it() -> None:
     arenas = ArenaPool(keep=2)
     released: list[int] = []
+    mappings = ArenaMappings(released.append)
 
     def send(items: list[Any]) -> tuple[Packed, list[Any]]:
         packed, fd = pack(items, arenas)
-        return packed, unpack(packed, os.dup(fd), on_release=released.append)
+        mappings.admit(packed, [os.dup(fd)] if fd >= 0 else [])
+        return packed, mappings.unpack(packed)
 
     packed_a, got_a = send([torch.full((100_000,), 1.0)])
     packed_b, got_b = send([torch.full((100_000,), 2.0)])  # `a` is still viewed: a new arena

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from typing import Any
 
 import torch
 
@@ -51,3 +52,13 @@ def pin_hooks() -> tuple[int, int] | None:
         if register and unregister:
             return register, unregister
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_runtime() -> Any:
+    """torch's binding of the CUDA runtime (``torch.cuda.cudart()``), through
+    which the loader registers worker processes' shared-memory arenas
+    page-locked; None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.cudart()  # type: ignore[no-untyped-call]
