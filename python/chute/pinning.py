@@ -62,3 +62,11 @@ def cuda_runtime() -> Any:
     if not torch.cuda.is_available():
         return None
     return torch.cuda.cudart()  # type: ignore[no-untyped-call]
+
+
+def pin_rest(batch: Any) -> Any:
+    """`batch` with each tensor that is not page-locked yet copied into
+    page-locked memory (those over registered arenas are kept as they are)."""
+    from chute.device import move_tensors
+
+    return move_tensors(batch, lambda t: t if t.is_pinned() else t.pin_memory())

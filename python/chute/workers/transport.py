@@ -492,7 +492,7 @@ def _rebuild(value: Any, rows: list[Sequence[Any]]) -> Any:
         return rows[value.group][value.row]
     if kind is tuple or kind is list:
         # Leaves in place here: this runs for every item of every message.
-        return kind(rows[v.group][v.row] if type(v) is Leaf else _rebuild(v, rows) for v in value)
+        return kind([rows[v.group][v.row] if type(v) is Leaf else _rebuild(v, rows) for v in value])
     if kind is dict:
         return {k: _rebuild(v, rows) for k, v in value.items()}
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -548,11 +548,74 @@ def _rows_view(batch: Sequence[torch.Tensor]) -> torch.Tensor | None:
     return first.as_strided((len(batch), *shape), (n, *first.stride()), first.storage_offset())
 
 
+def collate_arrays(
+    batch: Sequence[np.ndarray],
+    *,
+    collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] | None = None,
+) -> Any:
+    """torch's default collation of numpy arrays (a tensor of them
+    stacked), as a view when they are consecutive rows of one array (as the
+    rows of a group in an arena are)."""
+    view = _array_rows_view(batch)
+    if view is not None:
+        return torch.from_numpy(view)
+    from torch.utils.data._utils.collate import collate_numpy_array_fn
+
+    return collate_numpy_array_fn(batch, collate_fn_map=collate_fn_map)
+
+
+def _array_rows_view(batch: Sequence[np.ndarray]) -> np.ndarray | None:
+    """`batch` stacked as a view, when its arrays are alike, C-contiguous,
+    of a kind torch takes, views of one array and lie back to back in that
+    order within it; else None."""
+    first = batch[0]
+    owner = first.base
+    dtype = first.dtype
+    if (
+        type(first) is not np.ndarray
+        or type(owner) is not np.ndarray
+        or dtype.kind not in "biufc"
+        or not dtype.isnative
+        or not first.flags.c_contiguous
+        or not first.nbytes
+    ):
+        return None
+    step = first.nbytes
+    start = first.__array_interface__["data"][0]
+    owner_start = owner.__array_interface__["data"][0]
+    if start < owner_start or start + len(batch) * step > owner_start + owner.nbytes:
+        return None
+    shape = first.shape
+    address = start
+    for a in batch:
+        if (
+            type(a) is not np.ndarray
+            or a.base is not owner
+            or a.__array_interface__["data"][0] != address
+            or a.dtype != dtype
+            or a.shape != shape
+            or not a.flags.c_contiguous
+        ):
+            return None
+        address += step
+    return np.lib.stride_tricks.as_strided(
+        first, (len(batch), *shape), (step, *first.strides), writeable=True
+    )
+
+
 def default_collate(batch: list[Any]) -> Any:
-    """torch's ``default_collate``, with tensors collated by `collate_tensors`."""
+    """torch's ``default_collate``, with tensors and numpy arrays collated
+    by `collate_tensors` and `collate_arrays`."""
     from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
-    return collate(batch, collate_fn_map={**default_collate_fn_map, torch.Tensor: collate_tensors})
+    return collate(
+        batch,
+        collate_fn_map={
+            **default_collate_fn_map,
+            torch.Tensor: collate_tensors,
+            np.ndarray: collate_arrays,
+        },
+    )
 
 
 class Channel:
