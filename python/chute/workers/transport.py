@@ -55,6 +55,7 @@ _HEADER = struct.Struct("<QI4x")  # payload bytes, descriptors
 _MAX_FDS = 4
 _ALIGN = 64
 _ARENA_GRAIN = 1 << 16  # arena sizes are multiples of this
+_JOINED_SEND = 1 << 16  # payloads up to this size go in one send with their header
 _NUMPY_KINDS = frozenset("biufcmM")
 
 
@@ -638,8 +639,11 @@ class Channel:
             if sent < len(header):
                 self.sock.sendall(header[sent:])
             self.sock.sendall(payload)
-        else:
+        elif len(payload) <= _JOINED_SEND:
             self.sock.sendall(header + payload)  # one system call
+        else:
+            self.sock.sendall(header)
+            self.sock.sendall(payload)
 
     def poll(self, timeout: float) -> bool:
         """Whether a message (or the end of the connection) is there to
