@@ -316,22 +316,28 @@ class _Mapping:
     (``cudaHostRegister``); it is unregistered right before it is unmapped,
     and then `on_unmapped(-arena_id)` tells the worker."""
 
-    __slots__ = ("mapping", "address", "size", "runtime", "arena_id", "on_unmapped")
+    __slots__ = ("address", "size", "runtime", "arena_id", "on_unmapped")
 
     def __init__(
         self, fd: int, size: int, arena_id: int, on_unmapped: Callable[[int], None] | None
     ) -> None:
         self.runtime: Any = None
+        self.address = 0
         self.arena_id = arena_id
         self.on_unmapped = on_unmapped
+        self.size = size
+        # libc's mmap, not Python's: an mmap object keeps a duplicate of the
+        # descriptor open for as long as it lives, one per mapped arena here.
         try:
-            self.mapping = mmap.mmap(fd, size)
+            address = _libc().mmap(
+                None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0
+            )
         finally:
             os.close(fd)
-        self.size = size
-        anchor = ctypes.c_char.from_buffer(self.mapping)
-        self.address = ctypes.addressof(anchor)
-        del anchor  # an exported buffer would keep the mapping from closing
+        if address is None or address == _MAP_FAILED:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"cannot map a {size}-byte batch arena: {os.strerror(errno)}")
+        self.address = address
 
     def pin(self, runtime: Any) -> None:
         """Registers the mapping page-locked through `runtime` (torch's CUDA
@@ -347,7 +353,7 @@ class _Mapping:
         self.runtime = runtime
 
     def __del__(self) -> None:
-        runtime = getattr(self, "runtime", None)
+        runtime = self.runtime
         if runtime is not None:
             status = int(runtime.cudaHostUnregister(self.address))
             if status != 0:
@@ -357,11 +363,31 @@ class _Mapping:
                     RuntimeWarning,
                     stacklevel=1,
                 )
-        mapping = getattr(self, "mapping", None)
-        if mapping is not None:
-            mapping.close()
+        if self.address:
+            _libc().munmap(self.address, self.size)
             if self.on_unmapped is not None:
                 self.on_unmapped(-self.arena_id)
+
+
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    """The C library's mmap and munmap, typed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
 
 
 class _Lease:
