@@ -13,13 +13,21 @@ Part ``pinned`` (needs CUDA; skipped with a message without it):
   hands over) and for a pageable copy; GB/s, the median over the kept batches
   and rounds, the three interleaved. Also the time torch's ``pin_memory()``
   copy takes per batch, which chute's registered arenas do not spend.
+- the same counts for a ``.map`` in this process (``num_workers=0``) and an
+  ``ArrayDataset`` with a ``collate_fn`` (worker processes);
+- the hand-off's overlap (``device="cuda"``): steps of ``torch.cuda._sleep``
+  (twice the longer of a batch's copy and the loader's time per host batch)
+  over chute's batches, against the same steps over batches already on the
+  GPU; the target is at most 1.05x.
 
 Part ``scaling``: images/s at 1, 2, 4, 8 and 16 threads or workers (capped at
 the cores), each configuration in its own process through the benchmarks'
 own workers: bench_wds' JPEG job (chute.DataLoader, num_workers as threads),
-bench_transforms' train job (threads) and map job (chute's worker processes,
-and torch's DataLoader over webdataset at the same num_workers when
-webdataset imports). Rounds run every configuration once each, so a
+bench_transforms' train and eval jobs (threads; torch's DataLoader +
+webdataset + Pillow at the largest count, its baseline) and map job (chute's
+worker processes, and torch's DataLoader over webdataset at the same
+num_workers when webdataset imports; chute's loader process's CPU per batch
+is reported). Rounds run every configuration once each, so a
 ``--deadline`` that cuts the last round still leaves every configuration
 measured. Speed-up is over the same loader at 1. Each data set's shard list
 is read ``--repeat-shards`` times per epoch (the page cache serves the
@@ -56,7 +64,7 @@ import bench_wds  # noqa: E402
 from common import RESULTS, run_config, save, table  # noqa: E402
 
 PARTS = ("pinned", "scaling")
-SCALING_JOBS = ("jpeg", "train", "map")
+SCALING_JOBS = ("jpeg", "train", "eval", "map")
 HERE = str(Path(__file__).resolve())
 WDS_SCRIPT = str(Path(bench_wds.__file__).resolve())
 TRANSFORMS_SCRIPT = str(Path(bench_transforms.__file__).resolve())
@@ -139,6 +147,13 @@ def pinned_worker(config: dict[str, Any]) -> None:
         count_pinned(item, ("images", "labels"), counts)
     report["loaders"]["map, worker processes"] = {"counts": counts}
 
+    counts = {}
+    for item in chute.DataLoader(
+        mapped, batch_size=bench_transforms.MAP_BATCH, num_workers=0, pin_memory=True
+    ):
+        count_pinned(item, ("images", "labels"), counts)
+    report["loaders"]["map, this process"] = {"counts": counts}
+
     rows = np.arange(config["array_rows"] * 1024, dtype=np.float32).reshape(-1, 1024)
     arrays = chute.ArrayDataset(x=rows)
     counts = {}
@@ -146,8 +161,86 @@ def pinned_worker(config: dict[str, Any]) -> None:
         count_pinned((item["x"],), ("x",), counts)
     report["loaders"]["ArrayDataset, threads"] = {"counts": counts}
 
+    counts = {}
+    for item in chute.DataLoader(
+        arrays, batch_size=1024, num_workers=threads, pin_memory=True, collate_fn=stacked
+    ):
+        count_pinned((item["x"],), ("x",), counts)
+    report["loaders"]["ArrayDataset + collate_fn, worker processes"] = {"counts": counts}
+
     report["bandwidth"] = bandwidth(kept, config["rounds"])
+    report["handoff"] = handoff_overlap(rows, threads)
     print(json.dumps(report))
+
+
+def stacked(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A collate_fn (it makes the index-driven dataset run on worker
+    processes)."""
+    import torch
+
+    return {"x": torch.stack([torch.as_tensor(row["x"]) for row in rows])}
+
+
+def handoff_overlap(rows: np.ndarray, threads: int, batch: int = 1024) -> dict[str, Any]:
+    """Seconds of steps over chute's batches handed over with
+    ``device="cuda"`` against the same steps over the batches already on
+    the GPU. A step is ``torch.cuda._sleep`` for twice the longer of a
+    batch's copy and the loader's time per host batch (so that a copy not
+    overlapped with the step would show), then a use of the batch."""
+    import chute
+    import torch
+
+    arrays = chute.ArrayDataset(x=rows)
+    host = chute.DataLoader(arrays, batch_size=batch, num_workers=threads, pin_memory=True)
+    on_gpu = [item["x"].to("cuda") for item in host]
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    count = sum(1 for _ in host)
+    host_seconds = (time.perf_counter() - start) / count
+    pinned = on_gpu[0].cpu().pin_memory()
+    copies = []
+    for _ in range(4):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        pinned.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        copies.append(time.perf_counter() - start)
+    copy_seconds = statistics.median(copies)
+    probe = 10_000_000
+    torch.cuda._sleep(probe)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    torch.cuda._sleep(probe)
+    torch.cuda.synchronize()
+    step_seconds = 2 * max(copy_seconds, host_seconds)
+    cycles = max(1, int(probe * step_seconds / (time.perf_counter() - start)))
+
+    def steps(batches: Any) -> float:
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for item in batches:
+            x = item["x"] if isinstance(item, dict) else item
+            torch.cuda._sleep(cycles)
+            x.add_(1)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    steps(on_gpu)
+    baseline = min(steps(on_gpu) for _ in range(3))
+    loader = chute.DataLoader(arrays, batch_size=batch, num_workers=threads, device="cuda")
+    steps(loader)
+    handed = min(steps(loader) for _ in range(3))
+    return {
+        "batches": count,
+        "batch_bytes": pinned.numel() * pinned.element_size(),
+        "copy_ms": 1e3 * copy_seconds,
+        "host_ms_per_batch": 1e3 * host_seconds,
+        "step_ms": 1e3 * step_seconds,
+        "steps_on_gpu_s": baseline,
+        "steps_handed_over_s": handed,
+        "ratio": handed / baseline,
+        "target": 1.05,
+    }
 
 
 def bandwidth(kept: list[Any], rounds: int) -> dict[str, Any]:
@@ -226,9 +319,20 @@ def scaling_configs(
     for n in counts if "jpeg" in jobs else []:
         config = {"loader": "chute", "workers": n, "job": "jpeg", "urls": urls["jpeg"] * repeat}
         configs.append(("jpeg", "chute.DataLoader (threads)", config))
-    for n in counts if "train" in jobs else []:
-        config = {"loader": "chute", "workers": n, "job": "train", "urls": urls["train"] * repeat}
-        configs.append(("train", "chute.DataLoader (threads)", config))
+    for job in ("train", "eval"):
+        for n in counts if job in jobs else []:
+            config = {"loader": "chute", "workers": n, "job": job, "urls": urls["train"] * repeat}
+            configs.append((job, "chute.DataLoader (threads)", config))
+        if job in jobs and importlib.util.find_spec("webdataset") is not None:
+            # torch's baseline at the most workers: webdataset gives each
+            # worker whole shards, and the list holds `repeat` times 8.
+            config = {
+                "loader": "webdataset",
+                "workers": max(counts),
+                "job": job,
+                "urls": urls["train"] * repeat,
+            }
+            configs.append((job, "torch DataLoader + webdataset + Pillow", config))
     loaders = [("chute", "chute.DataLoader (processes)")]
     if importlib.util.find_spec("webdataset") is not None:
         loaders.append(("webdataset", "torch DataLoader + webdataset"))
@@ -273,6 +377,8 @@ def scaling(
                 "samples_per_s": report["samples"] / report["seconds"],
                 "first_batch_s": report["first_batch_seconds"],
                 "peak_rss_mib": report["peak_tree_rss"] / 2**20,
+                # bench_transforms' jobs: the loader process's own CPU per batch.
+                "loader_cpu_ms_per_batch": 1e3 * report.get("loader_cpu_s_per_batch", 0.0),
             }
             runs.append(run)
             print(
@@ -290,11 +396,8 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     keys = dict.fromkeys((r["job"], r["loader"], r["workers"]) for r in runs)
     for job, loader, workers in keys:
-        speeds = [
-            r["samples_per_s"]
-            for r in runs
-            if (r["job"], r["loader"], r["workers"]) == (job, loader, workers)
-        ]
+        mine = [r for r in runs if (r["job"], r["loader"], r["workers"]) == (job, loader, workers)]
+        speeds = [r["samples_per_s"] for r in mine]
         rows.append(
             {
                 "job": job,
@@ -303,6 +406,9 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "runs": len(speeds),
                 "samples_per_s": statistics.median(speeds),
                 "runs_samples_per_s": speeds,
+                "loader_cpu_ms_per_batch": statistics.median(
+                    r["loader_cpu_ms_per_batch"] for r in mine
+                ),
             }
         )
     for row in rows:
@@ -361,6 +467,13 @@ def print_pinned(pinned: dict[str, Any]) -> None:
         )
     )
     print(f"torch's pin_memory() copy: {bw['torch_pin_memory_ms_per_batch']:.2f} ms per batch")
+    h = pinned["handoff"]
+    print(
+        f"\nhand-off (device='cuda'): {h['batches']} steps of {h['step_ms']:.2f} ms"
+        f" (copy {h['copy_ms']:.2f} ms, host {h['host_ms_per_batch']:.2f} ms per batch):"
+        f" {h['steps_handed_over_s']:.3f} s over chute's batches, {h['steps_on_gpu_s']:.3f} s"
+        f" over batches already on the GPU = {h['ratio']:.3f}x (target <= {h['target']})"
+    )
 
 
 def main() -> None:
@@ -444,6 +557,7 @@ def main() -> None:
                     ("runs", "runs"),
                     ("samples_per_s", "images/s"),
                     ("speedup_vs_1", "speed-up over 1"),
+                    ("loader_cpu_ms_per_batch", "loader CPU ms/batch"),
                 ],
             )
         )

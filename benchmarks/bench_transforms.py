@@ -39,7 +39,10 @@ webdataset with the same decode and map. Each side runs on an idle machine
 and with CPU hogs beside it (processes spinning in a loop, started before
 the run and ended by pid after it: the cores a training node's trainer and
 other ranks keep busy). ``--map-workers`` and ``--hogs`` take lists (the
-scaling from 1 to 16 workers on a larger machine).
+scaling from 1 to 16 workers on a larger machine). Each run also reports
+the loader's own process's CPU seconds per batch (getrusage of that
+process: its threads, not the workers) and the images/s that implies as a
+ceiling: that process hands over every batch, so it cannot go faster.
 
     python benchmarks/bench_transforms.py                  # 3,000 images
     python benchmarks/bench_transforms.py --quick          # 600
@@ -54,6 +57,7 @@ import io
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -327,13 +331,22 @@ def worker(config: dict[str, Any]) -> None:
     # its time (one epoch of these few batches is mostly start-up: worker
     # processes, batch memory faulted in); the first batch of the first.
     first = None
+    # The loader's own process: its CPU time (all its threads, not the
+    # worker processes) from the first batch of the timed epoch to its last.
+    cpu_from = cpu_to = 0.0
+    timed_batches = 0
     for _epoch in range(1 if job == "map" else 2):
         start = time.perf_counter()
         samples = 0
+        timed_batches = 0
         for images, labels in loader:
             if first is None:
                 first = time.perf_counter() - start
                 assert images.dtype == dtype and tuple(images.shape[1:]) == shape
+            if timed_batches == 0:
+                cpu_from = process_cpu_seconds()
+            cpu_to = process_cpu_seconds()
+            timed_batches += 1
             samples += len(labels)
         seconds = time.perf_counter() - start
     print(
@@ -343,9 +356,17 @@ def worker(config: dict[str, Any]) -> None:
                 "seconds": seconds,
                 "first_batch_seconds": first,
                 "rss_after_import_torch": rss_after_torch,
+                "loader_cpu_s_per_batch": (cpu_to - cpu_from) / max(1, timed_batches - 1),
             }
         )
     )
+
+
+def process_cpu_seconds() -> float:
+    """User + system CPU seconds of this process (every thread of it; not
+    its children)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # ---------------------------------------------------------------- the map job (c)
@@ -380,22 +401,36 @@ def map_job(
                             "first_batch_s": report["first_batch_seconds"],
                             "peak_rss_mib": report["peak_tree_rss"] / 2**20,
                             "peak_pss_mib": report["peak_tree_pss"] / 2**20,
+                            **loader_ceiling(report["loader_cpu_s_per_batch"]),
                         }
                     )
                     print(
                         f"  map   {runs[-1]['loader']:40s} workers={n_workers} hogs={n_hogs}: "
-                        f"{runs[-1]['samples_per_s']:,.0f} images/s",
+                        f"{runs[-1]['samples_per_s']:,.0f} images/s; the loader's process "
+                        f"{1e3 * runs[-1]['loader_cpu_s_per_batch']:.2f} ms CPU per batch "
+                        f"(its ceiling {runs[-1]['loader_ceiling_images_per_s']:,.0f} images/s)",
                         flush=True,
                     )
                 runs.sort(key=lambda r: r["samples_per_s"])
                 rows.append(runs[len(runs) // 2])
                 speeds[loader] = rows[-1]["samples_per_s"]
             summary[f"workers={n_workers},hogs={n_hogs}"] = {
+                "chute_loader_cpu_ms_per_batch": 1e3 * rows[-1]["loader_cpu_s_per_batch"],
+                "chute_loader_ceiling_images_per_s": rows[-1]["loader_ceiling_images_per_s"],
                 "chute_images_per_s": speeds["chute"],
                 "torch_images_per_s": speeds["webdataset"],
                 "speedup_vs_torch": speeds["chute"] / speeds["webdataset"],
             }
     return rows, summary
+
+
+def loader_ceiling(cpu_s_per_batch: float) -> dict[str, float]:
+    """The loader process's CPU per batch and the images/s it caps the map
+    job at: it cannot hand over batches faster than it spends on each."""
+    return {
+        "loader_cpu_s_per_batch": cpu_s_per_batch,
+        "loader_ceiling_images_per_s": MAP_BATCH / cpu_s_per_batch if cpu_s_per_batch else 0.0,
+    }
 
 
 # ---------------------------------------------------------------- main
@@ -490,7 +525,9 @@ def main() -> None:
     for key, s in results.get("map_summary", {}).items():
         print(
             f"map {key}: chute {s['chute_images_per_s']:,.0f}/s = {s['speedup_vs_torch']:.2f}x"
-            f" torch DataLoader + webdataset ({s['torch_images_per_s']:,.0f}/s)"
+            f" torch DataLoader + webdataset ({s['torch_images_per_s']:,.0f}/s); chute's"
+            f" loader process {s['chute_loader_cpu_ms_per_batch']:.2f} ms CPU per batch of"
+            f" {MAP_BATCH}, a ceiling of {s['chute_loader_ceiling_images_per_s']:,.0f} images/s"
         )
     print(f"load average before / after: {load_before} / {load_after}")
     results.update(rows=rows, load_average_before=load_before, load_average_after=load_after)

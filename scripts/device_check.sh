@@ -5,8 +5,10 @@
 # toolchain; webdataset from the carried wheels; chute's extension built from
 # this tree (with the carried libjpeg-turbo/libpng/zlib and CPython headers
 # where the image lacks them; the carried prebuilt one if the build fails);
-# the CUDA tests; benchmarks/bench_device.py (pinned batches, H2D bandwidth,
-# 1-to-16 scaling). Each step has a timeout taken from one budget
+# lscpu; the CUDA tests (pinning, the device hand-off); benchmarks/bench_device.py
+# (pinned batches from every path, worker processes included; H2D bandwidth;
+# the hand-off's copy/step overlap; 1-to-16 scaling of the jpeg, train, eval
+# and map jobs, with torch's baselines). Each step has a timeout taken from one budget
 # (DEVICE_CHECK_BUDGET_S, 450 s), and a failed step is recorded in
 # summary.txt and the next one runs. Everything goes to $OUT (./device-out
 # when unset): log.txt, summary.txt, device.json.
@@ -117,6 +119,8 @@ source_hash() {
 echo "== machine ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
 uname -a
 echo "cores: $(nproc); $(free -g | awk '/^Mem/ {print $2 " GiB memory"}')"
+# The CPU's model and flags: the SIMD level the resampler can take here.
+lscpu || note "lscpu: not available"
 grep PRETTY_NAME /etc/os-release || true
 timeout 30 nvidia-smi || note "nvidia-smi: not available"
 echo "python: $(command -v "$python") $("$python" -V 2>&1)"
@@ -225,7 +229,7 @@ ldd python/chute/_core*.so 2>/dev/null | grep -E 'jpeg|png|libz' || true
 
 echo "== CUDA tests"
 step pytest 150 "$python" -m pytest -q -p no:cacheprovider -rA \
-  tests/test_pinning.py tests/test_splits.py::test_pin_memory_only_with_cuda
+  tests/test_pinning.py tests/test_device.py tests/test_splits.py::test_pin_memory_only_with_cuda
 
 echo "== shards for bench_device.py"
 data_rc=0

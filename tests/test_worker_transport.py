@@ -27,13 +27,13 @@ from chute.wds.compiler import compile_stages, error_handlers
 from chute.wds.native import EngineSettings
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.transport import (
+    ArenaMappings,
     ArenaPool,
     Channel,
     Packed,
     collate_tensors,
     default_collate,
     pack,
-    unpack,
 )
 
 Point = collections.namedtuple("Point", ["x", "label"])
@@ -55,6 +55,13 @@ def same(a: Any, b: Any) -> None:
             same(a[k], b[k])
     else:
         assert a == b
+
+
+def unpack(packed: Packed, fd: int, on_release: Any = None) -> list[Any]:
+    """`packed` unpacked by a loader that has not seen its arena yet."""
+    mappings = ArenaMappings(on_release)
+    mappings.admit(packed, [fd] if fd >= 0 else [])
+    return mappings.unpack(packed)
 
 
 def roundtrip(items: list[Any]) -> list[Any]:
@@ -122,10 +129,12 @@ def test_collation_of_consecutive_rows_is_a_view() -> None:
 def test_an_arena_is_reused_only_once_nothing_views_it() -> None:
     arenas = ArenaPool(keep=2)
     released: list[int] = []
+    mappings = ArenaMappings(released.append)
 
     def send(items: list[Any]) -> tuple[Packed, list[Any]]:
         packed, fd = pack(items, arenas)
-        return packed, unpack(packed, os.dup(fd), on_release=released.append)
+        mappings.admit(packed, [os.dup(fd)] if fd >= 0 else [])
+        return packed, mappings.unpack(packed)
 
     packed_a, got_a = send([torch.full((100_000,), 1.0)])
     packed_b, got_b = send([torch.full((100_000,), 2.0)])  # `a` is still viewed: a new arena
@@ -296,3 +305,62 @@ def test_an_engine_delivers_its_share_of_the_plans_batches(tiny_shards: list[str
     assert _engine_batches(ds, 3, 2, skip=7) == whole[8::3]
     with pytest.raises(ValueError, match="deliver_offset"):
         _engine_batches(ds, 2, 2)
+
+
+class RecordingCudart:
+    """Records cudaHostRegister/Unregister (this machine may have no CUDA)."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, int] = {}
+        self.registrations = 0
+        self.unregistered: list[int] = []
+
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:  # noqa: N802 - CUDA's name
+        assert ptr not in self.live and flags == 0
+        self.live[ptr] = size
+        self.registrations += 1
+        return 0
+
+    def cudaHostUnregister(self, ptr: int) -> int:  # noqa: N802 - CUDA's name
+        del self.live[ptr]
+        self.unregistered.append(ptr)
+        return 0
+
+
+def test_the_loader_maps_and_pins_an_arena_once_until_its_worker_retires_it() -> None:
+    arenas = ArenaPool(keep=1)
+    released: list[int] = []
+    mappings = ArenaMappings(released.append)
+    cudart = RecordingCudart()
+
+    def send(value: float) -> tuple[Packed, int, list[Any]]:
+        packed, fd = pack([torch.full((1000,), value)], arenas)
+        mappings.admit(packed, [os.dup(fd)] if fd >= 0 else [])
+        return packed, fd, mappings.unpack(packed, cudart)
+
+    first, fd, got = send(1.0)
+    assert fd >= 0 and cudart.registrations == 1
+    del got
+    arenas.release(released)
+    released.clear()
+    again, fd, got = send(2.0)
+    # The same arena again: no descriptor, no new mapping, no new registration.
+    assert again.arena_id == first.arena_id and fd == -1 and cudart.registrations == 1
+    assert torch.equal(got[0], torch.full((1000,), 2.0))
+    other, fd, got_other = send(3.0)  # the first is still viewed: a second arena
+    assert other.arena_id != first.arena_id and fd >= 0 and cudart.registrations == 2
+    del got, got_other
+    arenas.release(released)  # keep=1: one of the two is retired, not closed yet
+    released.clear()
+    assert arenas.free == 1 and arenas.retiring == 1 and cudart.unregistered == []
+    last, _, got = send(4.0)
+    assert len(last.retired) == 1
+    # The loader let go of the retired arena at once (nothing viewed it):
+    # unregistered, unmapped, and the worker told so (its id negated).
+    assert len(cudart.unregistered) == 1 and released == [-last.retired[0]]
+    arenas.release(released)
+    assert arenas.retiring == 0  # closed by the worker only now
+    del got
+    mappings.close()
+    assert cudart.live == {}  # unregistered right before each mapping was unmapped
+    arenas.close()

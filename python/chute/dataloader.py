@@ -31,6 +31,8 @@ from typing import Any, TypeVar, cast
 import torch
 import torch.utils.data
 
+from chute import pinning
+from chute.device import CudaCopies, DeviceBatches, handoff_device
 from chute.elastic import (
     ElasticSampler,
     GlobalOrderSampler,
@@ -87,6 +89,13 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     - ``worker_threads``: native threads of each worker process (default:
       the CPUs this process may use, divided among the workers).
+    - ``device``: hand batches over on this CUDA device (``"cuda"``: the
+      current one, as ``tensor.to("cuda")``; ``"cuda:N"``), the next batch
+      copied on a side stream while the current step runs (``chute.device``);
+      host batches are then page-locked as with ``pin_memory=True``.
+      ``None`` or ``"cpu"``: batches stay in host memory. Refused with a
+      ValueError where CUDA is not available. ``pin_memory_device`` is
+      accepted and ignored, with torch's deprecation warning.
 
     For chute's datasets without Python work, ``num_workers`` is the number
     of native threads and no worker process is started, so
@@ -139,8 +148,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         seed: int = 0,
         progress: bool = False,
         worker_threads: int | None = None,
+        device: str | int | torch.device | None = None,
     ) -> None:
         global _told_fallback
+        handoff = handoff_device(device)
         native = dataset if isinstance(dataset, EngineDataset) else None
         ordered = _own_order(dataset, sampler, batch_sampler, shuffle, distributed, drop_last)
         if ordered is not None:
@@ -199,6 +210,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._running: Iterator[Any] | None = None  # the running stream iteration
         self._resume: dict[str, Any] | None = None
         self.worker_threads = worker_threads
+        self.device = device
+        self._handoff_device = handoff
+        self._handoff: DeviceBatches | None = None  # the running iteration's
         self._worker_processes = LoaderWorkers()
         if (
             native is not None
@@ -231,7 +245,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             threads=self.threads,
             prefetch=self.threads * (self.prefetch_factor or 2),
             timeout=float(self.timeout),
-            pin_memory=self.pin_memory,
+            # The hand-off copies from page-locked memory while a step runs.
+            pin_memory=self.pin_memory or self._handoff_device is not None,
         )
 
     def _python_work(self, native: EngineDataset) -> bool:
@@ -256,6 +271,12 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         native = self._native
+        if native is not None and self.pin_memory and self.pin_memory_device:
+            warnings.warn(  # torch's words (its iterators say this; chute's run here)
+                "pin_memory_device is deprecated, the current accelerator will be used as the "
+                f"device,ignore pin_memory_device='{self.pin_memory_device}'.",
+                stacklevel=2,
+            )
         if native is not None and not native.index_driven:
             items = self._iterate_self_driven(native)
         elif native is not None and self._auto_collation:
@@ -264,9 +285,22 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             if self._resume is not None:
                 raise ValueError("load_state_dict() resumes chute datasets only")
             items = super().__iter__()
+        if self._handoff_device is not None:
+            items = self._handed_off(items, self._handoff_device)
         return (
             with_progress(items, len(self) if self._has_len() else None) if self.progress else items
         )
+
+    def _handed_off(self, items: Iterator[Any], device: torch.device) -> Iterator[Any]:
+        state = self._source_state if self._native is not None else None
+        batches = DeviceBatches(items, CudaCopies(device), state)
+        self._handoff = batches
+        try:
+            yield from batches
+        finally:
+            if self._handoff is batches:
+                self._handoff = None
+            batches.close()
 
     def _has_len(self) -> bool:
         try:
@@ -286,8 +320,13 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             else native.worker_batches(self._settings(), None, pool)
         )
         self._running = batches
+        delivered: Iterator[Any] = batches
+        if pool is not None and self.pin_memory and torch.cuda.is_available():
+            # What this process makes of the workers' items (the collated
+            # labels) is not in their arenas.
+            delivered = (pinning.pin_rest(batch) for batch in batches)
         try:
-            yield from batches
+            yield from delivered
         finally:
             if self._running is batches:
                 self._running = None
@@ -408,7 +447,15 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The running iteration's position (or the start of the next epoch)."""
+        """The running iteration's position (or the start of the next epoch):
+        with ``device``, after the batches handed over, not those copied ahead."""
+        handoff = self._handoff
+        if handoff is not None and self._native is not None:
+            state: dict[str, Any] = handoff.state()
+            return state
+        return self._source_state()
+
+    def _source_state(self) -> dict[str, Any]:
         native = self._native
         if native is None:
             raise ValueError("state_dict() covers chute datasets only")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from typing import Any
 
 import torch
 
@@ -51,3 +52,21 @@ def pin_hooks() -> tuple[int, int] | None:
         if register and unregister:
             return register, unregister
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_runtime() -> Any:
+    """torch's binding of the CUDA runtime (``torch.cuda.cudart()``), through
+    which the loader registers worker processes' shared-memory arenas
+    page-locked; None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.cudart()  # type: ignore[no-untyped-call]
+
+
+def pin_rest(batch: Any) -> Any:
+    """`batch` with each tensor that is not page-locked yet copied into
+    page-locked memory (those over registered arenas are kept as they are)."""
+    from chute.device import move_tensors
+
+    return move_tensors(batch, lambda t: t if t.is_pinned() else t.pin_memory())

@@ -22,8 +22,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from chute import _core
 from chute.errors import engine_errors
 from chute.handlers import Handler
@@ -36,7 +34,7 @@ from chute.wds.pystages import apply_python_stage
 from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
 from chute.workers.failures import Failure, caught_warnings
-from chute.workers.transport import default_collate, pack, unpack
+from chute.workers.transport import default_collate, pack
 
 if TYPE_CHECKING:
     from chute.wds.dataset import WebDataset
@@ -192,8 +190,8 @@ class WorkerEpochRun(EpochRun):
         )
         pool = self.pool
         tag = pool.new_task("stream", task, pool.prefetch)
-        # The workers' engines do not pin: the loader copies what it receives.
-        pin = self.settings.pin_memory and torch.cuda.is_available()
+        # The workers' engines do not pin: the loader pins their arenas.
+        pin = self.settings.pin_memory
         position = self.position
         batched = compiled.batch_size is not None
         absolute = skip_batches
@@ -201,7 +199,7 @@ class WorkerEpochRun(EpochRun):
             while True:
                 worker = absolute % pool.num_workers
                 started = time.perf_counter()
-                message, fds = pool.receive(worker, tag, self.settings.timeout)
+                message = pool.receive(worker, tag, self.settings.timeout)
                 self.figures.wait_seconds += time.perf_counter() - started
                 if message[0] == "error":
                     failure: Failure = message[2]
@@ -219,7 +217,7 @@ class WorkerEpochRun(EpochRun):
                     check_resume_reached(skip_batches, int(body["formed"]))
                     return
                 pool.send(worker, ("credit", tag, 1))
-                items = unpack(body["items"], fds[0] if fds else -1, pin, pool.releaser(worker))
+                items = pool.unpack(worker, body["items"], pin)
                 rows: list[int | None] = body["rows"]
                 if batched:
                     position.batches += 1

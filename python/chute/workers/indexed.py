@@ -17,12 +17,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from chute.loading import LoaderSettings
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.main import Interrupted, Outgoing, WorkerContext
-from chute.workers.transport import pack, unpack
+from chute.workers.transport import pack
 
 if TYPE_CHECKING:
     from chute.indexed import IndexedDataset
@@ -44,8 +43,8 @@ class WorkerBatches(Iterator[Any]):
     ) -> None:
         self.pool = pool
         self.timeout = settings.timeout
-        # The workers' engines do not pin: the loader copies what it receives.
-        self.pin = settings.pin_memory and torch.cuda.is_available()
+        # The workers' engines do not pin: the loader pins their arenas.
+        self.pin = settings.pin_memory
         spec = {
             "settings": dataclasses.replace(
                 settings,
@@ -94,7 +93,7 @@ class WorkerBatches(Iterator[Any]):
                 self.close()
                 return
             worker = self.taken % self.pool.num_workers
-            message, fds = self.pool.receive(worker, self.tag, self.timeout)
+            message = self.pool.receive(worker, self.tag, self.timeout)
             self.taken += 1
             if message[0] == "error":
                 failure: Failure = message[2]
@@ -106,9 +105,7 @@ class WorkerBatches(Iterator[Any]):
             for caught in body["warnings"]:
                 caught.reissue()
             self.worker_stats[worker] = body["stats"]
-            self.ready = unpack(
-                body["items"], fds[0] if fds else -1, self.pin, self.pool.releaser(worker)
-            )
+            self.ready = self.pool.unpack(worker, body["items"], self.pin)
             if body["stop"]:
                 self.close()
             if body["error"] is not None:

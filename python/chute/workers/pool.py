@@ -11,7 +11,9 @@ socket closed and exits. Results are bounded by credits: a worker sends a
 result only for a credit the loader gave it, `prefetch` at the start of a
 task and one for each result taken. Arenas the loader no longer views go
 back to their worker (``("release", 0, ids)``) ahead of the next command
-the loader sends it.
+the loader sends it, as do the negated ids of retired arenas it unmapped.
+The loader maps each arena once and keeps it mapped (and page-locked, with
+``pin_memory``) until its worker retires it.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from chute import pinning
 from chute.workers.failures import Failure
-from chute.workers.transport import Channel
+from chute.workers.transport import ArenaMappings, Channel, Packed
 
 # Seconds close() waits for the workers to exit before it ends them (one
 # busy in a user's function does not look at its socket meanwhile).
@@ -75,6 +78,8 @@ class WorkerPool:
         self.broken = False
         # Per worker, the ids of its arenas that nothing here views any more.
         self.released: list[deque[int]] = [deque() for _ in range(num_workers)]
+        # Per worker, this process's mappings of its arenas (kept across tasks).
+        self.arenas = [ArenaMappings(released.append) for released in self.released]
         forked = self.context.get_start_method() == "fork"
         payload = None
         if not forked:
@@ -138,10 +143,12 @@ class WorkerPool:
         except OSError as exc:
             raise self._ended(worker) from exc
 
-    def releaser(self, worker: int) -> Callable[[int], None]:
-        """What `transport.unpack` calls with the id of an arena of `worker`
-        that nothing views any more (from any thread: it only records it)."""
-        return self.released[worker].append
+    def unpack(self, worker: int, packed: Packed, pin: bool) -> list[Any]:
+        """The items of `packed`, a result of `worker` that `receive`
+        returned, viewing its arena; with `pin` and CUDA, the arena is
+        registered page-locked (once: the mapping is kept)."""
+        runtime = pinning.cuda_runtime() if pin else None
+        return self.arenas[worker].unpack(packed, runtime)
 
     def stop_task(self, tag: int) -> None:
         """Asks every worker to drop the task `tag`."""
@@ -153,10 +160,10 @@ class WorkerPool:
             except RuntimeError:
                 return
 
-    def receive(self, worker: int, tag: int, timeout: float) -> tuple[Any, list[int]]:
-        """The next message of `worker` for the task `tag` and its
-        descriptors. RuntimeError when the worker has died, TimeoutError
-        after `timeout` > 0 seconds without one."""
+    def receive(self, worker: int, tag: int, timeout: float) -> Any:
+        """The next message of `worker` for the task `tag` (its arena, if
+        any, admitted: `unpack` its items). RuntimeError when the worker has
+        died, TimeoutError after `timeout` > 0 seconds without one."""
         channel = self.channels[worker]
         sentinel = self.processes[worker].sentinel
         deadline = time.monotonic() + timeout if timeout > 0 else None
@@ -177,11 +184,17 @@ class WorkerPool:
                 self.broken = True
                 failure: Failure = message[2]
                 failure.reraise()
-            if message[1] != tag:  # a result of a task given up
+            packed = _packed_items(message)
+            if packed is not None:
+                self.arenas[worker].admit(packed, fds)
+            else:
                 for fd in fds:
                     os.close(fd)
+            if message[1] != tag:  # a result of a task given up
+                if packed is not None:
+                    self.arenas[worker].release_unread(packed)
                 continue
-            return message, fds
+            return message
 
     def _ended(self, worker: int) -> RuntimeError:
         """The error of a worker that died or closed its connection."""
@@ -203,6 +216,10 @@ class WorkerPool:
     def close(self) -> None:
         """Ends the workers: each is told to exit and finds its socket
         closed; one still there after a grace period is terminated."""
+        # Unmapped while the workers still hold the arenas: the last process
+        # to let go of an arena's pages pays for freeing them.
+        for arenas in getattr(self, "arenas", []):
+            arenas.close()
         for channel in self.channels:
             with contextlib.suppress(OSError):
                 channel.send(None)
@@ -224,6 +241,15 @@ class WorkerPool:
     def __del__(self) -> None:
         if getattr(self, "processes", None) or getattr(self, "channels", None):
             self.close()
+
+
+def _packed_items(message: Any) -> Packed | None:
+    """The items of a worker's result (``(kind, tag, {"items": Packed,
+    ...})``), whose arena and retired arenas the loader takes in whatever
+    the message's tag."""
+    body = message[2] if len(message) > 2 else None
+    items = body.get("items") if type(body) is dict else None
+    return items if type(items) is Packed else None
 
 
 def resolve_context(context: Any) -> Any:

@@ -1,6 +1,7 @@
 """How results travel from a worker process to the loader: messages over a
 Unix stream socket, with every array of a message in one shared-memory
-arena whose file descriptor rides along (``SCM_RIGHTS``).
+arena whose file descriptor rides along (``SCM_RIGHTS``) with the first
+message that uses it.
 
 Why an arena of its own rather than torch's ``file_descriptor`` sharing
 strategy: the arena is a ``memfd`` (anonymous, so a worker killed at any
@@ -22,18 +23,27 @@ last tensor or array of its message is gone), it tells the worker, which
 writes a later message into the same pages. A new arena's pages must each
 be faulted in and zeroed by the kernel, which for float images costs more
 than the copy into them and often more than the user's transform.
+
+The loader maps each arena once (`ArenaMappings`) and keeps the mapping
+until the worker retires the arena, registering it page-locked once when
+batches are to be pinned: a message then costs the loader a few Python
+objects per item, whatever its size and however many workers there are,
+and it never touches a byte of the arrays.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import itertools
+import math
 import mmap
 import os
 import pickle
 import select
 import socket
 import struct
-import weakref
+import warnings
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -45,27 +55,25 @@ _HEADER = struct.Struct("<QI4x")  # payload bytes, descriptors
 _MAX_FDS = 4
 _ALIGN = 64
 _ARENA_GRAIN = 1 << 16  # arena sizes are multiples of this
+_JOINED_SEND = 1 << 16  # payloads up to this size go in one send with their header
 _NUMPY_KINDS = frozenset("biufcmM")
 
 
 class Leaf:
-    """Where one array of a packed message lies in its arena."""
+    """An array of a packed item: row `row` of the packed message's group
+    `group` (see `Packed.groups`)."""
 
-    __slots__ = ("kind", "dtype", "shape", "nbytes", "offset")
+    __slots__ = ("group", "row")
 
-    def __init__(
-        self, kind: str, dtype: str, shape: tuple[int, ...], nbytes: int, offset: int = -1
-    ) -> None:
-        self.kind = kind  # "tensor" or "numpy"
-        self.dtype = dtype
-        self.shape = shape
-        self.nbytes = nbytes
-        self.offset = offset
+    def __init__(self, group: int, row: int) -> None:
+        self.group = group
+        self.row = row
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Leaf, (self.kind, self.dtype, self.shape, self.nbytes, self.offset))
+        return (Leaf, (self.group, self.row))
 
 
+@functools.cache
 def _torch_dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name.removeprefix("torch."))
     assert isinstance(dtype, torch.dtype)
@@ -87,23 +95,42 @@ def _packable_array(value: Any) -> bool:
 
 
 class Packed:
-    """A list of items whose arrays are in an arena (see `pack`)."""
+    """A list of items whose arrays are in an arena (see `pack`).
 
-    def __init__(self, template: list[Any], arena_bytes: int, arena_id: int = 0) -> None:
+    `groups` describes the arena: for each place in the items (and kind,
+    dtype, shape) the arrays there, back to back as
+    ``(kind, dtype, shape, offset, count)``; each array of `template` is a
+    `Leaf` naming its group and row. `retired` lists the worker's arenas
+    closed since its previous message, which the loader unmaps once it no
+    longer views them."""
+
+    def __init__(
+        self,
+        template: list[Any],
+        groups: list[tuple[str, str, tuple[int, ...], int, int]],
+        arena_bytes: int,
+        arena_id: int = 0,
+        retired: list[int] | None = None,
+    ) -> None:
         self.template = template
+        self.groups = groups
         self.arena_bytes = arena_bytes
         self.arena_id = arena_id  # the worker's name for the arena; 0: none
+        self.retired = retired or []
 
 
 class _Arena:
     """A memfd and the worker's mapping of it, kept for as long as the
-    arena is: a fresh mapping would fault on every page it writes again."""
+    arena is: a fresh mapping would fault on every page it writes again.
+    `announced` once its descriptor went to the loader, which keeps its own
+    mapping from then on."""
 
-    __slots__ = ("arena_id", "fd", "size", "mapping")
+    __slots__ = ("arena_id", "fd", "size", "mapping", "announced")
 
     def __init__(self, arena_id: int, size: int) -> None:
         self.arena_id = arena_id
         self.size = size
+        self.announced = False
         self.fd = os.memfd_create("chute-batch")
         try:
             os.ftruncate(self.fd, size)
@@ -124,7 +151,14 @@ class ArenaPool:
     and the rest are closed. The worker forgets the oldest lent arena beyond
     `max_lent` (closing its descriptor and mapping: the loader's mapping
     keeps the memory for as long as it views it), so a loader whose user
-    keeps every batch does not make the worker hold one of each."""
+    keeps every batch does not make the worker hold one of each.
+
+    A released arena the pool lets go of while the loader still maps it is
+    retired, not closed: its id goes to the loader with the next message
+    (`Packed.retired`), which unmaps it and says so (its id negated, in a
+    later release); only then does the worker close it. The last process
+    to let go of an arena's pages frees them, which costs about as much as
+    writing them: this way that is the worker, not the loader."""
 
     def __init__(self, keep: int = 2, max_lent: int = 64) -> None:
         self.keep = keep
@@ -132,6 +166,8 @@ class ArenaPool:
         self._ids = itertools.count(1)
         self._lent: dict[int, _Arena] = {}  # oldest first
         self._free: list[_Arena] = []
+        self._retiring: dict[int, _Arena] = {}  # retired, until the loader unmaps them
+        self._retired: list[int] = []  # ids the loader has not been told of yet
         self.created = 0
 
     def take(self, nbytes: int) -> _Arena:
@@ -151,52 +187,85 @@ class ArenaPool:
         return arena
 
     def release(self, ids: Iterable[int]) -> None:
+        """Takes back the arenas `ids` (the loader views them no more) and
+        closes those of the negated ids (the loader unmapped them)."""
         for arena_id in ids:
+            if arena_id < 0:
+                retired = self._retiring.pop(-arena_id, None)
+                if retired is not None:
+                    retired.close()
+                continue
             arena = self._lent.pop(arena_id, None)
             if arena is not None:
                 self._free.append(arena)
         self._free.sort(key=lambda a: a.size)
         while len(self._free) > self.keep:
-            self._free.pop(0).close()  # the smallest go first
+            arena = self._free.pop(0)  # the smallest go first
+            if arena.announced:
+                self._retiring[arena.arena_id] = arena
+                self._retired.append(arena.arena_id)
+            else:
+                arena.close()
+
+    def take_retired(self) -> list[int]:
+        """The ids of announced arenas closed since the last call."""
+        retired, self._retired = self._retired, []
+        return retired
 
     @property
     def free(self) -> int:
         """Arenas waiting for reuse."""
         return len(self._free)
 
+    @property
+    def retiring(self) -> int:
+        """Retired arenas the loader has not unmapped yet."""
+        return len(self._retiring)
+
     def close(self) -> None:
-        for arena in [*self._lent.values(), *self._free]:
+        for arena in [*self._lent.values(), *self._free, *self._retiring.values()]:
             arena.close()
         self._lent.clear()
         self._free.clear()
+        self._retiring.clear()
+
+
+_Groups = dict[tuple[Any, ...], tuple[int, list[Any]]]
 
 
 def pack(items: list[Any], arenas: ArenaPool) -> tuple[Packed, int]:
     """`items` with their tensors and numpy arrays copied into an arena of
-    `arenas`: the packed form and the arena's descriptor (-1 when there is
-    nothing to put in one), which the caller sends with the message and
-    does not close (the pool owns it)."""
-    groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]] = {}
+    `arenas`: the packed form and the descriptor to send with it, the
+    arena's when the loader has not mapped it yet, else -1 (the pool owns
+    the descriptor: the caller does not close it)."""
+    groups: _Groups = {}
     # A plain function, not a closure: a closure that calls itself is a
     # reference cycle, which would keep every array of `items` alive until
     # the garbage collector next runs.
     template = [_leaves(item, (), groups) for item in items]
+    layout: list[tuple[str, str, tuple[int, ...], int, int]] = []
     size = 0
-    for members in groups.values():
+    for (_, kind, dtype, shape), (_, members) in groups.items():
         size = -(-size // _ALIGN) * _ALIGN
-        for leaf, _ in members:
-            leaf.offset = size
-            size += leaf.nbytes
+        layout.append((kind, dtype, shape, size, len(members)))
+        size += _nbytes(members[0]) * len(members)
+    retired = arenas.take_retired()
     if size == 0:
-        return Packed(template, 0), -1
+        return Packed(template, layout, 0, retired=retired), -1
     arena = arenas.take(size)
-    _fill(arena.mapping, groups)
-    return Packed(template, arena.size, arena.arena_id), arena.fd
+    _fill(arena.mapping, layout, groups)
+    fd = -1 if arena.announced else arena.fd
+    arena.announced = True
+    return Packed(template, layout, arena.size, arena.arena_id, retired), fd
 
 
-def _leaves(
-    value: Any, path: tuple[Any, ...], groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]]
-) -> Any:
+def _nbytes(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return int(value.nbytes)
+
+
+def _leaves(value: Any, path: tuple[Any, ...], groups: _Groups) -> Any:
     """`value` with a `Leaf` in place of each array it holds, and each array
     filed in `groups` under its place, kind, dtype and shape."""
     kind = type(value)
@@ -207,85 +276,255 @@ def _leaves(
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
         return kind(*(_leaves(v, (*path, i), groups) for i, v in enumerate(value)))
     if _packable_tensor(value):
-        nbytes = value.numel() * value.element_size()
-        leaf = Leaf("tensor", str(value.dtype), tuple(value.shape), nbytes)
+        key = (path, "tensor", str(value.dtype), tuple(value.shape))
     elif _packable_array(value):
-        leaf = Leaf("numpy", value.dtype.str, tuple(value.shape), value.nbytes)
+        key = (path, "numpy", value.dtype.str, value.shape)
     else:
         return value
-    groups.setdefault((path, leaf.kind, leaf.dtype, leaf.shape), []).append((leaf, value))
-    return leaf
+    entry = groups.get(key)
+    if entry is None:
+        entry = groups[key] = (len(groups), [])
+    entry[1].append(value)
+    return Leaf(entry[0], len(entry[1]) - 1)
 
 
-def _fill(arena: mmap.mmap, groups: dict[tuple[Any, ...], list[tuple[Leaf, Any]]]) -> None:
-    """Copies the arrays into their places in `arena`; no view of it
-    outlives the call (the pool may close the mapping later)."""
+def _fill(
+    arena: mmap.mmap, layout: list[tuple[str, str, tuple[int, ...], int, int]], groups: _Groups
+) -> None:
+    """Copies each group's arrays into their place in `arena`, one copy per
+    group; no view of it outlives the call (the pool may close the mapping
+    later)."""
     base = torch.frombuffer(arena, dtype=torch.uint8)
-    for members in groups.values():
-        for leaf, value in members:
-            n = leaf.nbytes
-            if n == 0:
-                continue
-            if leaf.kind == "tensor":
-                base[leaf.offset : leaf.offset + n].view(value.dtype).view(value.shape).copy_(value)
-            else:
-                target = np.frombuffer(
-                    arena, dtype=value.dtype, count=value.size, offset=leaf.offset
-                )
-                target.reshape(value.shape)[...] = value
+    for (kind, _, shape, offset, count), (_, members) in zip(layout, groups.values(), strict=True):
+        n = _nbytes(members[0]) * count
+        if n == 0:
+            continue
+        if kind == "tensor":
+            target = base[offset : offset + n].view(members[0].dtype).view(count, *shape)
+            torch.stack(members, out=target)
+        else:
+            dtype = members[0].dtype
+            block = np.frombuffer(arena, dtype=dtype, count=n // dtype.itemsize, offset=offset)
+            np.stack(members, out=block.reshape(count, *shape))
 
 
-def unpack(
-    packed: Packed, fd: int, pin: bool = False, on_release: Callable[[int], None] | None = None
-) -> list[Any]:
-    """The items of `packed`, their arrays viewing the arena `fd` (which is
-    mapped, then closed: the views keep the mapping alive); with `pin`, the
-    tensors copied to page-locked memory instead (``pin_memory=True``).
-    `on_release(arena_id)` runs once nothing views the arena any more (on
-    whichever thread drops the last view: it must only record the id)."""
-    arena: mmap.mmap | None = None
-    base: torch.Tensor | None = None
-    if packed.arena_bytes:
+class _Mapping:
+    """The loader's mapping of one arena of a worker, kept for as long as
+    the worker keeps the arena or anything here views it (each message's
+    views hold a `_Lease` of it), so that each arena is mapped, and
+    registered page-locked, once. `pin` registers it with CUDA
+    (``cudaHostRegister``); it is unregistered right before it is unmapped,
+    and then `on_unmapped(-arena_id)` tells the worker."""
+
+    __slots__ = ("address", "size", "runtime", "arena_id", "on_unmapped")
+
+    def __init__(
+        self, fd: int, size: int, arena_id: int, on_unmapped: Callable[[int], None] | None
+    ) -> None:
+        self.runtime: Any = None
+        self.address = 0
+        self.arena_id = arena_id
+        self.on_unmapped = on_unmapped
+        self.size = size
+        # libc's mmap, not Python's: an mmap object keeps a duplicate of the
+        # descriptor open for as long as it lives, one per mapped arena here.
         try:
-            arena = mmap.mmap(fd, packed.arena_bytes)
+            address = _libc().mmap(
+                None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0
+            )
         finally:
             os.close(fd)
-        if on_release is not None:
-            weakref.finalize(arena, on_release, packed.arena_id)
-        base = torch.frombuffer(arena, dtype=torch.uint8)
-    # Plain functions, not closures over the arena: a closure that calls
-    # itself is a reference cycle, which would keep the arena mapped (and
-    # from its worker) until the garbage collector next runs.
-    return [_rebuild(item, arena, base, pin) for item in packed.template]
+        if address is None or address == _MAP_FAILED:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"cannot map a {size}-byte batch arena: {os.strerror(errno)}")
+        self.address = address
+
+    def pin(self, runtime: Any) -> None:
+        """Registers the mapping page-locked through `runtime` (torch's CUDA
+        runtime binding), once."""
+        if self.runtime is not None:
+            return
+        status = int(runtime.cudaHostRegister(self.address, self.size, 0))
+        if status != 0:
+            raise RuntimeError(
+                f"cudaHostRegister of a {self.size}-byte shared-memory batch arena failed "
+                f"with cudaError {status}"
+            )
+        self.runtime = runtime
+
+    def __del__(self) -> None:
+        runtime = self.runtime
+        if runtime is not None:
+            status = int(runtime.cudaHostUnregister(self.address))
+            if status != 0:
+                warnings.warn(
+                    f"cudaHostUnregister of a shared-memory batch arena failed with cudaError "
+                    f"{status}",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+        if self.address:
+            _libc().munmap(self.address, self.size)
+            if self.on_unmapped is not None:
+                self.on_unmapped(-self.arena_id)
 
 
-def _rebuild(value: Any, arena: mmap.mmap | None, base: torch.Tensor | None, pin: bool) -> Any:
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    """The C library's mmap and munmap, typed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+class _Lease:
+    """One message's hold on a mapping: the base object of the numpy array
+    that every array and tensor of the message views (numpy does not look
+    past an object that is not an array for a view's base), so it dies with
+    the message's last view, and tells the worker its arena is free."""
+
+    __slots__ = ("mapping", "arena_id", "on_release")
+
+    def __init__(
+        self, mapping: _Mapping, arena_id: int, on_release: Callable[[int], None] | None
+    ) -> None:
+        self.mapping = mapping
+        self.arena_id = arena_id
+        self.on_release = on_release
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        mapping = self.mapping
+        return {
+            "version": 3,
+            "shape": (mapping.size,),
+            "typestr": "|u1",
+            "data": (mapping.address, False),
+        }
+
+    def __del__(self) -> None:
+        if self.on_release is not None:
+            self.on_release(self.arena_id)
+
+
+class ArenaMappings:
+    """The loader's side of one worker's arenas: a mapping of each, made
+    when its descriptor first arrives and kept until the worker retires the
+    arena (and nothing here views it any more), so that a message costs no
+    mapping, no page table work and no registration.
+
+    `on_release(arena_id)` runs once nothing views the arena of a message
+    any more, and `on_release(-arena_id)` once a retired arena is unmapped
+    (on whichever thread drops the last view: it must only record the
+    id)."""
+
+    def __init__(self, on_release: Callable[[int], None] | None = None) -> None:
+        self.on_release = on_release
+        self._mappings: dict[int, _Mapping] = {}
+
+    def admit(self, packed: Packed, fds: Sequence[int]) -> None:
+        """Takes in what a message says of the arenas (those retired, a new
+        one's descriptor in `fds`, which it owns from now on), whether or
+        not the message is then unpacked."""
+        for arena_id in packed.retired:
+            self._mappings.pop(arena_id, None)
+        fds = list(fds)
+        try:
+            if fds:
+                if packed.arena_id in self._mappings or not packed.arena_bytes:
+                    raise RuntimeError(
+                        f"a worker sent a descriptor for arena {packed.arena_id}, which is mapped"
+                        " here already or empty"
+                    )
+                self._mappings[packed.arena_id] = _Mapping(
+                    fds.pop(0), packed.arena_bytes, packed.arena_id, self.on_release
+                )
+            elif packed.arena_bytes and packed.arena_id not in self._mappings:
+                raise RuntimeError(
+                    f"a worker's message is in arena {packed.arena_id}, unknown here"
+                )
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def unpack(self, packed: Packed, runtime: Any = None) -> list[Any]:
+        """The items of an admitted `packed`, their arrays viewing its arena;
+        with `runtime` (torch's CUDA runtime binding), the arena registered
+        page-locked first, once."""
+        owner: np.ndarray | None = None
+        base: torch.Tensor | None = None
+        if packed.arena_bytes:
+            mapping = self._mappings[packed.arena_id]
+            if runtime is not None:
+                mapping.pin(runtime)
+            owner = np.asarray(_Lease(mapping, packed.arena_id, self.on_release))
+            if any(group[0] == "tensor" for group in packed.groups):
+                base = torch.from_numpy(owner)
+        rows = [_group_rows(group, owner, base) for group in packed.groups]
+        del owner, base
+        # Plain functions, not closures over the arena: a closure that calls
+        # itself is a reference cycle, which would keep the arena (and from
+        # its worker) until the garbage collector next runs.
+        return [_rebuild(item, rows) for item in packed.template]
+
+    def release_unread(self, packed: Packed) -> None:
+        """`packed`'s arena goes back at once (a message not unpacked)."""
+        if packed.arena_bytes and self.on_release is not None:
+            self.on_release(packed.arena_id)
+
+    def close(self) -> None:
+        """Forgets every mapping; each is unmapped once nothing views it."""
+        self._mappings.clear()
+
+
+def _group_rows(
+    group: tuple[str, str, tuple[int, ...], int, int],
+    owner: np.ndarray | None,
+    base: torch.Tensor | None,
+) -> Sequence[Any]:
+    """The arrays of one group, each a view of the arena."""
+    kind, name, shape, offset, count = group
+    if kind == "tensor":
+        dtype = _torch_dtype(name)
+        n = count * math.prod(shape) * dtype.itemsize
+        if n == 0 or base is None:
+            return torch.empty((count, *shape), dtype=dtype).unbind(0)
+        return base[offset : offset + n].view(dtype).view(count, *shape).unbind(0)
+    np_dtype = np.dtype(name)
+    n = count * math.prod(shape) * np_dtype.itemsize
+    if n == 0 or owner is None:
+        block = np.empty((count, *shape), dtype=np_dtype)
+    else:
+        block = owner[offset : offset + n].view(np_dtype).reshape(count, *shape)
+    # Iterating a block of zero-dimensional arrays would give numpy scalars.
+    return list(block) if shape else [block[i, ...] for i in range(count)]
+
+
+def _rebuild(value: Any, rows: list[Sequence[Any]]) -> Any:
     kind = type(value)
     if kind is Leaf:
-        return _leaf_value(value, arena, base, pin)
+        return rows[value.group][value.row]
     if kind is tuple or kind is list:
-        return kind(_rebuild(v, arena, base, pin) for v in value)
+        # Leaves in place here: this runs for every item of every message.
+        return kind([rows[v.group][v.row] if type(v) is Leaf else _rebuild(v, rows) for v in value])
     if kind is dict:
-        return {k: _rebuild(v, arena, base, pin) for k, v in value.items()}
+        return {k: _rebuild(v, rows) for k, v in value.items()}
     if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return kind(*(_rebuild(v, arena, base, pin) for v in value))
+        return kind(*(_rebuild(v, rows) for v in value))
     return value
-
-
-def _leaf_value(leaf: Leaf, arena: mmap.mmap | None, base: torch.Tensor | None, pin: bool) -> Any:
-    n = leaf.nbytes
-    if leaf.kind == "tensor":
-        dtype = _torch_dtype(leaf.dtype)
-        if n == 0 or base is None:
-            tensor = torch.empty(leaf.shape, dtype=dtype)
-        else:
-            tensor = base[leaf.offset : leaf.offset + n].view(dtype).view(leaf.shape)
-        return tensor.pin_memory() if pin else tensor
-    np_dtype = np.dtype(leaf.dtype)
-    if n == 0 or arena is None:
-        return np.empty(leaf.shape, dtype=np_dtype)
-    count = n // np_dtype.itemsize
-    return np.frombuffer(arena, dtype=np_dtype, count=count, offset=leaf.offset).reshape(leaf.shape)
 
 
 def collate_tensors(
@@ -294,35 +533,116 @@ def collate_tensors(
     collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] | None = None,
 ) -> torch.Tensor:
     """torch's default collation of tensors (a stack), as a view when they
-    are consecutive rows of one arena: the same values without a copy."""
-    first = batch[0]
-    n = first.numel()
-    if (
-        n
-        and all(type(t) is torch.Tensor for t in batch)
-        and first.is_contiguous()
-        and all(
-            t.dtype == first.dtype
-            and t.shape == first.shape
-            and t.is_contiguous()
-            and t.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
-            and t.storage_offset() == first.storage_offset() + i * n
-            for i, t in enumerate(batch)
-        )
-    ):
-        return first.as_strided(
-            (len(batch), *first.shape), (n, *first.stride()), first.storage_offset()
-        )
+    are consecutive rows of one block of memory (as the rows of a group in
+    an arena are): the same values without a copy."""
+    view = _rows_view(batch)
+    if view is not None:
+        return view
     from torch.utils.data._utils.collate import collate_tensor_fn
 
     return collate_tensor_fn(batch, collate_fn_map=collate_fn_map)  # type: ignore[no-any-return]
 
 
+def _rows_view(batch: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """`batch` stacked as a view of its first tensor's storage, when its
+    tensors are alike, contiguous, lie back to back in that order and all
+    within that storage; else None. A few attribute reads per tensor: this
+    runs for every batch of the loader's process."""
+    first = batch[0]
+    if type(first) is not torch.Tensor or first.requires_grad or not first.is_contiguous():
+        return None
+    n = first.numel()
+    if not n:
+        return None
+    step = n * first.element_size()
+    start = first.data_ptr()
+    storage = first.untyped_storage()
+    if start + len(batch) * step > storage.data_ptr() + storage.nbytes():
+        return None
+    dtype, shape = first.dtype, first.shape
+    address = start
+    for t in batch:
+        if (
+            type(t) is not torch.Tensor
+            or t.data_ptr() != address
+            or t.dtype != dtype
+            or t.shape != shape
+            or t.requires_grad
+            or not t.is_contiguous()
+        ):
+            return None
+        address += step
+    return first.as_strided((len(batch), *shape), (n, *first.stride()), first.storage_offset())
+
+
+def collate_arrays(
+    batch: Sequence[np.ndarray],
+    *,
+    collate_fn_map: dict[type | tuple[type, ...], Callable[..., Any]] | None = None,
+) -> Any:
+    """torch's default collation of numpy arrays (a tensor of them
+    stacked), as a view when they are consecutive rows of one array (as the
+    rows of a group in an arena are)."""
+    view = _array_rows_view(batch)
+    if view is not None:
+        return torch.from_numpy(view)
+    from torch.utils.data._utils.collate import collate_numpy_array_fn
+
+    return collate_numpy_array_fn(batch, collate_fn_map=collate_fn_map)
+
+
+def _array_rows_view(batch: Sequence[np.ndarray]) -> np.ndarray | None:
+    """`batch` stacked as a view, when its arrays are alike, C-contiguous,
+    of a kind torch takes, views of one array and lie back to back in that
+    order within it; else None."""
+    first = batch[0]
+    owner = first.base
+    dtype = first.dtype
+    if (
+        type(first) is not np.ndarray
+        or type(owner) is not np.ndarray
+        or dtype.kind not in "biufc"
+        or not dtype.isnative
+        or not first.flags.c_contiguous
+        or not first.nbytes
+    ):
+        return None
+    step = first.nbytes
+    start = first.__array_interface__["data"][0]
+    owner_start = owner.__array_interface__["data"][0]
+    if start < owner_start or start + len(batch) * step > owner_start + owner.nbytes:
+        return None
+    shape = first.shape
+    address = start
+    for a in batch:
+        if (
+            type(a) is not np.ndarray
+            or a.base is not owner
+            or a.__array_interface__["data"][0] != address
+            or a.dtype != dtype
+            or a.shape != shape
+            or not a.flags.c_contiguous
+        ):
+            return None
+        address += step
+    return np.lib.stride_tricks.as_strided(
+        first, (len(batch), *shape), (step, *first.strides), writeable=True
+    )
+
+
 def default_collate(batch: list[Any]) -> Any:
-    """torch's ``default_collate``, with tensors collated by `collate_tensors`."""
+    """torch's ``default_collate``, with tensors and numpy arrays collated
+    by `collate_tensors` and `collate_arrays`."""
     from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
-    return collate(batch, collate_fn_map={**default_collate_fn_map, torch.Tensor: collate_tensors})
+    return collate(
+        batch,
+        collate_fn_map={
+            **default_collate_fn_map,
+            torch.Tensor: collate_tensors,
+            np.ndarray: collate_arrays,
+        },
+    )
 
 
 class Channel:
@@ -344,9 +664,12 @@ class Channel:
             )
             if sent < len(header):
                 self.sock.sendall(header[sent:])
+            self.sock.sendall(payload)
+        elif len(payload) <= _JOINED_SEND:
+            self.sock.sendall(header + payload)  # one system call
         else:
             self.sock.sendall(header)
-        self.sock.sendall(payload)
+            self.sock.sendall(payload)
 
     def poll(self, timeout: float) -> bool:
         """Whether a message (or the end of the connection) is there to
