@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tar/sample_key.h"
+#include "tar/tar_stream.h"
 
 namespace chute {
 namespace {
@@ -89,13 +91,14 @@ void IndexedTarSource::read(const int64_t* ids, size_t n, EncodedSample* out,
   for (size_t row = 0; row < n; ++row) {
     const int64_t id = ids[row];
     const auto i = static_cast<size_t>(id);
+    // From the first member's headers on: each member is checked against
+    // its headers, which then come with the same read.
     uint64_t begin = UINT64_MAX;
     uint64_t end = 0;
     for (auto j = static_cast<size_t>(index_.member_starts[i]);
          j < static_cast<size_t>(index_.member_starts[i + 1]); ++j) {
-      const auto offset = static_cast<uint64_t>(index_.member_offsets[j]);
-      begin = std::min(begin, offset);
-      end = std::max(end, offset + static_cast<uint64_t>(index_.member_sizes[j]));
+      begin = std::min(begin, static_cast<uint64_t>(index_.member_header_offsets[j]));
+      end = std::max(end, static_cast<uint64_t>(index_.member_offsets[j] + index_.member_sizes[j]));
     }
     wanted.push_back({row, id, index_.shard_of(id), begin, end});
   }
@@ -139,9 +142,9 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
       SampleMember m;
       m.extension = index_.extensions[static_cast<size_t>(index_.member_extensions[j])];
       m.name = s.key + "." + m.extension;
-      m.offset = static_cast<uint64_t>(index_.member_offsets[j]);
-      m.data_offset = m.offset;
-      m.data_begin = static_cast<size_t>(m.offset - from);
+      m.offset = static_cast<uint64_t>(index_.member_header_offsets[j]);
+      m.data_offset = static_cast<uint64_t>(index_.member_offsets[j]);
+      m.data_begin = static_cast<size_t>(m.data_offset - from);
       m.data_size = static_cast<size_t>(index_.member_sizes[j]);
       s.payload_bytes += m.data_size;
       s.members.push_back(std::move(m));
@@ -158,6 +161,50 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
       errors[w->row] = e.with_prefix(location(out[w->row], nullptr) + ": ");
       out[w->row].members.clear();
     }
+    return;
+  }
+  for (const Wanted* w = begin; w != end; ++w) {
+    try {
+      check_headers(out[w->row], w->id, from);
+    } catch (const Error& e) {
+      errors[w->row] = e;
+      out[w->row].members.clear();
+    }
+  }
+}
+
+void IndexedTarSource::check_headers(const EncodedSample& sample, int64_t id, uint64_t from) const {
+  const auto i = static_cast<size_t>(id);
+  const std::string& url = index_.shards[sample.source_index].url;
+  const uint8_t* bytes = sample.in_place->data();
+  for (auto j = static_cast<size_t>(index_.member_starts[i]);
+       j < static_cast<size_t>(index_.member_starts[i + 1]); ++j) {
+    const SampleMember& m = sample.members[j - static_cast<size_t>(index_.member_starts[i])];
+    const auto header = static_cast<uint64_t>(index_.member_header_offsets[j]);
+    const size_t header_bytes = static_cast<size_t>(m.data_offset - header);
+    std::string found;
+    try {
+      const MemberHeaders h =
+          parse_member_headers(bytes + (header - from), header_bytes, url, header);
+      const std::optional<SampleKey> split = split_sample_key(h.name);
+      if (h.header_bytes != header_bytes || h.size != m.data_size || !split ||
+          h.name.compare(0, split->key_length, sample.key) != 0 ||
+          split->key_length != sample.key.size() || split->extension != m.extension) {
+        std::ostringstream os;
+        os << "the header there is member '" << h.name << "' of " << h.size
+           << " bytes with its payload at offset " << header + h.header_bytes;
+        found = os.str();
+      }
+    } catch (const Error& e) {
+      found = e.message();
+    }
+    CHUTE_CHECK(found.empty(), kData,
+                "shard '" << url << "': its index does not describe member '" << m.name
+                          << "' (" << m.data_size << " bytes at offset " << m.data_offset
+                          << ", headers at offset " << header << "): " << found
+                          << ". The shard changed after it was indexed or the index is corrupt: "
+                             "rebuild the index (`chute index`, or delete it and open the "
+                             "dataset again)");
   }
 }
 

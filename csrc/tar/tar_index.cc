@@ -22,7 +22,9 @@ void TarIndex::validate() const {
                             << " shards");
   CHUTE_CHECK(key_starts.size == n + 1 && member_starts.size == n + 1, kUsage,
               "tar index: key and member starts must have one entry per sample and one more");
-  CHUTE_CHECK(member_extensions.size == m && member_sizes.size == m, kUsage,
+  CHUTE_CHECK(member_extensions.size == m && member_sizes.size == m &&
+                  member_header_offsets.size == m,
+              kUsage,
               "tar index: member columns of different lengths");
   CHUTE_CHECK(shard_starts[0] == 0 && static_cast<size_t>(shard_starts[shards.size()]) == n,
               kUsage, "tar index: shard starts must run from 0 to the sample count " << n);
@@ -38,6 +40,17 @@ void TarIndex::validate() const {
     CHUTE_CHECK(member_starts[i] < member_starts[i + 1], kUsage,
                 "tar index: sample " << i << " has no members");
     CHUTE_CHECK(sample_offsets[i] >= 0, kUsage, "tar index: sample " << i << " has a negative offset");
+    for (auto j = static_cast<size_t>(member_starts[i]); j < static_cast<size_t>(member_starts[i + 1]); ++j) {
+      // At least one 512-byte header block before every payload.
+      CHUTE_CHECK(member_header_offsets[j] >= sample_offsets[i] &&
+                      member_header_offsets[j] <= member_offsets[j] - 512,
+                  kUsage,
+                  "tar index: sample " << i << " has a member whose headers at "
+                                       << member_header_offsets[j]
+                                       << " do not lie between the sample's offset "
+                                       << sample_offsets[i] << " and its payload at "
+                                       << member_offsets[j]);
+    }
   }
   for (size_t j = 0; j < m; ++j) {
     CHUTE_CHECK(member_extensions[j] >= 0 &&
@@ -79,11 +92,24 @@ std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
                                   << m.offset
                                   << " is a sparse file, whose payload is not one range of the "
                                      "shard: the shard cannot be indexed");
-      s.members.push_back({m.extension, m.data_offset, m.data_size});
+      s.members.push_back({m.extension, m.offset, m.data_offset, m.data_size});
     }
     samples.push_back(std::move(s));
   }
   return samples;
+}
+
+uint64_t header_digest(const std::vector<ScannedSample>& samples, const RangeReader& shard) {
+  uint64_t digest = 14695981039346656037ull;
+  std::vector<uint8_t> headers;
+  for (const ScannedSample& s : samples) {
+    for (const ScannedMember& m : s.members) {
+      headers.resize(static_cast<size_t>(m.offset - m.header_offset));
+      shard.read(m.header_offset, headers.size(), headers.data());
+      for (const uint8_t b : headers) digest = (digest ^ b) * 1099511628211ull;
+    }
+  }
+  return digest;
 }
 
 }  // namespace chute

@@ -41,6 +41,7 @@ struct TarIndex {
   IndexColumn<int64_t> member_starts;   // samples + 1: each sample's first member
   IndexColumn<int32_t> member_extensions;  // members: an index into `extensions`
   IndexColumn<int64_t> member_offsets;  // members: payload offset in the shard
+  IndexColumn<int64_t> member_header_offsets;  // members: first header block (extension headers included)
   IndexColumn<int64_t> member_sizes;    // members: payload bytes
   std::shared_ptr<const void> owner;    // keeps the columns' memory alive
 
@@ -54,13 +55,15 @@ struct TarIndex {
   }
   // Throws kUsage naming the first inconsistency (columns of the wrong
   // length, offsets that do not increase, a sample without members, an
-  // extension id out of range), so that no read can go astray.
+  // extension id out of range, a member whose headers do not lie between
+  // its sample's offset and its payload), so that no read can go astray.
   void validate() const;
 };
 
 struct ScannedMember {
   std::string extension;
-  uint64_t offset = 0;  // of the payload
+  uint64_t header_offset = 0;  // of its first header block
+  uint64_t offset = 0;         // of the payload
   uint64_t size = 0;
 };
 
@@ -73,5 +76,11 @@ struct ScannedSample {
 // Every sample of a tar shard and where its payloads lie, grouped as the
 // engine groups them. Throws kData for a malformed shard (as the reader).
 std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source);
+
+// A digest (64-bit FNV-1a) of the header blocks of every member of
+// `samples`, extension headers included, read through `shard`: what tells a
+// rewrite of the shard that keeps its size (other names, sizes, layout or
+// modification times in the headers) from the shard that was indexed.
+uint64_t header_digest(const std::vector<ScannedSample>& samples, const RangeReader& shard);
 
 }  // namespace chute

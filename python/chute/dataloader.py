@@ -386,6 +386,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             names = getattr(native, "field_names", None)
             if callable(names):
                 out["fields"] = list(names())
+            identity = getattr(native, "state_identity", None)
+            if callable(identity):
+                out["dataset"] = identity()
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -425,8 +428,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"state of a {state.get('kind')!r} loader given to a {expected!r} loader"
             )
         recorded = state.get("loader")
-        if recorded is not None:
-            _check_loader_fingerprint(recorded, self._fingerprint())
+        expected_fingerprint = self._fingerprint()
+        if recorded is not None or "dataset" in expected_fingerprint:
+            _check_loader_fingerprint(recorded, expected_fingerprint)
         native = self._native
         assert native is not None
         if native.index_driven:
@@ -527,6 +531,8 @@ def _warn_worker_init_fn(dataset: str) -> None:
 def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
     if not isinstance(recorded, dict):
         raise ValueError(f"loader state: 'loader' must be a dict, not {recorded!r}")
+    if "dataset" in expected:
+        _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
     for key in ("rows", "fields", "batch_size", "drop_last"):
         if key in recorded and key in expected and recorded[key] != expected[key]:
             what = {
@@ -538,6 +544,23 @@ def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
             raise ValueError(
                 f"loader state is from {what}: {key}={recorded[key]!r} in the state, "
                 f"{expected[key]!r} in this loader"
+            )
+
+
+def _check_dataset_identity(recorded: Any, expected: dict[str, Any]) -> None:
+    """A state's record of its dataset (the dataset's ``state_identity()``)
+    against this loader's dataset: ValueError naming what differs."""
+    if not isinstance(recorded, dict):
+        raise ValueError(
+            "loader state carries no identity of its dataset (its 'loader' has no 'dataset' "
+            f"entry with {', '.join(map(repr, expected))}): it cannot be checked against "
+            "this loader's dataset"
+        )
+    for key, value in expected.items():
+        if recorded.get(key) != value:
+            raise ValueError(
+                f"loader state is from another dataset: the state was taken over {key} "
+                f"{recorded.get(key)!r} but this loader reads {value!r}"
             )
 
 
