@@ -191,8 +191,10 @@ py::tuple scan_tar_index_py(const std::string& path) {
   {
     py::gil_scoped_release release;
     SourceOptions options;
-    samples = scan_tar_index(open_source(path, options));
-    digest = header_digest(samples, *open_local_range_reader(path, path, ShardIdentity{}));
+    std::optional<uint64_t> in_place;
+    samples = scan_tar_index(open_source(path, options), &in_place);
+    digest = in_place ? *in_place
+                      : header_digest(samples, *open_local_range_reader(path, path, ShardIdentity{}));
   }
   size_t members = 0;
   for (const ScannedSample& s : samples) members += s.members.size();

@@ -1,7 +1,9 @@
 #include "tar/indexed_tar_source.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -30,6 +32,21 @@ class ReadBuffer final : public InPlaceStorage {
       : InPlaceStorage(bytes.get()), bytes_(std::move(bytes)) {}
   std::unique_ptr<uint8_t[]> bytes_;
 };
+
+// Whether the member `name` is `key`'s member `extension` by webdataset's
+// key rule (tar/sample_key.h). Most names hold the extension as indexed
+// (lowercase already): they are compared without lowering them.
+bool names_member(const std::string& name, const std::string& key, const std::string& extension) {
+  const std::optional<size_t> key_length = sample_key_length(name);
+  if (!key_length || *key_length != key.size() || name.compare(0, key.size(), key) != 0) {
+    return false;
+  }
+  const size_t tail = key.size() + 1;
+  if (name.size() - tail == extension.size() && name.compare(tail, extension.size(), extension) == 0) {
+    return true;
+  }
+  return sample_extension(name, key.size()) == extension;
+}
 
 }  // namespace
 
@@ -186,10 +203,8 @@ void IndexedTarSource::check_headers(const EncodedSample& sample, int64_t id, ui
     try {
       const MemberHeaders h =
           parse_member_headers(bytes + (header - from), header_bytes, url, header);
-      const std::optional<SampleKey> split = split_sample_key(h.name);
-      if (h.header_bytes != header_bytes || h.size != m.data_size || !split ||
-          h.name.compare(0, split->key_length, sample.key) != 0 ||
-          split->key_length != sample.key.size() || split->extension != m.extension) {
+      if (h.header_bytes != header_bytes || h.size != m.data_size ||
+          !names_member(h.name, sample.key, m.extension)) {
         std::ostringstream os;
         os << "the header there is member '" << h.name << "' of " << h.size
            << " bytes with its payload at offset " << header + h.header_bytes;

@@ -159,6 +159,23 @@ TEST(TarIndexScan, PayloadOffsetsPointAtThePayloadsBehindExtensionHeaders) {
   EXPECT_EQ(tar.substr(samples[1].members[0].offset, samples[1].members[0].size), "8");
 }
 
+TEST(TarIndexScan, HeaderDigestCoversEveryIndexedHeaderAndOnlyThem) {
+  auto store = std::make_shared<Store>();
+  store->shards = {archive(3)};
+  const StoreReader reader(store, 0, "s.tar");
+  std::optional<uint64_t> in_place;
+  const std::vector<ScannedSample> samples =
+      scan_tar_index(std::make_unique<MemorySource>(store->shards[0], 100), &in_place);
+  EXPECT_FALSE(in_place);  // a memory source does not map
+  const uint64_t digest = header_digest(samples, reader);
+  // Payload bytes do not count; a header byte does.
+  std::string& bytes = store->shards[0];
+  bytes[samples[1].members[0].offset] ^= 1;
+  EXPECT_EQ(header_digest(samples, reader), digest);
+  bytes[samples[1].members[0].header_offset + 3] ^= 1;
+  EXPECT_NE(header_digest(samples, reader), digest);
+}
+
 TEST(IndexedTarSource, ConsecutiveSamplesShareOneRead) {
   auto store = std::make_shared<Store>();
   store->shards = {archive(40)};

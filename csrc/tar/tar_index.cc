@@ -1,6 +1,7 @@
 #include "tar/tar_index.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "tar/sample_reader.h"
@@ -74,12 +75,32 @@ void TarIndex::validate() const {
   }
 }
 
-std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
+namespace {
+
+constexpr uint64_t kDigestStart = 14695981039346656037ull;
+
+uint64_t add_to_digest(uint64_t digest, const uint8_t* bytes, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    digest = (digest ^ word) * 1099511628211ull;
+  }
+  for (; i < n; ++i) digest = (digest ^ bytes[i]) * 1099511628211ull;
+  return digest;
+}
+
+}  // namespace
+
+std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source,
+                                          std::optional<uint64_t>* digest) {
   // In place where the source maps (a local file): headers are parsed where
   // they lie and payloads are never copied.
   const std::string reader_url = source->url();
   SampleReader reader(std::move(source), 0, /*in_place=*/true);
   std::vector<ScannedSample> samples;
+  uint64_t in_place_digest = kDigestStart;
+  bool hashed_in_place = reader.in_place();
   EncodedSample sample;
   while (reader.next(sample)) {
     ScannedSample s;
@@ -93,20 +114,33 @@ std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
                                   << " is a sparse file, whose payload is not one range of the "
                                      "shard: the shard cannot be indexed");
       s.members.push_back({m.extension, m.offset, m.data_offset, m.data_size});
+      if (sample.in_place) {
+        in_place_digest = add_to_digest(in_place_digest, sample.in_place->data() + m.offset,
+                                        static_cast<size_t>(m.data_offset - m.offset));
+      } else {
+        hashed_in_place = false;
+      }
     }
     samples.push_back(std::move(s));
+  }
+  if (digest != nullptr) {
+    if (hashed_in_place) {
+      *digest = in_place_digest;
+    } else {
+      digest->reset();
+    }
   }
   return samples;
 }
 
 uint64_t header_digest(const std::vector<ScannedSample>& samples, const RangeReader& shard) {
-  uint64_t digest = 14695981039346656037ull;
+  uint64_t digest = kDigestStart;
   std::vector<uint8_t> headers;
   for (const ScannedSample& s : samples) {
     for (const ScannedMember& m : s.members) {
       headers.resize(static_cast<size_t>(m.offset - m.header_offset));
       shard.read(m.header_offset, headers.size(), headers.data());
-      for (const uint8_t b : headers) digest = (digest ^ b) * 1099511628211ull;
+      digest = add_to_digest(digest, headers.data(), headers.size());
     }
   }
   return digest;

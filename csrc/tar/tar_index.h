@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,12 +76,18 @@ struct ScannedSample {
 
 // Every sample of a tar shard and where its payloads lie, grouped as the
 // engine groups them. Throws kData for a malformed shard (as the reader).
-std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source);
+// With `digest`, sets it to the shard's header digest (see header_digest)
+// when the source was read in place (a local file that maps), hashing the
+// headers where they lie; it stays empty otherwise.
+std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source,
+                                          std::optional<uint64_t>* digest = nullptr);
 
-// A digest (64-bit FNV-1a) of the header blocks of every member of
-// `samples`, extension headers included, read through `shard`: what tells a
-// rewrite of the shard that keeps its size (other names, sizes, layout or
-// modification times in the headers) from the shard that was indexed.
+// A digest of the header blocks of every member of `samples`, extension
+// headers included, read through `shard`: what tells a rewrite of the shard
+// that keeps its size (other names, sizes, layout or modification times in
+// the headers) from the shard that was indexed. FNV-1a's step over the
+// headers' 8-byte little-endian words (a change detector, not a defence
+// against forgery).
 uint64_t header_digest(const std::vector<ScannedSample>& samples, const RangeReader& shard);
 
 }  // namespace chute

@@ -183,8 +183,8 @@ void parse_sparse_record(PaxOverrides& into, std::string_view key, const std::st
 
 // "%d %s=%s\n" records; a malformed one is an error rather than, as in
 // tarfile, a silent end of the archive.
-void parse_pax_records(const std::string& r, PaxOverrides& into, const std::string& url,
-                     uint64_t header_offset) {
+void parse_pax_records(std::string_view r, PaxOverrides& into, const std::string& url,
+                       uint64_t header_offset) {
   size_t p = 0;
   while (p < r.size() && r[p] != '\0') {
     size_t q = p;
@@ -205,17 +205,17 @@ void parse_pax_records(const std::string& r, PaxOverrides& into, const std::stri
     const std::string_view key(r.data() + kv, eq - kv);
     if (key == "path") {
       into.has_path = true;
-      into.path.assign(r, eq + 1, kv_end - eq - 1);
+      into.path.assign(r.data() + eq + 1, kv_end - eq - 1);
       // tarfile strips trailing slashes from a PAX path.
       while (!into.path.empty() && into.path.back() == '/') into.path.pop_back();
     } else if (key == "size") {
-      const std::string value = r.substr(eq + 1, kv_end - eq - 1);
+      const std::string value(r.substr(eq + 1, kv_end - eq - 1));
       CHUTE_CHECK(parse_decimal(value, into.size), kData,
                   "tar archive '" << url << "': bad PAX size '" << value
                                   << "' in the header at offset " << header_offset);
       into.has_size = true;
     } else if (key.substr(0, 11) == "GNU.sparse.") {
-      parse_sparse_record(into, key.substr(11), r.substr(eq + 1, kv_end - eq - 1));
+      parse_sparse_record(into, key.substr(11), std::string(r.substr(eq + 1, kv_end - eq - 1)));
     }
     p += static_cast<size_t>(len);
   }
@@ -779,10 +779,11 @@ MemberHeaders parse_member_headers(const uint8_t* bytes, size_t n, const std::st
       CHUTE_CHECK(size <= n - pos, kData,
                   "tar archive '" << url << "': the '" << type << "' extension header at offset "
                                   << at << " runs past the " << n << " bytes read");
-      const std::string record(reinterpret_cast<const char*>(h + kBlock), static_cast<size_t>(size));
+      const std::string_view record(reinterpret_cast<const char*>(h + kBlock),
+                                    static_cast<size_t>(size));
       if (type == 'L') {
         has_long_name = true;
-        long_name.assign(record.c_str());  // up to the first NUL, as tar reads it
+        long_name.assign(record.substr(0, record.find('\0')));  // up to the first NUL, as tar reads it
       } else if (type == 'x' || type == 'X' || type == 'g') {
         parse_pax_records(record, pax, url, at);
       }
