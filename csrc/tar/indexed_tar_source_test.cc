@@ -338,6 +338,14 @@ TEST(TarIndex, InconsistentColumnsAreRefused) {
     index.extensions.pop_back();  // "bin" ids now point past the table
     EXPECT_TRUE(test::error_from([&] { index.validate(); }));
   }
+  {
+    // Headers that would reach into the payload they stand before.
+    const TarIndex index = index_of(store->shards, [](Columns& c) { c.member_header_offsets[3] += 1; });
+    const std::optional<Error> e = test::error_from([&] { index.validate(); });
+    ASSERT_TRUE(e);
+    EXPECT_NE(e->message().find("sample 1 has a member whose headers at"), std::string::npos)
+        << e->message();
+  }
 }
 
 }  // namespace

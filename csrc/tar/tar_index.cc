@@ -41,9 +41,11 @@ void TarIndex::validate() const {
     CHUTE_CHECK(member_starts[i] < member_starts[i + 1], kUsage,
                 "tar index: sample " << i << " has no members");
     CHUTE_CHECK(sample_offsets[i] >= 0, kUsage, "tar index: sample " << i << " has a negative offset");
+  }
+  for (size_t i = 0; i < n; ++i) {
     for (auto j = static_cast<size_t>(member_starts[i]); j < static_cast<size_t>(member_starts[i + 1]); ++j) {
       // At least one 512-byte header block before every payload.
-      CHUTE_CHECK(member_header_offsets[j] >= sample_offsets[i] &&
+      CHUTE_CHECK(member_header_offsets[j] >= sample_offsets[i] && member_offsets[j] >= 512 &&
                       member_header_offsets[j] <= member_offsets[j] - 512,
                   kUsage,
                   "tar index: sample " << i << " has a member whose headers at "
