@@ -46,7 +46,8 @@ RETURN_TYPES: dict[str, tuple[str, str]] = {
     "scan_tar_index": (
         "tuple",
         "tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], "
-        "list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]",
+        "list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], "
+        "numpy.typing.NDArray[numpy.int64], str]",
     ),
 }
 

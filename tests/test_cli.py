@@ -81,11 +81,13 @@ def test_index_matches_tarfile_and_engine(odd_shard: Path, capsys: pytest.Captur
     assert code == 0
     assert "3 samples" in out
     doc = read_index(odd_shard)
-    assert doc["format"] == "chute-tar-index" and doc["version"] == 1
-    assert doc["shard"] == odd_shard.name
+    assert doc["format"] == "chute-tar-index" and doc["version"] == 2
+    assert doc["shard"] == os.path.abspath(odd_shard)
+    assert re.fullmatch("[0-9a-f]{16}", doc["headers_digest"]) and doc["shard_version"] == ""
     assert doc["shard_size"] == odd_shard.stat().st_size
 
-    # Every indexed member's offset/size is where tarfile finds its payload.
+    # Every indexed member's offset/size is where tarfile finds its payload, and
+    # its header offset where tarfile finds its first header (extension headers included).
     with tarfile.open(odd_shard) as tar:
         by_name = {m.name: m for m in tar.getmembers() if m.isfile()}
         headers = {m.offset: m for m in by_name.values()}
@@ -95,9 +97,9 @@ def test_index_matches_tarfile_and_engine(odd_shard: Path, capsys: pytest.Captur
         for m in by_name.values():
             split = webdataset_split(m.name)
             if split is not None:
-                expected.append((split[0], [split[1], m.offset_data, m.size]))
+                expected.append((split[0], [split[1], m.offset_data, m.size, m.offset]))
         assert sorted(indexed, key=str) == sorted(expected, key=str)
-        for _, (ext, offset, size) in indexed:
+        for _, (ext, offset, size, _header) in indexed:
             member = next(m for m in by_name.values() if m.offset_data == offset)
             payload = tar.extractfile(member)
             assert payload is not None

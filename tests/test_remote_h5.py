@@ -288,7 +288,8 @@ def test_cli_index_puts_the_index_beside_the_shard(
 
     local = build_index(shards[0])
     assert document["samples"] == local["samples"]
-    assert document["shard_size"] == local["shard_size"] and document["shard"] == "shard-000000.tar"
+    assert document["shard_size"] == local["shard_size"] and document["shard"] == url
+    assert document["headers_digest"] == local["headers_digest"] and document["shard_version"]
     code, text = _cli(["index", url], _s3_env(s3), monkeypatch)
     assert code == 0 and "up to date" in text
     # DDP counting finds it.

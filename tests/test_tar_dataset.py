@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import tarfile
 from collections.abc import Callable
@@ -362,7 +363,7 @@ def test_missing_index_is_built_and_cached(shards: list[str], tmp_path: Path) ->
     assert len(ds) == 60
     for p in paths:
         doc = tarindex.read_index(p)
-        assert doc["version"] == 1 and doc["shard"] == os.path.basename(p)
+        assert doc["version"] == 2 and doc["shard"] == os.path.abspath(p)
     # The grouping is the engine reader's: the same keys and offsets.
     engine = _chute_samples(paths[0])
     assert [(s["key"], s["offset"]) for s in tarindex.read_index(paths[0])["samples"]] == engine
@@ -379,7 +380,11 @@ def test_index_in_its_own_directory(shards: list[str], tmp_path: Path) -> None:
     paths = _copy_shards(shards, tmp_path / "data")
     ds = chute.TarDataset(paths, decode="rgb8", fields=("jpg;png", "cls"), index=tmp_path / "idx")
     assert sorted(os.listdir(tmp_path / "idx")) == sorted(
-        os.path.basename(p) + ".idx.json" for p in paths
+        tarindex.index_path(p, tmp_path / "idx").name for p in paths
+    )
+    assert all(
+        re.fullmatch(re.escape(os.path.basename(p)) + r"\.[0-9a-f]{16}\.idx\.json", name)
+        for p, name in zip(paths, sorted(os.listdir(tmp_path / "idx")), strict=True)
     )
     assert not any(tarindex.index_path(p).exists() for p in paths)
     assert_same(_writable(ds[7]), reference(paths, "rgb8", ("jpg;png", "cls"))[7])

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -138,18 +139,20 @@ py::str decode_name(const std::string& s) {
 std::shared_ptr<IndexedTarSource> make_tar_source(
     const std::vector<std::string>& urls, const std::vector<std::string>& paths,
     const std::vector<int64_t>& sizes, const std::vector<int64_t>& mtimes_ns,
-    const std::vector<std::string>& extensions, const Column<int64_t>& shard_starts,
-    const Column<int64_t>& sample_offsets, const Column<int64_t>& key_starts,
-    const Column<uint8_t>& keys, const Column<int64_t>& member_starts,
-    const Column<int32_t>& member_extensions, const Column<int64_t>& member_offsets,
-    const Column<int64_t>& member_sizes, uint64_t max_gap, uint64_t max_read, size_t max_open,
-    const std::optional<std::shared_ptr<FetchQueue>>& remote) {
+    const std::vector<std::string>& versions, const std::vector<std::string>& extensions,
+    const Column<int64_t>& shard_starts, const Column<int64_t>& sample_offsets,
+    const Column<int64_t>& key_starts, const Column<uint8_t>& keys,
+    const Column<int64_t>& member_starts, const Column<int32_t>& member_extensions,
+    const Column<int64_t>& member_offsets, const Column<int64_t>& member_sizes,
+    const Column<int64_t>& member_header_offsets, uint64_t max_gap, uint64_t max_read,
+    size_t max_open, const std::optional<std::shared_ptr<FetchQueue>>& remote) {
   CHUTE_CHECK(paths.size() == urls.size() && sizes.size() == urls.size() &&
-                  mtimes_ns.size() == urls.size(),
-              kUsage, "tar index: urls, paths, sizes and modification times differ in length");
+                  mtimes_ns.size() == urls.size() && versions.size() == urls.size(),
+              kUsage,
+              "tar index: urls, paths, sizes, modification times and versions differ in length");
   TarIndex index;
   for (size_t i = 0; i < urls.size(); ++i) {
-    index.shards.push_back({urls[i], paths[i], ShardIdentity{sizes[i], mtimes_ns[i]}});
+    index.shards.push_back({urls[i], paths[i], ShardIdentity{sizes[i], mtimes_ns[i], versions[i]}});
   }
   index.extensions = extensions;
   index.shard_starts = column_view(shard_starts);
@@ -161,11 +164,12 @@ std::shared_ptr<IndexedTarSource> make_tar_source(
   index.member_extensions = column_view(member_extensions);
   index.member_offsets = column_view(member_offsets);
   index.member_sizes = column_view(member_sizes);
+  index.member_header_offsets = column_view(member_header_offsets);
   // The arrays as converted (forcecast may have copied them) live as long as
   // the index.
   index.owner = keep_python_alive(py::make_tuple(shard_starts, sample_offsets, key_starts, keys,
                                                  member_starts, member_extensions, member_offsets,
-                                                 member_sizes));
+                                                 member_sizes, member_header_offsets));
   IndexedTarOptions options;
   options.max_gap = max_gap;
   options.max_read = max_read;
@@ -183,10 +187,14 @@ std::shared_ptr<IndexedTarSource> make_tar_source(
 
 py::tuple scan_tar_index_py(const std::string& path) {
   std::vector<ScannedSample> samples;
+  uint64_t digest = 0;
   {
     py::gil_scoped_release release;
     SourceOptions options;
-    samples = scan_tar_index(open_source(path, options));
+    std::optional<uint64_t> in_place;
+    samples = scan_tar_index(open_source(path, options), &in_place);
+    digest = in_place ? *in_place
+                      : header_digest(samples, *open_local_range_reader(path, path, ShardIdentity{}));
   }
   size_t members = 0;
   for (const ScannedSample& s : samples) members += s.members.size();
@@ -195,10 +203,12 @@ py::tuple scan_tar_index_py(const std::string& path) {
   py::array_t<int64_t> counts(static_cast<py::ssize_t>(samples.size()));
   py::array_t<int64_t> member_offsets(static_cast<py::ssize_t>(members));
   py::array_t<int64_t> member_sizes(static_cast<py::ssize_t>(members));
+  py::array_t<int64_t> member_header_offsets(static_cast<py::ssize_t>(members));
   int64_t* off = offsets.mutable_data();
   int64_t* cnt = counts.mutable_data();
   int64_t* moff = member_offsets.mutable_data();
   int64_t* msize = member_sizes.mutable_data();
+  int64_t* mheader = member_header_offsets.mutable_data();
   size_t j = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
     const ScannedSample& s = samples[i];
@@ -209,10 +219,14 @@ py::tuple scan_tar_index_py(const std::string& path) {
       extensions.append(decode_name(m.extension));
       moff[j] = static_cast<int64_t>(m.offset);
       msize[j] = static_cast<int64_t>(m.size);
+      mheader[j] = static_cast<int64_t>(m.header_offset);
       ++j;
     }
   }
-  return py::make_tuple(keys, offsets, counts, extensions, member_offsets, member_sizes);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return py::make_tuple(keys, offsets, counts, extensions, member_offsets, member_sizes,
+                        member_header_offsets, std::string(hex));
 }
 
 }  // namespace
@@ -337,7 +351,8 @@ void register_indexed(py::module_& m) {
   m.def("scan_tar_index", &scan_tar_index_py, py::arg("path"),
         "The content of a tar shard's sidecar index, grouped by the engine's key rule: "
         "(keys, sample header offsets, members per sample, member extensions, payload offsets, "
-        "payload sizes), the last three per member in archive order.");
+        "payload sizes, header offsets, header digest), the member columns in archive order; "
+        "the digest (16 hex digits) covers the bytes of those members' headers.");
 
   py::class_<IndexedSampleSource, std::shared_ptr<IndexedSampleSource>>(
       m, "IndexedSampleSource", "Samples read by id (sample mode of the IndexedEngine).")
@@ -347,10 +362,11 @@ void register_indexed(py::module_& m) {
       m, "TarIndexSource",
       "Tar shards read by sample id through their index; neighbouring samples share a read.")
       .def(py::init(&make_tar_source), py::arg("urls"), py::arg("paths"), py::arg("sizes"),
-           py::arg("mtimes_ns"), py::arg("extensions"), py::arg("shard_starts"),
-           py::arg("sample_offsets"), py::arg("key_starts"), py::arg("keys"),
-           py::arg("member_starts"), py::arg("member_extensions"), py::arg("member_offsets"),
-           py::arg("member_sizes"), py::arg("max_gap") = IndexedTarOptions{}.max_gap,
+           py::arg("mtimes_ns"), py::arg("versions"), py::arg("extensions"),
+           py::arg("shard_starts"), py::arg("sample_offsets"), py::arg("key_starts"),
+           py::arg("keys"), py::arg("member_starts"), py::arg("member_extensions"),
+           py::arg("member_offsets"), py::arg("member_sizes"), py::arg("member_header_offsets"),
+           py::arg("max_gap") = IndexedTarOptions{}.max_gap,
            py::arg("max_read") = IndexedTarOptions{}.max_read,
            py::arg("max_open") = IndexedTarOptions{}.max_open, py::arg("remote") = py::none())
       .def_property_readonly("reads", &IndexedTarSource::reads, "Range reads made so far.")

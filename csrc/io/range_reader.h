@@ -12,10 +12,12 @@
 namespace chute {
 
 // What the caller knows a shard to be (from its index): a shard that differs
-// is not the one the offsets describe. A negative value is not checked.
+// is not the one the offsets describe. A negative value, or an empty
+// version, is not checked.
 struct ShardIdentity {
   int64_t size = -1;
   int64_t mtime_ns = -1;
+  std::string version;  // a remote object's ETag (else modification time), as its HEAD gives it
 };
 
 class RangeReader {

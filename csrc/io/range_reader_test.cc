@@ -14,7 +14,7 @@ namespace {
 TEST(LocalRangeReader, RefusesAFileThatIsNotTheIndexedOne) {
   test::TempDir dir;
   const std::string path = dir.write("s.tar", "0123456789");
-  const auto reader = open_local_range_reader("s.tar", path, ShardIdentity{10, -1});
+  const auto reader = open_local_range_reader("s.tar", path, ShardIdentity{10, -1, ""});
   uint8_t buf[4];
   reader->read(3, 4, buf);
   EXPECT_EQ(std::string(reinterpret_cast<char*>(buf), 4), "3456");
@@ -23,7 +23,7 @@ TEST(LocalRangeReader, RefusesAFileThatIsNotTheIndexedOne) {
   EXPECT_EQ(past->kind(), ErrorKind::kData);
   EXPECT_NE(past->message().find("now ends at offset 10"), std::string::npos) << past->message();
   const std::optional<Error> other =
-      test::error_from([&] { open_local_range_reader("s.tar", path, ShardIdentity{11, -1}); });
+      test::error_from([&] { open_local_range_reader("s.tar", path, ShardIdentity{11, -1, ""}); });
   ASSERT_TRUE(other);
   EXPECT_NE(other->message().find("changed after it was indexed"), std::string::npos);
 }

@@ -233,6 +233,10 @@ class RemoteRangeReader final : public RangeReader {
                 "shard '" << url << "' changed after it was indexed (" << ranges_.size()
                           << " bytes, indexed with " << expected.size
                           << "): its index no longer describes it; rebuild the index");
+    CHUTE_CHECK(expected.version.empty() || expected.version == ranges_.version(), kData,
+                "shard '" << url << "' changed after it was indexed (version "
+                          << ranges_.version() << ", indexed with " << expected.version
+                          << "): its index no longer describes it; rebuild the index");
   }
   void read(uint64_t offset, size_t size, uint8_t* dst) const override {
     ranges_.read(offset, size, dst);

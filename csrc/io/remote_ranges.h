@@ -81,9 +81,10 @@ class RemoteRanges {
 };
 
 // A remote object as a RangeReader (what indexed tar shards read through).
-// Throws kIo when it cannot be read, kData when it is not the size that
-// `expected` names (another version than the one indexed); its modification
-// time is not checked (a store's upload time is not the indexed file's).
+// Throws kIo when it cannot be read, kData when it is not the size or the
+// version (ETag) that `expected` names (another object than the one
+// indexed); its modification time is not checked (a store's upload time is
+// not the indexed file's).
 std::unique_ptr<RangeReader> open_remote_range_reader(const std::string& url,
                                                       std::shared_ptr<FetchQueue> queue,
                                                       const ShardIdentity& expected);

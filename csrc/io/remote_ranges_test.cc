@@ -194,15 +194,21 @@ TEST(RemoteRanges, SpansPastTheEndAreRefusedBeforeAnyRequest) {
   EXPECT_TRUE(ranges_of(store.seen()).empty());
 }
 
-TEST(RemoteRanges, AReaderOfAnotherSizeThanIndexedIsRefused) {
+TEST(RemoteRanges, AReaderOfAnotherSizeOrVersionThanIndexedIsRefused) {
   auto q = queue(1000);
   MemoryStore store(q, object(100), "\"t\"");
   const std::optional<Error> e = test::error_from(
-      [&] { open_remote_range_reader("s3://b/s.tar", q, ShardIdentity{99, -1}); });
+      [&] { open_remote_range_reader("s3://b/s.tar", q, ShardIdentity{99, -1, ""}); });
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kData);
   EXPECT_NE(e->message().find("changed after it was indexed"), std::string::npos);
-  const auto reader = open_remote_range_reader("s3://b/s.tar", q, ShardIdentity{100, 123});
+  const std::optional<Error> other = test::error_from(
+      [&] { open_remote_range_reader("s3://b/s.tar", q, ShardIdentity{100, -1, "\"u\""}); });
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->kind(), ErrorKind::kData);
+  EXPECT_NE(other->message().find("(version \"t\", indexed with \"u\")"), std::string::npos)
+      << other->message();
+  const auto reader = open_remote_range_reader("s3://b/s.tar", q, ShardIdentity{100, 123, "\"t\""});
   uint8_t buf[3];
   reader->read(10, 3, buf);
   EXPECT_EQ(std::string(reinterpret_cast<char*>(buf), 3), object(100).substr(10, 3));

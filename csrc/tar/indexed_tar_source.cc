@@ -1,10 +1,14 @@
 #include "tar/indexed_tar_source.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "tar/sample_key.h"
+#include "tar/tar_stream.h"
 
 namespace chute {
 namespace {
@@ -28,6 +32,21 @@ class ReadBuffer final : public InPlaceStorage {
       : InPlaceStorage(bytes.get()), bytes_(std::move(bytes)) {}
   std::unique_ptr<uint8_t[]> bytes_;
 };
+
+// Whether the member `name` is `key`'s member `extension` by webdataset's
+// key rule (tar/sample_key.h). Most names hold the extension as indexed
+// (lowercase already): they are compared without lowering them.
+bool names_member(const std::string& name, const std::string& key, const std::string& extension) {
+  const std::optional<size_t> key_length = sample_key_length(name);
+  if (!key_length || *key_length != key.size() || name.compare(0, key.size(), key) != 0) {
+    return false;
+  }
+  const size_t tail = key.size() + 1;
+  if (name.size() - tail == extension.size() && name.compare(tail, extension.size(), extension) == 0) {
+    return true;
+  }
+  return sample_extension(name, key.size()) == extension;
+}
 
 }  // namespace
 
@@ -89,13 +108,14 @@ void IndexedTarSource::read(const int64_t* ids, size_t n, EncodedSample* out,
   for (size_t row = 0; row < n; ++row) {
     const int64_t id = ids[row];
     const auto i = static_cast<size_t>(id);
+    // From the first member's headers on: each member is checked against
+    // its headers, which then come with the same read.
     uint64_t begin = UINT64_MAX;
     uint64_t end = 0;
     for (auto j = static_cast<size_t>(index_.member_starts[i]);
          j < static_cast<size_t>(index_.member_starts[i + 1]); ++j) {
-      const auto offset = static_cast<uint64_t>(index_.member_offsets[j]);
-      begin = std::min(begin, offset);
-      end = std::max(end, offset + static_cast<uint64_t>(index_.member_sizes[j]));
+      begin = std::min(begin, static_cast<uint64_t>(index_.member_header_offsets[j]));
+      end = std::max(end, static_cast<uint64_t>(index_.member_offsets[j] + index_.member_sizes[j]));
     }
     wanted.push_back({row, id, index_.shard_of(id), begin, end});
   }
@@ -139,9 +159,9 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
       SampleMember m;
       m.extension = index_.extensions[static_cast<size_t>(index_.member_extensions[j])];
       m.name = s.key + "." + m.extension;
-      m.offset = static_cast<uint64_t>(index_.member_offsets[j]);
-      m.data_offset = m.offset;
-      m.data_begin = static_cast<size_t>(m.offset - from);
+      m.offset = static_cast<uint64_t>(index_.member_header_offsets[j]);
+      m.data_offset = static_cast<uint64_t>(index_.member_offsets[j]);
+      m.data_begin = static_cast<size_t>(m.data_offset - from);
       m.data_size = static_cast<size_t>(index_.member_sizes[j]);
       s.payload_bytes += m.data_size;
       s.members.push_back(std::move(m));
@@ -158,6 +178,48 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
       errors[w->row] = e.with_prefix(location(out[w->row], nullptr) + ": ");
       out[w->row].members.clear();
     }
+    return;
+  }
+  for (const Wanted* w = begin; w != end; ++w) {
+    try {
+      check_headers(out[w->row], w->id, from);
+    } catch (const Error& e) {
+      errors[w->row] = e;
+      out[w->row].members.clear();
+    }
+  }
+}
+
+void IndexedTarSource::check_headers(const EncodedSample& sample, int64_t id, uint64_t from) const {
+  const auto i = static_cast<size_t>(id);
+  const std::string& url = index_.shards[sample.source_index].url;
+  const uint8_t* bytes = sample.in_place->data();
+  for (auto j = static_cast<size_t>(index_.member_starts[i]);
+       j < static_cast<size_t>(index_.member_starts[i + 1]); ++j) {
+    const SampleMember& m = sample.members[j - static_cast<size_t>(index_.member_starts[i])];
+    const auto header = static_cast<uint64_t>(index_.member_header_offsets[j]);
+    const size_t header_bytes = static_cast<size_t>(m.data_offset - header);
+    std::string found;
+    try {
+      const MemberHeaders h =
+          parse_member_headers(bytes + (header - from), header_bytes, url, header);
+      if (h.header_bytes != header_bytes || h.size != m.data_size ||
+          !names_member(h.name, sample.key, m.extension)) {
+        std::ostringstream os;
+        os << "the header there is member '" << h.name << "' of " << h.size
+           << " bytes with its payload at offset " << header + h.header_bytes;
+        found = os.str();
+      }
+    } catch (const Error& e) {
+      found = e.message();
+    }
+    CHUTE_CHECK(found.empty(), kData,
+                "shard '" << url << "': its index does not describe member '" << m.name
+                          << "' (" << m.data_size << " bytes at offset " << m.data_offset
+                          << ", headers at offset " << header << "): " << found
+                          << ". The shard changed after it was indexed or the index is corrupt: "
+                             "rebuild the index (`chute index`, or delete it and open the "
+                             "dataset again)");
   }
 }
 

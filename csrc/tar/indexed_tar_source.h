@@ -7,6 +7,12 @@
 // (io/range_reader.h): local files by default, any ranged reader through
 // the factory. Readers are opened on first use and at most max_open stay
 // open (least recently used closed first).
+//
+// Every read starts at its first member's headers, and each member is
+// checked against them (name, size, where its payload starts) before it is
+// handed out: an index that does not describe its shard (a rewrite that kept
+// the size, a wrong offset, swapped keys) fails the sample with a kData
+// error instead of yielding other bytes under its key.
 #pragma once
 
 #include <atomic>
@@ -54,6 +60,10 @@ class IndexedTarSource final : public IndexedSampleSource {
   std::shared_ptr<const RangeReader> reader(size_t shard) const;
   void read_group(const Wanted* begin, const Wanted* end, EncodedSample* out,
                   std::optional<Error>* errors) const;
+  // Throws kData naming shard, member and offsets when the headers before a
+  // member of `sample` (read into its buffer from shard offset `from`) do
+  // not name it, with its size, right before its payload.
+  void check_headers(const EncodedSample& sample, int64_t id, uint64_t from) const;
 
   const TarIndex index_;
   const IndexedTarOptions options_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,7 +64,7 @@ class StoreReader final : public RangeReader {
 // an owner keeps alive.
 struct Columns {
   std::vector<int64_t> shard_starts{0}, sample_offsets, key_starts{0}, member_starts{0},
-      member_offsets, member_sizes;
+      member_offsets, member_sizes, member_header_offsets;
   std::vector<int32_t> member_extensions;
   std::string keys;
 };
@@ -73,12 +74,14 @@ IndexColumn<T> view(const std::vector<T>& v) {
   return IndexColumn<T>{v.data(), v.size()};
 }
 
-TarIndex index_of(const std::vector<std::string>& shards) {
+// `edit` changes the columns before the index views them (a corrupt index).
+TarIndex index_of(const std::vector<std::string>& shards,
+                  const std::function<void(Columns&)>& edit = nullptr) {
   auto c = std::make_shared<Columns>();
   TarIndex index;
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string url = "shard" + std::to_string(s) + ".tar";
-    index.shards.push_back({url, url, ShardIdentity{static_cast<int64_t>(shards[s].size()), -1}});
+    index.shards.push_back({url, url, ShardIdentity{static_cast<int64_t>(shards[s].size()), -1, ""}});
     for (const ScannedSample& sample : scan_tar_index(std::make_unique<MemorySource>(shards[s], 1000, url))) {
       c->sample_offsets.push_back(static_cast<int64_t>(sample.offset));
       c->keys += sample.key;
@@ -89,11 +92,13 @@ TarIndex index_of(const std::vector<std::string>& shards) {
         c->member_extensions.push_back(static_cast<int32_t>(it - index.extensions.begin()));
         c->member_offsets.push_back(static_cast<int64_t>(m.offset));
         c->member_sizes.push_back(static_cast<int64_t>(m.size));
+        c->member_header_offsets.push_back(static_cast<int64_t>(m.header_offset));
       }
       c->member_starts.push_back(static_cast<int64_t>(c->member_offsets.size()));
     }
     c->shard_starts.push_back(static_cast<int64_t>(c->sample_offsets.size()));
   }
+  if (edit) edit(*c);
   index.shard_starts = view(c->shard_starts);
   index.sample_offsets = view(c->sample_offsets);
   index.key_starts = view(c->key_starts);
@@ -102,14 +107,16 @@ TarIndex index_of(const std::vector<std::string>& shards) {
   index.member_extensions = view(c->member_extensions);
   index.member_offsets = view(c->member_offsets);
   index.member_sizes = view(c->member_sizes);
+  index.member_header_offsets = view(c->member_header_offsets);
   index.owner = c;
   return index;
 }
 
 std::unique_ptr<IndexedTarSource> source_over(std::shared_ptr<Store> store,
-                                              IndexedTarOptions options = {}) {
+                                              IndexedTarOptions options = {},
+                                              const std::function<void(Columns&)>& edit = nullptr) {
   return std::make_unique<IndexedTarSource>(
-      index_of(store->shards), options, [store](const TarIndex::Shard& shard) {
+      index_of(store->shards, edit), options, [store](const TarIndex::Shard& shard) {
         store->opens += 1;
         const size_t s = static_cast<size_t>(shard.url[5] - '0');
         return std::make_unique<StoreReader>(store, s, shard.url);
@@ -150,6 +157,23 @@ TEST(TarIndexScan, PayloadOffsetsPointAtThePayloadsBehindExtensionHeaders) {
   EXPECT_EQ(tar.substr(samples[0].members[1].offset, samples[0].members[1].size), "7");
   EXPECT_EQ(samples[1].key, "b");
   EXPECT_EQ(tar.substr(samples[1].members[0].offset, samples[1].members[0].size), "8");
+}
+
+TEST(TarIndexScan, HeaderDigestCoversEveryIndexedHeaderAndOnlyThem) {
+  auto store = std::make_shared<Store>();
+  store->shards = {archive(3)};
+  const StoreReader reader(store, 0, "s.tar");
+  std::optional<uint64_t> in_place;
+  const std::vector<ScannedSample> samples =
+      scan_tar_index(std::make_unique<MemorySource>(store->shards[0], 100), &in_place);
+  EXPECT_FALSE(in_place);  // a memory source does not map
+  const uint64_t digest = header_digest(samples, reader);
+  // Payload bytes do not count; a header byte does.
+  std::string& bytes = store->shards[0];
+  bytes[samples[1].members[0].offset] ^= 1;
+  EXPECT_EQ(header_digest(samples, reader), digest);
+  bytes[samples[1].members[0].header_offset + 3] ^= 1;
+  EXPECT_NE(header_digest(samples, reader), digest);
 }
 
 TEST(IndexedTarSource, ConsecutiveSamplesShareOneRead) {
@@ -256,6 +280,43 @@ TEST(IndexedTarSource, LocationNamesShardMemberAndPayloadOffset) {
   EXPECT_EQ(store->shards[0].substr(m->data_offset, m->data_size), "dddd");
 }
 
+// Every read checks each member against the headers before its payload.
+std::string header_error(const std::function<void(Columns&)>& edit, int64_t id) {
+  auto store = std::make_shared<Store>();
+  store->shards = {archive(6)};
+  const auto source = source_over(store, {}, edit);
+  const Read r = read(*source, {id});
+  if (!r.errors[0]) return "";
+  EXPECT_EQ(r.errors[0]->kind(), ErrorKind::kData);
+  EXPECT_TRUE(r.samples[0].members.empty());
+  return r.errors[0]->message();
+}
+
+TEST(IndexedTarSource, MembersAreCheckedAgainstTheirHeaders) {
+  EXPECT_EQ(header_error(nullptr, 3), "");
+  // Keys 1 and 2 swapped (one byte each, "k1" and "k2").
+  const std::string swapped = header_error([](Columns& c) { std::swap(c.keys[3], c.keys[5]); }, 2);
+  EXPECT_NE(swapped.find("shard 'shard0.tar': its index does not describe member 'k1.cls'"),
+            std::string::npos)
+      << swapped;
+  EXPECT_NE(swapped.find("the header there is member 'k2.cls'"), std::string::npos) << swapped;
+  // A payload one byte off: the headers no longer end where it starts.
+  const std::string shifted = header_error([](Columns& c) { c.member_offsets[7] += 1; }, 3);
+  EXPECT_NE(shifted.find("member 'k3.bin'"), std::string::npos) << shifted;
+  EXPECT_NE(shifted.find("with its payload at offset"), std::string::npos) << shifted;
+  // A size that is not the header's.
+  const std::string resized = header_error([](Columns& c) { c.member_sizes[9] -= 1; }, 4);
+  EXPECT_NE(resized.find("member 'k4.bin' (4 bytes"), std::string::npos) << resized;
+  // Headers recorded one block late: no header there at all.
+  const std::string moved = header_error(
+      [](Columns& c) {
+        c.member_header_offsets[2] += 512;
+        c.member_offsets[2] += 512;
+      },
+      1);
+  EXPECT_NE(moved.find("member 'k1.cls'"), std::string::npos) << moved;
+}
+
 TEST(TarIndex, InconsistentColumnsAreRefused) {
   auto store = std::make_shared<Store>();
   store->shards = {archive(3)};
@@ -276,6 +337,14 @@ TEST(TarIndex, InconsistentColumnsAreRefused) {
     TarIndex index = index_of(store->shards);
     index.extensions.pop_back();  // "bin" ids now point past the table
     EXPECT_TRUE(test::error_from([&] { index.validate(); }));
+  }
+  {
+    // Headers that would reach into the payload they stand before.
+    const TarIndex index = index_of(store->shards, [](Columns& c) { c.member_header_offsets[3] += 1; });
+    const std::optional<Error> e = test::error_from([&] { index.validate(); });
+    ASSERT_TRUE(e);
+    EXPECT_NE(e->message().find("sample 1 has a member whose headers at"), std::string::npos)
+        << e->message();
   }
 }
 

@@ -1,6 +1,7 @@
 #include "tar/tar_index.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "tar/sample_reader.h"
@@ -22,7 +23,9 @@ void TarIndex::validate() const {
                             << " shards");
   CHUTE_CHECK(key_starts.size == n + 1 && member_starts.size == n + 1, kUsage,
               "tar index: key and member starts must have one entry per sample and one more");
-  CHUTE_CHECK(member_extensions.size == m && member_sizes.size == m, kUsage,
+  CHUTE_CHECK(member_extensions.size == m && member_sizes.size == m &&
+                  member_header_offsets.size == m,
+              kUsage,
               "tar index: member columns of different lengths");
   CHUTE_CHECK(shard_starts[0] == 0 && static_cast<size_t>(shard_starts[shards.size()]) == n,
               kUsage, "tar index: shard starts must run from 0 to the sample count " << n);
@@ -38,6 +41,19 @@ void TarIndex::validate() const {
     CHUTE_CHECK(member_starts[i] < member_starts[i + 1], kUsage,
                 "tar index: sample " << i << " has no members");
     CHUTE_CHECK(sample_offsets[i] >= 0, kUsage, "tar index: sample " << i << " has a negative offset");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    for (auto j = static_cast<size_t>(member_starts[i]); j < static_cast<size_t>(member_starts[i + 1]); ++j) {
+      // At least one 512-byte header block before every payload.
+      CHUTE_CHECK(member_header_offsets[j] >= sample_offsets[i] && member_offsets[j] >= 512 &&
+                      member_header_offsets[j] <= member_offsets[j] - 512,
+                  kUsage,
+                  "tar index: sample " << i << " has a member whose headers at "
+                                       << member_header_offsets[j]
+                                       << " do not lie between the sample's offset "
+                                       << sample_offsets[i] << " and its payload at "
+                                       << member_offsets[j]);
+    }
   }
   for (size_t j = 0; j < m; ++j) {
     CHUTE_CHECK(member_extensions[j] >= 0 &&
@@ -61,12 +77,32 @@ void TarIndex::validate() const {
   }
 }
 
-std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
+namespace {
+
+constexpr uint64_t kDigestStart = 14695981039346656037ull;
+
+uint64_t add_to_digest(uint64_t digest, const uint8_t* bytes, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    digest = (digest ^ word) * 1099511628211ull;
+  }
+  for (; i < n; ++i) digest = (digest ^ bytes[i]) * 1099511628211ull;
+  return digest;
+}
+
+}  // namespace
+
+std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source,
+                                          std::optional<uint64_t>* digest) {
   // In place where the source maps (a local file): headers are parsed where
   // they lie and payloads are never copied.
   const std::string reader_url = source->url();
   SampleReader reader(std::move(source), 0, /*in_place=*/true);
   std::vector<ScannedSample> samples;
+  uint64_t in_place_digest = kDigestStart;
+  bool hashed_in_place = reader.in_place();
   EncodedSample sample;
   while (reader.next(sample)) {
     ScannedSample s;
@@ -79,11 +115,37 @@ std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source) {
                                   << m.offset
                                   << " is a sparse file, whose payload is not one range of the "
                                      "shard: the shard cannot be indexed");
-      s.members.push_back({m.extension, m.data_offset, m.data_size});
+      s.members.push_back({m.extension, m.offset, m.data_offset, m.data_size});
+      if (sample.in_place) {
+        in_place_digest = add_to_digest(in_place_digest, sample.in_place->data() + m.offset,
+                                        static_cast<size_t>(m.data_offset - m.offset));
+      } else {
+        hashed_in_place = false;
+      }
     }
     samples.push_back(std::move(s));
   }
+  if (digest != nullptr) {
+    if (hashed_in_place) {
+      *digest = in_place_digest;
+    } else {
+      digest->reset();
+    }
+  }
   return samples;
+}
+
+uint64_t header_digest(const std::vector<ScannedSample>& samples, const RangeReader& shard) {
+  uint64_t digest = kDigestStart;
+  std::vector<uint8_t> headers;
+  for (const ScannedSample& s : samples) {
+    for (const ScannedMember& m : s.members) {
+      headers.resize(static_cast<size_t>(m.offset - m.header_offset));
+      shard.read(m.header_offset, headers.size(), headers.data());
+      digest = add_to_digest(digest, headers.data(), headers.size());
+    }
+  }
+  return digest;
 }
 
 }  // namespace chute

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ struct TarIndex {
   IndexColumn<int64_t> member_starts;   // samples + 1: each sample's first member
   IndexColumn<int32_t> member_extensions;  // members: an index into `extensions`
   IndexColumn<int64_t> member_offsets;  // members: payload offset in the shard
+  IndexColumn<int64_t> member_header_offsets;  // members: first header block (extension headers included)
   IndexColumn<int64_t> member_sizes;    // members: payload bytes
   std::shared_ptr<const void> owner;    // keeps the columns' memory alive
 
@@ -54,13 +56,15 @@ struct TarIndex {
   }
   // Throws kUsage naming the first inconsistency (columns of the wrong
   // length, offsets that do not increase, a sample without members, an
-  // extension id out of range), so that no read can go astray.
+  // extension id out of range, a member whose headers do not lie between
+  // its sample's offset and its payload), so that no read can go astray.
   void validate() const;
 };
 
 struct ScannedMember {
   std::string extension;
-  uint64_t offset = 0;  // of the payload
+  uint64_t header_offset = 0;  // of its first header block
+  uint64_t offset = 0;         // of the payload
   uint64_t size = 0;
 };
 
@@ -72,6 +76,18 @@ struct ScannedSample {
 
 // Every sample of a tar shard and where its payloads lie, grouped as the
 // engine groups them. Throws kData for a malformed shard (as the reader).
-std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source);
+// With `digest`, sets it to the shard's header digest (see header_digest)
+// when the source was read in place (a local file that maps), hashing the
+// headers where they lie; it stays empty otherwise.
+std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source,
+                                          std::optional<uint64_t>* digest = nullptr);
+
+// A digest of the header blocks of every member of `samples`, extension
+// headers included, read through `shard`: what tells a rewrite of the shard
+// that keeps its size (other names, sizes, layout or modification times in
+// the headers) from the shard that was indexed. FNV-1a's step over the
+// headers' 8-byte little-endian words (a change detector, not a defence
+// against forgery).
+uint64_t header_digest(const std::vector<ScannedSample>& samples, const RangeReader& shard);
 
 }  // namespace chute

@@ -153,6 +153,104 @@ constexpr uint64_t kMaxSparseSize = uint64_t{4} << 30;
 constexpr size_t kGnuSparse = 386, kGnuIsExtended = 482, kGnuRealSize = 483;
 constexpr size_t kGnuExtEntries = 21, kGnuExtIsExtended = 504;
 
+// A GNU.sparse.* record. Its value only concerns the member's payload, so
+// one that does not parse makes that member a fault, not the archive.
+void parse_sparse_record(PaxOverrides& into, std::string_view key, const std::string& value) {
+  auto number = [&](uint64_t& out) {
+    if (!parse_decimal(value, out) && into.sparse_fault.empty()) {
+      into.sparse_fault = "bad GNU.sparse." + std::string(key) + " value '" + value + "'";
+    }
+  };
+  if (key == "name") {
+    into.has_path = true;
+    into.path = value;
+  } else if (key == "size" || key == "realsize") {
+    into.has_sparse_size = true;
+    number(into.sparse_size);
+  } else if (key == "map") {
+    into.has_map = true;
+    into.map = value;
+  } else if (key == "offset") {
+    number(into.offsets.emplace_back());
+  } else if (key == "numbytes") {
+    number(into.numbytes.emplace_back());
+  } else if (key == "major") {
+    into.major = value;
+  } else if (key == "minor") {
+    into.minor = value;
+  }
+}
+
+// "%d %s=%s\n" records; a malformed one is an error rather than, as in
+// tarfile, a silent end of the archive.
+void parse_pax_records(std::string_view r, PaxOverrides& into, const std::string& url,
+                       uint64_t header_offset) {
+  size_t p = 0;
+  while (p < r.size() && r[p] != '\0') {
+    size_t q = p;
+    uint64_t len = 0;
+    while (q < r.size() && q - p < 20 && r[q] >= '0' && r[q] <= '9') {
+      len = len * 10 + static_cast<uint64_t>(r[q] - '0');
+      ++q;
+    }
+    const bool framed = q > p && q < r.size() && r[q] == ' ' && len >= 5 &&
+                        len <= r.size() - p && r[p + len - 1] == '\n';
+    CHUTE_CHECK(framed, kData, "tar archive '" << url << "': malformed PAX record in the header at offset "
+                                               << header_offset << " (record at byte " << p << ")");
+    const size_t kv = q + 1, kv_end = p + static_cast<size_t>(len) - 1;
+    const size_t eq = r.find('=', kv);
+    CHUTE_CHECK(eq != std::string::npos && eq < kv_end && eq > kv, kData,
+                "tar archive '" << url << "': malformed PAX record in the header at offset "
+                                << header_offset << " (record at byte " << p << ")");
+    const std::string_view key(r.data() + kv, eq - kv);
+    if (key == "path") {
+      into.has_path = true;
+      into.path.assign(r.data() + eq + 1, kv_end - eq - 1);
+      // tarfile strips trailing slashes from a PAX path.
+      while (!into.path.empty() && into.path.back() == '/') into.path.pop_back();
+    } else if (key == "size") {
+      const std::string value(r.substr(eq + 1, kv_end - eq - 1));
+      CHUTE_CHECK(parse_decimal(value, into.size), kData,
+                  "tar archive '" << url << "': bad PAX size '" << value
+                                  << "' in the header at offset " << header_offset);
+      into.has_size = true;
+    } else if (key.substr(0, 11) == "GNU.sparse.") {
+      parse_sparse_record(into, key.substr(11), std::string(r.substr(eq + 1, kv_end - eq - 1)));
+    }
+    p += static_cast<size_t>(len);
+  }
+}
+
+// The name and size of the member whose header is `h`: a PAX path or size
+// (`local` records before `global` ones) wins, then a GNU long name, then
+// the header's own prefix and name fields. `size` holds the header's field.
+void resolve_member(const uint8_t* h, const PaxOverrides& local, const PaxOverrides& global,
+                    const std::string* long_name, std::string& name, uint64_t& size) {
+  if (local.has_path) {
+    name = local.path;
+  } else if (global.has_path) {
+    name = global.path;
+  } else if (long_name != nullptr) {
+    name = *long_name;
+  } else {
+    // The prefix field only exists in POSIX ustar headers; old GNU headers
+    // keep access times and sparse data in those bytes.
+    const bool gnu_magic = std::memcmp(h + kMagic, "ustar  \0", 8) == 0;
+    const size_t prefix_len = gnu_magic ? 0 : field_len(h + kPrefix, kPrefixLen);
+    name.clear();
+    if (prefix_len > 0) {
+      name.append(reinterpret_cast<const char*>(h + kPrefix), prefix_len);
+      name.push_back('/');
+    }
+    name.append(reinterpret_cast<const char*>(h + kName), field_len(h + kName, kNameLen));
+  }
+  if (local.has_size) {
+    size = local.size;
+  } else if (global.has_size) {
+    size = global.size;
+  }
+}
+
 }  // namespace
 
 struct TarStream::Impl {
@@ -314,72 +412,8 @@ struct TarStream::Impl {
     record.assign(reinterpret_cast<const char*>(record_bytes.data()), record_bytes.size());
   }
 
-  // A GNU.sparse.* record. Its value only concerns the member's payload, so
-  // one that does not parse makes that member a fault, not the archive.
-  static void parse_sparse_record(PaxOverrides& into, std::string_view key, const std::string& value) {
-    auto number = [&](uint64_t& out) {
-      if (!parse_decimal(value, out) && into.sparse_fault.empty()) {
-        into.sparse_fault = "bad GNU.sparse." + std::string(key) + " value '" + value + "'";
-      }
-    };
-    if (key == "name") {
-      into.has_path = true;
-      into.path = value;
-    } else if (key == "size" || key == "realsize") {
-      into.has_sparse_size = true;
-      number(into.sparse_size);
-    } else if (key == "map") {
-      into.has_map = true;
-      into.map = value;
-    } else if (key == "offset") {
-      number(into.offsets.emplace_back());
-    } else if (key == "numbytes") {
-      number(into.numbytes.emplace_back());
-    } else if (key == "major") {
-      into.major = value;
-    } else if (key == "minor") {
-      into.minor = value;
-    }
-  }
-
-  // "%d %s=%s\n" records; a malformed one is an error rather than, as in
-  // tarfile, a silent end of the archive.
   void parse_pax(PaxOverrides& into, uint64_t header_offset) {
-    size_t p = 0;
-    const std::string& r = record;
-    while (p < r.size() && r[p] != '\0') {
-      size_t q = p;
-      uint64_t len = 0;
-      while (q < r.size() && q - p < 20 && r[q] >= '0' && r[q] <= '9') {
-        len = len * 10 + static_cast<uint64_t>(r[q] - '0');
-        ++q;
-      }
-      const bool framed = q > p && q < r.size() && r[q] == ' ' && len >= 5 &&
-                          len <= r.size() - p && r[p + len - 1] == '\n';
-      CHUTE_CHECK(framed, kData, "tar archive '" << url() << "': malformed PAX record in the header at offset "
-                                                 << header_offset << " (record at byte " << p << ")");
-      const size_t kv = q + 1, kv_end = p + static_cast<size_t>(len) - 1;
-      const size_t eq = r.find('=', kv);
-      CHUTE_CHECK(eq != std::string::npos && eq < kv_end && eq > kv, kData,
-                  "tar archive '" << url() << "': malformed PAX record in the header at offset "
-                                  << header_offset << " (record at byte " << p << ")");
-      const std::string_view key(r.data() + kv, eq - kv);
-      if (key == "path") {
-        into.has_path = true;
-        into.path.assign(r, eq + 1, kv_end - eq - 1);
-        // tarfile strips trailing slashes from a PAX path.
-        while (!into.path.empty() && into.path.back() == '/') into.path.pop_back();
-      } else if (key == "size") {
-        const std::string value = r.substr(eq + 1, kv_end - eq - 1);
-        CHUTE_CHECK(parse_decimal(value, into.size), kData,
-                    "tar archive '" << url() << "': bad PAX size '" << value
-                                    << "' in the header at offset " << header_offset);
-        into.has_size = true;
-      } else if (key.substr(0, 11) == "GNU.sparse.") {
-        parse_sparse_record(into, key.substr(11), r.substr(eq + 1, kv_end - eq - 1));
-      }
-      p += static_cast<size_t>(len);
-    }
+    parse_pax_records(record, into, url(), header_offset);
   }
 
   // Raw (offset, numbytes) pairs of a sparse map, as tarfile collects them.
@@ -624,29 +658,7 @@ struct TarStream::Impl {
       const size_t raw_len = field_len(h + kName, kNameLen);
       const bool raw_dir_slash = raw_len > 0 && h[kName + raw_len - 1] == '/';
       std::string& name = cur.name;
-      if (local.has_path) {
-        name = local.path;
-      } else if (global.has_path) {
-        name = global.path;
-      } else if (has_long_name) {
-        name = long_name;
-      } else {
-        // The prefix field only exists in POSIX ustar headers; old GNU headers
-        // keep access times and sparse data in those bytes.
-        const bool gnu_magic = std::memcmp(h + kMagic, "ustar  \0", 8) == 0;
-        const size_t prefix_len = gnu_magic ? 0 : field_len(h + kPrefix, kPrefixLen);
-        name.clear();
-        if (prefix_len > 0) {
-          name.append(reinterpret_cast<const char*>(h + kPrefix), prefix_len);
-          name.push_back('/');
-        }
-        name.append(reinterpret_cast<const char*>(h + kName), raw_len);
-      }
-      if (local.has_size) {
-        size = local.size;
-      } else if (global.has_size) {
-        size = global.size;
-      }
+      resolve_member(h, local, global, has_long_name ? &long_name : nullptr, name, size);
       const bool regular =
           type == '0' || type == '7' || type == 'S' || (type == '\0' && !raw_dir_slash);
       if (regular) {
@@ -741,5 +753,55 @@ const std::shared_ptr<MappedFile>& TarStream::mapping() const { return impl_->ma
 const std::string& TarStream::url() const { return impl_->url(); }
 
 bool TarStream::failed_at_a_member_start() const { return impl_->at_member_start; }
+
+MemberHeaders parse_member_headers(const uint8_t* bytes, size_t n, const std::string& url,
+                                   uint64_t offset) {
+  PaxOverrides pax;
+  const PaxOverrides none;
+  std::string long_name;
+  bool has_long_name = false;
+  size_t pos = 0;
+  for (;;) {
+    CHUTE_CHECK(pos + kBlock <= n, kData,
+                "tar archive '" << url << "': no member header in the " << n
+                                << " bytes at offset " << offset);
+    const uint8_t* h = bytes + pos;
+    const uint64_t at = offset + pos;
+    const uint32_t total = byte_sum(h);
+    CHUTE_CHECK(total != 0 && checksum_ok(h, total), kData,
+                "tar archive '" << url << "': no valid tar header at offset " << at);
+    const char type = static_cast<char>(h[kType]);
+    uint64_t size;
+    CHUTE_CHECK(parse_number(h + kSize, kSizeLen, size), kData,
+                "tar archive '" << url << "': bad size field in the header at offset " << at);
+    pos += kBlock;
+    if (type == 'L' || type == 'K' || type == 'x' || type == 'X' || type == 'g') {
+      CHUTE_CHECK(size <= n - pos, kData,
+                  "tar archive '" << url << "': the '" << type << "' extension header at offset "
+                                  << at << " runs past the " << n << " bytes read");
+      const std::string_view record(reinterpret_cast<const char*>(h + kBlock),
+                                    static_cast<size_t>(size));
+      if (type == 'L') {
+        has_long_name = true;
+        long_name.assign(record.substr(0, record.find('\0')));  // up to the first NUL, as tar reads it
+      } else if (type == 'x' || type == 'X' || type == 'g') {
+        parse_pax_records(record, pax, url, at);
+      }
+      pos += static_cast<size_t>(size + padding(size));
+      continue;
+    }
+    const size_t raw_len = field_len(h + kName, kNameLen);
+    const bool raw_dir_slash = raw_len > 0 && h[kName + raw_len - 1] == '/';
+    const bool regular = type == '0' || type == '7' || (type == '\0' && !raw_dir_slash);
+    CHUTE_CHECK(regular && !pax.sparse(), kData,
+                "tar archive '" << url << "': the header at offset " << at
+                                << " is not a plain file's (type '" << type << "')");
+    MemberHeaders out;
+    resolve_member(h, pax, none, has_long_name ? &long_name : nullptr, out.name, size);
+    out.size = size;
+    out.header_bytes = pos;
+    return out;
+  }
+}
 
 }  // namespace chute

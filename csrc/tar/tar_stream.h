@@ -45,6 +45,20 @@ struct TarMember {
   std::string fault;
 };
 
+// What the headers of one regular member say, extension headers included.
+struct MemberHeaders {
+  std::string name;           // resolved as TarStream resolves it
+  uint64_t size = 0;
+  uint64_t header_bytes = 0;  // from the first header block to the payload
+};
+
+// Parses the headers of the plain (not sparse) member that starts at `bytes`
+// and ends before `bytes + n`: how the indexed reader checks that the bytes
+// its index points at are the member it names. Throws kData naming `url`
+// and the offset (that of bytes[0] is `offset`) where they are not.
+MemberHeaders parse_member_headers(const uint8_t* bytes, size_t n, const std::string& url,
+                                   uint64_t offset);
+
 class TarStream {
  public:
   // With `in_place`, a source that can be mapped (a local file) is parsed

@@ -664,5 +664,53 @@ TEST(TarStream, PayloadInPlaceWithoutAMappingIsAUsageError) {
   EXPECT_EQ(e->kind(), ErrorKind::kUsage);
 }
 
+// The headers of one member, parsed where an index says they are.
+MemberHeaders headers_of(const std::string& tar, uint64_t at = 0) {
+  return parse_member_headers(reinterpret_cast<const uint8_t*>(tar.data()) + at, tar.size() - at,
+                              "s.tar", at);
+}
+
+TEST(MemberHeaders, NameSizeAndPayloadStartAsTheStreamResolvesThem) {
+  const std::string long_dir(120, 'd');
+  const std::string pax = extension('x', test::pax_record("path", long_dir + "/a.txt") +
+                                             test::pax_record("size", "5")) +
+                          file("ignored", "12345");
+  MemberHeaders h = headers_of(pax);
+  EXPECT_EQ(h.name, long_dir + "/a.txt");
+  EXPECT_EQ(h.size, 5u);
+  EXPECT_EQ(h.header_bytes, 3 * 512u);  // PAX header, its records, the member's header
+  h = headers_of(extension('L', long_dir + "/b.cls") + file("ignored", "7"));
+  EXPECT_EQ(h.name, long_dir + "/b.cls");
+  EXPECT_EQ(h.header_bytes, 3 * 512u);
+  Header prefixed = test::header("c.cls", 1);
+  prefixed.prefix = "dir";
+  h = headers_of(file("x.cls", "1") + test::member(prefixed, "2"), 1024);
+  EXPECT_EQ(h.name, "dir/c.cls");
+  EXPECT_EQ(h.header_bytes, 512u);
+}
+
+TEST(MemberHeaders, BytesThatAreNotAPlainMembersHeadersAreRefused) {
+  const std::string tar = file("a.cls", "1") + file("b.cls", "2");
+  const std::optional<Error> inside = error_from([&] { headers_of(tar, 1); });
+  ASSERT_TRUE(inside);
+  EXPECT_EQ(inside->kind(), ErrorKind::kData);
+  EXPECT_NE(inside->message().find("no valid tar header at offset 1"), std::string::npos)
+      << inside->message();
+  const std::optional<Error> directory =
+      error_from([&] { headers_of(test::member(test::header("d/", 0, '5'), "")); });
+  ASSERT_TRUE(directory);
+  EXPECT_NE(directory->message().find("is not a plain file's (type '5')"), std::string::npos);
+  const std::string pax = extension('x', test::pax_record("path", std::string(300, 'p') + ".txt"));
+  const std::optional<Error> cut = error_from([&] { headers_of(pax.substr(0, 700)); });
+  ASSERT_TRUE(cut);
+  EXPECT_NE(cut->message().find("runs past the 700 bytes read"), std::string::npos)
+      << cut->message();
+  const std::optional<Error> no_member = error_from([&] { headers_of(pax); });
+  ASSERT_TRUE(no_member);
+  EXPECT_NE(no_member->message().find("no member header in the 1024 bytes at offset 0"),
+            std::string::npos)
+      << no_member->message();
+}
+
 }  // namespace
 }  // namespace chute

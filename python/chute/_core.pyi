@@ -985,7 +985,7 @@ class TarIndexSource(IndexedSampleSource):
     """
     Tar shards read by sample id through their index; neighbouring samples share a read.
     """
-    def __init__(self, urls: collections.abc.Sequence[str], paths: collections.abc.Sequence[str], sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], mtimes_ns: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extensions: collections.abc.Sequence[str], shard_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], sample_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], key_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], keys: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], member_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_extensions: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], member_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], max_gap: typing.SupportsInt | typing.SupportsIndex = 32768, max_read: typing.SupportsInt | typing.SupportsIndex = 16777216, max_open: typing.SupportsInt | typing.SupportsIndex = 64, remote: FetchQueue | None = None) -> None:
+    def __init__(self, urls: collections.abc.Sequence[str], paths: collections.abc.Sequence[str], sizes: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], mtimes_ns: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], versions: collections.abc.Sequence[str], extensions: collections.abc.Sequence[str], shard_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], sample_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], key_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], keys: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], member_starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_extensions: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], member_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_sizes: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], member_header_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], max_gap: typing.SupportsInt | typing.SupportsIndex = 32768, max_read: typing.SupportsInt | typing.SupportsIndex = 16777216, max_open: typing.SupportsInt | typing.SupportsIndex = 64, remote: FetchQueue | None = None) -> None:
         ...
     @property
     def bytes_read(self) -> int:
@@ -1217,9 +1217,9 @@ def replay_shuffle(capacity: typing.SupportsInt | typing.SupportsIndex, initial:
     """
     Positions (into `bytes`, the encoded size of each sample a stream reads, in order) of the first `outputs` samples its shuffle buffer lets out, in the order they leave: the engine's own buffer (StreamPlan shuffle settings and seed), replayed.
     """
-def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64]]:
+def scan_tar_index(path: str) -> tuple[list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], list[str], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], numpy.typing.NDArray[numpy.int64], str]:
     """
-    The content of a tar shard's sidecar index, grouped by the engine's key rule: (keys, sample header offsets, members per sample, member extensions, payload offsets, payload sizes), the last three per member in archive order.
+    The content of a tar shard's sidecar index, grouped by the engine's key rule: (keys, sample header offsets, members per sample, member extensions, payload offsets, payload sizes, header offsets, header digest), the member columns in archive order; the digest (16 hex digits) covers the bytes of those members' headers.
     """
 def scan_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> dict[str, int | float]:
     """

@@ -495,8 +495,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             )
         _check_state_version(state)
         recorded = state.get("loader")
-        if recorded is not None:
-            _check_loader_fingerprint(recorded, self._fingerprint())
+        expected_fingerprint = self._fingerprint()
+        if recorded is not None or "dataset" in expected_fingerprint:
+            _check_loader_fingerprint(recorded, expected_fingerprint)
         native = self._native
         assert native is not None
         if native.index_driven:
@@ -619,12 +620,13 @@ def _warn_worker_init_fn(dataset: str) -> None:
 def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
     if not isinstance(recorded, dict):
         raise ValueError(f"loader state: 'loader' must be a dict, not {recorded!r}")
-    for key in ("rows", "fields", "dataset", "batch_size", "drop_last"):
+    if "dataset" in expected:
+        _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
+    for key in ("rows", "fields", "batch_size", "drop_last"):
         if key in recorded and key in expected and recorded[key] != expected[key]:
             what = {
                 "rows": "another dataset (its row count)",
                 "fields": "another dataset (its fields)",
-                "dataset": "another dataset (its files, arrays or sources)",
                 "batch_size": "another batch size",
                 "drop_last": "another drop_last",
             }[key]
@@ -654,6 +656,24 @@ def _check_batches_within(batches: int, epoch_batches: int | None) -> None:
             f"loader state is {batches} batches into its epoch, but this loader's epoch has "
             f"{epoch_batches} batches: the state was taken over another dataset or sampler"
         )
+
+
+def _check_dataset_identity(recorded: Any, expected: dict[str, Any]) -> None:
+    """A state's record of its dataset (the dataset's ``state_identity()``)
+    against this loader's dataset: ValueError naming what differs."""
+    if not isinstance(recorded, dict):
+        raise ValueError(
+            "loader state carries no identity of its dataset (its 'loader' has no 'dataset' "
+            f"entry with {', '.join(map(repr, expected))}): it cannot be checked against "
+            "this loader's dataset"
+        )
+    for key, value in expected.items():
+        if recorded.get(key) != value:
+            raise ValueError(
+                "loader state is from another dataset (its files, arrays or sources): "
+                f"the state was taken over {key} "
+                f"{recorded.get(key)!r} but this loader reads {value!r}"
+            )
 
 
 def _check_indexed_state(state: dict[str, Any], generator: torch.Generator | None) -> None:

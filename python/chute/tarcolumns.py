@@ -15,6 +15,8 @@ class IndexColumns:
 
     sizes: list[int]
     mtimes_ns: list[int]
+    versions: list[str]  # remote objects' ETags ("" where none is checked)
+    headers_digests: list[str]
     extension_table: list[str]
     extensions: list[str]  # in order of first appearance
     everywhere: frozenset[str]  # extensions every sample has
@@ -26,6 +28,7 @@ class IndexColumns:
     member_extensions: np.ndarray  # int32
     member_offsets: np.ndarray
     member_sizes: np.ndarray
+    member_header_offsets: np.ndarray
 
     @property
     def num_samples(self) -> int:
@@ -50,6 +53,8 @@ def concatenate_indexes(shards: list[ShardColumns]) -> IndexColumns:
     return IndexColumns(
         sizes=[s.size for s in shards],
         mtimes_ns=[s.mtime_ns for s in shards],
+        versions=[s.version for s in shards],
+        headers_digests=[s.headers_digest for s in shards],
         extension_table=list(table),
         extensions=list(table),
         everywhere=frozenset(e for e, i in table.items() if present[i] == total),
@@ -61,4 +66,7 @@ def concatenate_indexes(shards: list[ShardColumns]) -> IndexColumns:
         member_extensions=member_extensions,
         member_offsets=np.concatenate([s.member_offsets for s in shards]).astype(np.int64),
         member_sizes=np.concatenate([s.member_sizes for s in shards]).astype(np.int64),
+        member_header_offsets=np.concatenate([s.member_header_offsets for s in shards]).astype(
+            np.int64
+        ),
     )

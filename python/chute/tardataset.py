@@ -184,7 +184,7 @@ class TarDataset(IndexedDataset):
         columns = []
         for path in self._paths:
             if is_remote_url(path):
-                # Checked by size alone: a store keeps no modification time to compare.
+                # Checked by size and version: a store keeps no modification time to compare.
                 indexed = ShardColumns.from_document(documents[path])
                 columns.append(dataclasses.replace(indexed, mtime_ns=-1))
             else:
@@ -218,6 +218,15 @@ class TarDataset(IndexedDataset):
         self._report(native.skipped)
         return self._collated(native.batch)
 
+    def state_identity(self) -> dict[str, Any]:
+        """What a loader state of this dataset records of it, and must find
+        again when loaded: the shards as given and the digest of each one's
+        tar headers (from its index), which decide the samples and their order."""
+        return {
+            "shards": list(self.urls),
+            "headers_digests": list(self._columns.headers_digests),
+        }
+
     def set_epoch(self, epoch: int) -> None:
         """The epoch of the decoders' random draws (``chute.DataLoader.set_epoch``
         reaches it)."""
@@ -242,6 +251,7 @@ class TarDataset(IndexedDataset):
             self._paths,
             c.sizes,
             c.mtimes_ns,
+            c.versions,
             c.extension_table,
             c.shard_starts,
             c.sample_offsets,
@@ -251,6 +261,7 @@ class TarDataset(IndexedDataset):
             c.member_extensions,
             c.member_offsets,
             c.member_sizes,
+            c.member_header_offsets,
             remote=(
                 get_session(self._remote).queue
                 if any(is_remote_url(p) for p in self._paths)

@@ -1,46 +1,63 @@
 """Sidecar indexes for tar shards (``chute index``, ``chute.TarDataset``).
 
-A shard ``data/shard-000000.tar`` gets ``data/shard-000000.tar.idx.json``
-(or ``DIR/shard-000000.tar.idx.json`` when the indexes live in a directory
-of their own)::
+A shard ``data/shard-000000.tar`` gets ``data/shard-000000.tar.idx.json``,
+or, when the indexes live in a directory of their own,
+``DIR/shard-000000.tar.<16 hex digits>.idx.json``: the digits are a hash
+of the shard's absolute path (or url), so ``train/shard-000000.tar`` and
+``val/shard-000000.tar`` never share an index::
 
     {
       "format": "chute-tar-index",
-      "version": 1,
-      "shard": "shard-000000.tar",       # basename, so shard and index move together
+      "version": 2,
+      "shard": "/data/shard-000000.tar",  # absolute path, or url, when indexed
       "shard_size": 1290240,             # bytes; a shard of another size is stale
       "shard_mtime_ns": 1764108000000000000,
+      "shard_version": "",               # a remote object's ETag when it was indexed
+      "headers_digest": "9f86d081884c7d65",
       "samples": [
         {"key": "img000000", "offset": 0,
-         "members": [["cls", 512, 1], ["jpg", 1536, 20931]]},
+         "members": [["cls", 512, 1, 0], ["jpg", 1536, 20931, 1024]]},
         ...
       ]
     }
 
 Per sample: its key, the byte offset of its first member's header, and per
-member ``[extension, payload offset, payload size]``, in archive order. The
-payload offset points at the first byte of the member's data (after any PAX
-or GNU long-name headers), so one ``pread(size, offset)`` reads it. Samples are
-grouped by the engine's own reader (``_core.scan_tar_index``, the key rule of
-``csrc/tar/sample_key.h``): the key is the member path up to the first dot of
-its basename, the extension the rest, lowercased; consecutive members with
-the same key form one sample; metadata members (``__*__``) and names without
-an extension are left out. A shard with a GNU sparse member cannot be
-indexed: its payload is not one range of the shard.
+member ``[extension, payload offset, payload size, header offset]``, in
+archive order. The payload offset points at the first byte of the member's
+data (after any PAX or GNU long-name headers), so one ``pread(size,
+offset)`` reads it; the header offset is where the member's first header
+block (extension headers included) starts. Samples are grouped by the
+engine's own reader (``_core.scan_tar_index``, the key rule of
+``csrc/tar/sample_key.h``): the key is the member path up to the first dot
+of its basename, the extension the rest, lowercased; consecutive members
+with the same key form one sample; metadata members (``__*__``) and names
+without an extension are left out. A shard with a GNU sparse member cannot
+be indexed: its payload is not one range of the shard. ``headers_digest``
+is a 64-bit FNV-1a hash of those members' header bytes: what tells a
+rewrite of the shard that kept its size apart from the shard indexed, and
+what a loader state records of each shard.
 
-An index is used only when it still describes its shard: the shard's size and
-modification time must equal the recorded ones, and the document must be
-whole (every sample with members, offsets increasing, every payload inside
-the shard). Anything else is stale or corrupt; ``load_indexes`` then rebuilds
+An index is used only when it still describes its shard: it must be this
+version, name the shard (its base name beside the shard, so a directory of
+shards and their indexes can move; its full path in an index directory),
+the shard's size and modification time must equal the recorded ones, and
+the document must be whole (every sample with members, offsets increasing,
+every member's headers before its payload, every payload inside the
+shard). Anything else is stale or corrupt; ``load_indexes`` then rebuilds
 it where it can write, and otherwise refuses it (`TarIndexError`), so wrong
-offsets are never used to read.
+offsets are never used to read. Since a shard can be rewritten with its
+size and modification time put back, every read also checks each member
+against the tar headers in front of its payload (name, size, where the
+payload starts; natively, in the same read), and a member that does not
+match fails with an error naming the shard, the member and its offsets.
 
 JSON rather than a binary table: an index is read once per shard at open, its
-size is about 60 bytes per member, and it stays readable with any tool.
+size is about 70 bytes per member, and it stays readable with any tool.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -59,7 +76,7 @@ from chute import _core
 
 INDEX_SUFFIX = ".idx.json"
 FORMAT = "chute-tar-index"
-VERSION = 1
+VERSION = 2
 
 
 class TarIndexError(ValueError):
@@ -71,17 +88,32 @@ class ChuteIndexWarning(UserWarning):
     """Indexes were built but could not be saved: the next open builds them again."""
 
 
+def shard_identity(shard: str | os.PathLike[str]) -> str:
+    """What an index records of the shard it describes: a url as it is, a
+    local path made absolute."""
+    name = os.fspath(shard)
+    return name if "://" in name else os.path.abspath(name)
+
+
 def index_path(
     shard: str | os.PathLike[str], index_dir: str | os.PathLike[str] | None = None
 ) -> Path:
-    """Where the index of `shard` lives: beside it, or in `index_dir`."""
+    """Where the index of `shard` lives: beside it, or in `index_dir` under
+    its base name and a hash of its full path (or url)."""
     if index_dir is None:
         return Path(os.fspath(shard) + INDEX_SUFFIX)
-    return Path(index_dir) / (os.path.basename(os.fspath(shard)) + INDEX_SUFFIX)
+    identity = shard_identity(shard)
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    base = identity.rstrip("/").rsplit("/", 1)[-1]
+    return Path(index_dir) / f"{base}.{digest}{INDEX_SUFFIX}"
 
 
-def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
-    """Scans a shard once (headers only) and returns its index document.
+def build_index(
+    shard: str | os.PathLike[str], identity: str | None = None, version: str = ""
+) -> dict[str, Any]:
+    """Scans a shard once (headers only) and returns its index document,
+    naming the shard `identity` (default: its absolute path) of `version`
+    (a remote object's ETag; local files have none).
 
     Raises ``chute.DataError`` for a corrupt or truncated shard, a sample
     that repeats an extension (readers leave the repeat out; an index would
@@ -97,12 +129,26 @@ def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
                 f"{path} is gzip-compressed: an index needs a plain tar for random access "
                 "(gunzip it; streaming it as a WebDataset shard reads it as it is)"
             )
-    keys, offsets, counts, extensions, member_offsets, member_sizes = _core.scan_tar_index(path)
+    (
+        keys,
+        offsets,
+        counts,
+        extensions,
+        member_offsets,
+        member_sizes,
+        header_offsets,
+        digest,
+    ) = _core.scan_tar_index(path)
     samples: list[dict[str, Any]] = []
     j = 0
     for key, offset, count in zip(keys, offsets.tolist(), counts.tolist(), strict=True):
         members = [
-            [extensions[j + k], int(member_offsets[j + k]), int(member_sizes[j + k])]
+            [
+                extensions[j + k],
+                int(member_offsets[j + k]),
+                int(member_sizes[j + k]),
+                int(header_offsets[j + k]),
+            ]
             for k in range(count)
         ]
         j += count
@@ -110,9 +156,11 @@ def build_index(shard: str | os.PathLike[str]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,
-        "shard": os.path.basename(path),
+        "shard": identity if identity is not None else shard_identity(path),
         "shard_size": int(st.st_size),
         "shard_mtime_ns": int(st.st_mtime_ns),
+        "shard_version": version,
+        "headers_digest": digest,
         "samples": samples,
     }
 
@@ -150,35 +198,56 @@ def read_index(
     index_dir: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Loads the index of `shard`; with `check`, refuses (`TarIndexError`) one
-    that is stale (its shard has changed size or modification time since it
-    was written) or corrupt."""
+    that is stale (of another version of chute's format, or its shard has
+    changed size or modification time since it was written), of another
+    shard, or corrupt."""
     path = index_path(shard, index_dir)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TarIndexError(f"{path}: corrupt index of {os.fspath(shard)}: {exc}") from None
-    problem = _problem(document, shard, os.stat(shard) if check else None)
+    problem = _problem(
+        document, shard, os.stat(shard) if check else None, exact=index_dir is not None
+    )
     if problem is not None:
         raise TarIndexError(f"{path}: {problem}")
     return document  # type: ignore[no-any-return]
 
 
-def _problem(document: Any, shard: str | os.PathLike[str], st: os.stat_result | None) -> str | None:
+def _problem(
+    document: Any, shard: str | os.PathLike[str], st: os.stat_result | None, *, exact: bool
+) -> str | None:
     """Why `document` cannot be used as the index of `shard` (stat `st`;
-    None: the shard is not checked), or None when it can."""
+    None: the shard is not checked), or None when it can. With `exact`, the
+    index must name the shard's full path (or url), else its base name (an
+    index beside its shard moves with it)."""
     name = os.fspath(shard)
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         return f"not a {FORMAT} file (index of {name})"
     if document.get("version") != VERSION:
-        return f"{FORMAT} version {document.get('version')!r} is not {VERSION} (index of {name})"
-    if document.get("shard") != os.path.basename(name):
-        return f"is the index of {document.get('shard')!r}, not of {name}"
+        return (
+            f"is stale: {FORMAT} version {document.get('version')!r}, this chute reads and "
+            f"writes version {VERSION} (index of {name})"
+        )
+    recorded = document.get("shard")
+    identity = shard_identity(name)
+    if not isinstance(recorded, str) or (
+        recorded != identity
+        if exact
+        else recorded.rstrip("/").rsplit("/", 1)[-1] != identity.rstrip("/").rsplit("/", 1)[-1]
+    ):
+        return f"is the index of {recorded!r}, not of {identity}"
     size = document.get("shard_size")
     if st is not None and (size != st.st_size or document.get("shard_mtime_ns") != st.st_mtime_ns):
         return f"is stale: {name} changed after it was indexed (size or modification time)"
     samples = document.get("samples")
-    if not isinstance(size, int) or not isinstance(samples, list):
-        return f"corrupt index of {name}: no shard size or sample list"
+    if (
+        not isinstance(size, int)
+        or not isinstance(samples, list)
+        or not isinstance(document.get("shard_version"), str)
+        or not isinstance(document.get("headers_digest"), str)
+    ):
+        return f"corrupt index of {name}: no shard size, version, headers digest or sample list"
     previous = -1
     for i, s in enumerate(samples):
         ok = (
@@ -193,11 +262,10 @@ def _problem(document: Any, shard: str | os.PathLike[str], st: os.stat_result | 
             for m in s["members"]:
                 ok = ok and (
                     isinstance(m, list)
-                    and len(m) == 3
+                    and len(m) == 4
                     and isinstance(m[0], str)
-                    and isinstance(m[1], int)
-                    and isinstance(m[2], int)
-                    and s["offset"] < m[1]
+                    and all(isinstance(v, int) for v in m[1:])
+                    and s["offset"] <= m[3] <= m[1] - 512
                     and m[2] >= 0
                     and m[1] + m[2] <= size
                 )
@@ -217,8 +285,11 @@ class ShardColumns:
     extensions: list[str]  # per member
     member_offsets: np.ndarray  # int64, per member: payload
     member_sizes: np.ndarray  # int64, per member
+    member_header_offsets: np.ndarray  # int64, per member: first header block
     size: int  # the shard's, as indexed
     mtime_ns: int
+    version: str  # a remote object's ETag; "" for a local file
+    headers_digest: str
 
     @property
     def num_samples(self) -> int:
@@ -235,8 +306,11 @@ class ShardColumns:
             extensions=[m[0] for m in members],
             member_offsets=np.array([m[1] for m in members], dtype=np.int64),
             member_sizes=np.array([m[2] for m in members], dtype=np.int64),
+            member_header_offsets=np.array([m[3] for m in members], dtype=np.int64),
             size=int(document["shard_size"]),
             mtime_ns=int(document["shard_mtime_ns"]),
+            version=str(document["shard_version"]),
+            headers_digest=str(document["headers_digest"]),
         )
 
 

@@ -57,19 +57,24 @@ def _index_remote(url: str, force: bool) -> str:
     from chute import _core
     from chute.remote import get_session
     from chute.remote.datasets import build_remote_index
-    from chute.tarindex import INDEX_SUFFIX
+    from chute.tarindex import INDEX_SUFFIX, _problem
 
     target = url + INDEX_SUFFIX
     session = get_session(remote.options())
-    size = int(session.ranges(url).size)
+    ranges = session.ranges(url)
+    size, version = int(ranges.size), str(ranges.version)
     if not force:
         try:
             current = json.loads(session.read_bytes(target))
-            if current.get("shard_size") == size:
+            if (
+                _problem(current, url, None, exact=True) is None
+                and current["shard_size"] == size
+                and current["shard_version"] == version
+            ):
                 return f"{target}: up to date"
         except (_core.ReadError, ValueError):
             pass  # none yet, or not one of ours: write it
-    document = build_remote_index(url, session)
+    document = build_remote_index(url, session, version)
     session.put(target, json.dumps(document, separators=(",", ":")).encode())
     return f"{target}: {len(document['samples'])} samples"
 

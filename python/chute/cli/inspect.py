@@ -107,9 +107,7 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
         else:
             report.index = str(index_file)
             for s in document["samples"]:
-                for n, (ext, offset, size) in enumerate(s["members"]):
-                    # The index keeps payload offsets only; a sample's first header is known.
-                    header = s["offset"] if n == 0 else offset
+                for ext, offset, size, header in s["members"]:
                     members.append((f"{s['key']}.{ext}", s["key"], ext, header, offset, size))
     if report.index is None:
         try:

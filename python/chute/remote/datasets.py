@@ -13,7 +13,6 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from chute import _core
@@ -87,11 +86,11 @@ def native_source(urls: Iterable[str], options: RemoteOptions) -> _core.SourceOp
     return get_session(options).native_source()
 
 
-def build_remote_index(url: str, session: RemoteSession) -> dict[str, Any]:
+def build_remote_index(url: str, session: RemoteSession, version: str) -> dict[str, Any]:
     """The sidecar index document of a remote tar shard (chute.tarindex's
-    format), made by reading the shard once: into the session's cache when
-    it has a ``cache_dir`` (where the epoch then finds it), else into a
-    temporary file that is removed."""
+    format) of `version` (its ETag, as a HEAD gave it), made by reading the
+    shard once: into the session's cache when it has a ``cache_dir`` (where
+    the epoch then finds it), else into a temporary file that is removed."""
     from chute.tarindex import build_index
 
     cache_dir = session.options.cache_dir
@@ -107,10 +106,10 @@ def build_remote_index(url: str, session: RemoteSession) -> dict[str, Any]:
                         out.write(chunk)
         if not os.path.exists(copy):
             raise ValueError(f"cannot index {url!r}: it does not fit in the cache {cache_dir!r}")
-        document = build_index(copy)
+        document = build_index(copy, identity=url, version=version)
     # A remote object has no modification time a reader could compare: its
-    # size stands for its version.
-    document.update(shard=url.rsplit("/", 1)[-1], shard_mtime_ns=0)
+    # size and version (ETag) stand for it.
+    document.update(shard_mtime_ns=0)
     return document
 
 
@@ -119,14 +118,18 @@ def remote_tar_index(
 ) -> dict[str, Any]:
     """The index of a remote tar shard: from `index_dir` (a local directory)
     when given, else from ``<url>.idx.json`` beside the shard, when there is
-    one for the shard's current size; else built by reading the shard once
-    (and saved in `index_dir` when given)."""
-    from chute.tarindex import INDEX_SUFFIX, _problem
+    one for the shard as it is now (its url, size, and ETag where the index
+    recorded one: one uploaded beside the object after a local ``chute
+    index`` records none); else built by reading the shard once (and saved
+    in `index_dir` when given). The document returned holds the version the
+    shard has now, which its reads then require."""
+    from chute.tarindex import INDEX_SUFFIX, _problem, index_path
 
     session = get_session(options)
-    size = int(session.ranges(url).size)
-    name = url.rsplit("/", 1)[-1]
-    local = Path(index_dir) / (name + INDEX_SUFFIX) if index_dir is not None else None
+    ranges = session.ranges(url)
+    size = int(ranges.size)
+    version = str(ranges.version)
+    local = index_path(url, index_dir) if index_dir is not None else None
     document: Any = None
     try:
         if local is not None:
@@ -135,10 +138,15 @@ def remote_tar_index(
             document = json.loads(session.read_bytes(url + INDEX_SUFFIX))
     except (OSError, ValueError):
         document = None  # none there (a ReadError is an OSError), or not JSON
-    if document is None or _problem(document, url, None) or document["shard_size"] != size:
-        document = build_remote_index(url, session)
+    if (
+        document is None
+        or _problem(document, url, None, exact=local is not None)
+        or document["shard_size"] != size
+        or document["shard_version"] not in ("", version)
+    ):
+        document = build_remote_index(url, session, version)
         if local is not None:
             local.parent.mkdir(parents=True, exist_ok=True)
             local.write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
-    result: dict[str, Any] = document
+    result: dict[str, Any] = dict(document, shard_version=version)
     return result
