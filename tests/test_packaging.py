@@ -63,7 +63,7 @@ def test_suite_runs_against_the_installed_package():
     assert compiled.parent == PACKAGE and not compiled.is_symlink()
 
 
-@pytest.mark.skipif(not INSTALLED, reason="CI mode only: the repaired wheel (scripts/build_wheel.sh)")
+@pytest.mark.skipif(not INSTALLED, reason="CI mode only: the repaired wheel")
 def test_installed_wheel_loads_the_codecs_it_carries():
     # The process's own map of loaded libraries: libjpeg and libpng come from
     # chute.libs/ beside the package, never from the system.

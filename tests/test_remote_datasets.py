@@ -525,7 +525,6 @@ def test_select_files_reads_remote_shards_in_python(store: Store, image_shards: 
     assert same(got, expected)
 
 
-
 # How long close() from another thread may take to end a next() waiting on a
 # stalled server (docs/remote.md states about a second; generous here for a
 # busy machine).
