@@ -63,7 +63,7 @@ import bench_transforms  # noqa: E402
 import bench_wds  # noqa: E402
 from common import RESULTS, run_config, save, table  # noqa: E402
 
-PARTS = ("pinned", "scaling")
+PARTS = ("pinned", "scaling", "stages")
 SCALING_JOBS = ("jpeg", "train", "eval", "map")
 HERE = str(Path(__file__).resolve())
 WDS_SCRIPT = str(Path(bench_wds.__file__).resolve())
@@ -481,7 +481,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: pinned, scaling")
+    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: pinned, scaling, stages")
     parser.add_argument("--jobs", default=",".join(SCALING_JOBS), help="scaling: jpeg, train, map")
     parser.add_argument("--counts", default="1,2,4,8,16", help="threads/workers (capped at cores)")
     parser.add_argument("--images", type=int, default=1500, help="500x375 JPEGs (train job)")
@@ -543,6 +543,19 @@ def main() -> None:
         }
         results["pinned"] = pinned(config, args.config_timeout)
         print_pinned(results["pinned"])
+        checkpoint()
+    if "stages" in parts:
+        # Per-image stage costs on one thread, the resize at each SIMD level
+        # this CPU runs: what the eval resize costs here, and why.
+        from chute import _core
+
+        payloads = bench_transforms.jpeg_payloads(urls["train"])[: bench_transforms.LIMIT_IMAGES]
+        results["simd_level"] = str(_core._simd_level())
+        results["stage_costs_us"] = bench_transforms.stage_costs(payloads)
+        full = results["stage_costs_us"]["full-size decode"]
+        print(f"\nper image on one thread (resampler SIMD level: {results['simd_level']}):")
+        for name, us in results["stage_costs_us"].items():
+            print(f"  {name:48s} {us:6.0f} us  {us / full:5.2f}x a full-size decode")
         checkpoint()
     if "scaling" in parts:
         scaling(args, urls, results, out_of_time, checkpoint)

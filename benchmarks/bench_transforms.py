@@ -519,7 +519,10 @@ def main() -> None:
     if "stage_costs_us" in results:
         costs = results["stage_costs_us"]
         full = costs["full-size decode"]
-        print("\nper image on one thread (the least of three passes):")
+        print(
+            "\nper image on one thread (the least of three passes; the resampler's SIMD level"
+            f" here: {results.get('simd_level')}):"
+        )
         for name, us in costs.items():
             print(f"  {name:42s} {us:6.0f} us  {us / full:5.2f}x a full-size decode")
     for key, s in results.get("map_summary", {}).items():
@@ -600,7 +603,27 @@ def stage_costs(payloads: list[bytes], rounds: int = 3) -> dict[str, float]:
             lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=whole, box=box, **norm)
         ),
     }
+    # The resize stages again at each SIMD level this CPU runs (the level the
+    # resampler picks itself is _core._simd_level()): a CPU that resizes slowly
+    # shows here whether its level or its speed at a level is the cause.
+    for level in ("scalar", "sse4.1", "avx2"):
+        try:
+            _core._decode_resampled(payloads[0], CROP, CROP, crop=crops[0], simd=level)
+        except Exception:  # this CPU lacks the level
+            continue
+        stages[f"train: + resize, simd={level}"] = lambda level=level: per_image(
+            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=crops[i], simd=level)
+        )
+        stages[f"eval: + resize, centre crop, simd={level}"] = lambda level=level: per_image(
+            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=whole, box=box, simd=level)
+        )
     return {name: min(measure() for _ in range(rounds)) for name, measure in stages.items()}
+
+
+def _core_simd_level() -> str:
+    from chute import _core
+
+    return str(_core._simd_level())
 
 
 def image_jobs_run(
@@ -680,6 +703,7 @@ def image_jobs_run(
         }
     results.update(
         stage_costs_us=stage_costs(payloads),
+        simd_level=_core_simd_level(),
         image_size=[HEIGHT, WIDTH],
         mean_jpeg_bytes=float(np.mean([len(p) for p in every_payload])),
         summary=summary,
