@@ -664,6 +664,20 @@ def test_an_exception_in_a_worker_reaches_the_loader_as_itself(images: list[str]
     assert loader._pool is None  # the workers were ended
 
 
+def failing_init(worker: int) -> None:
+    raise ValueError(f"no device for worker {worker}")
+
+
+def test_a_worker_init_fn_error_reaches_the_loader_as_itself(images: list[str]) -> None:
+    ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls").map(str)
+    loader = chute.DataLoader(ds, batch_size=None, num_workers=2, worker_init_fn=failing_init)
+    with pytest.raises(ValueError, match=r"no device for worker \d") as info:
+        next(iter(loader))
+    assert re.search(
+        r"chute DataLoader worker \d \(pid \d+\) while starting", "\n".join(info.value.__notes__)
+    )
+
+
 def lock_at_key(key: str, sample: tuple[str, int]) -> Any:
     import threading
 
