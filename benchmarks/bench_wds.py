@@ -335,7 +335,13 @@ def main() -> None:
     )
     print()
     for job, s in summary.items():
-        line = f"{job}: chute {s['chute_samples_per_s']:,.0f}/s = {s['speedup']:.1f}x"
+        runs = s["chute_runs_samples_per_s"]
+        spread = (
+            f" (median of {len(runs)} runs, {min(runs):,.0f}-{max(runs):,.0f})"
+            if len(runs) > 1
+            else ""
+        )
+        line = f"{job}: chute {s['chute_samples_per_s']:,.0f}/s{spread} = {s['speedup']:.1f}x"
         line += " the best pure-Python"
         line += (
             f" ({s['best_python_samples_per_s']:,.0f}/s, num_workers={s['best_python_workers']})"

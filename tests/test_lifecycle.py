@@ -344,6 +344,54 @@ def test_interpreter_exit_with_live_iterator(tiny_shards, h5_file, kind: str) ->
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+DAEMON_EXIT_SCRIPT = """
+import sys, threading, time
+sys.path.insert(0, {python!r})
+import chute.wds as wds
+first = threading.Event()
+def consume():
+    if {kind!r} == "jpeg":
+        ds = wds.WebDataset({urls!r}, shardshuffle=False, repeat=True).decode("rgb")
+        ds = ds.to_tuple("jpg", "cls")
+    else:
+        ds = wds.WebDataset(["pipe:sleep 100"], shardshuffle=False).to_tuple("__key__")
+        first.set()  # it never yields: the thread waits in next() from now on
+    for _ in ds:
+        first.set()
+threading.Thread(target=consume, daemon=True).start()
+first.wait()
+time.sleep(0.5)  # the thread is inside chute's next() when the interpreter exits
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "stalled_pipe"])
+def test_interpreter_exit_while_a_daemon_thread_waits_in_next(tmp_path, kind: str) -> None:
+    # Python ends a daemon thread that takes the GIL back after finalizing
+    # with pthread_exit: unwinding the native wait's frames aborted the
+    # process ("terminate called without an active exception").
+    from conftest import image_samples, write_shards
+
+    urls = write_shards(tmp_path, image_samples(64, size=(96, 96)), per_shard=64)
+    python_dir = str(Path(chute.__file__).parent.parent)
+    script = textwrap.dedent(DAEMON_EXIT_SCRIPT.format(python=python_dir, kind=kind, urls=urls))
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    for proc in runs:
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 0, err
+        assert out.strip() == "exiting"
+        assert "terminate called" not in err
+        assert "Traceback" not in err, err
+
+
 # ---------------------------------------------------------------- stress
 
 

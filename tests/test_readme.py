@@ -3,13 +3,14 @@ where they look for it."""
 
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path
 
 import h5py
-import numpy as np
 import pytest
-from conftest import jpeg_bytes, npy_bytes, write_shards
+import webdataset as wds
+from chute.cli import main
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -25,31 +26,33 @@ def python_blocks() -> list[tuple[int, str]]:
 
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """shards/train-000000..000127.tar (jpg + cls + nsdgeneral.npy +
-    trial.npy), sessions/*.h5 (betas, coco_ids), questions.npy and
-    cluster_ids.npy."""
+    """What the README says to run before its examples: `chute sample-data`."""
     root = tmp_path_factory.mktemp("readme")
-    rng = np.random.default_rng(0)
-    images = [jpeg_bytes(rng, 24, 24) for _ in range(16)]
-    samples: list[dict[str, object]] = [
-        {
-            "__key__": f"trial{i:05d}",
-            "jpg": images[i % 16],
-            "cls": i % 10,
-            "nsdgeneral.npy": npy_bytes(rng.standard_normal(50).astype(np.float32)),
-            "trial.npy": npy_bytes(np.array([i], dtype=np.int64)),
-        }
-        for i in range(128 * 12)
-    ]
-    write_shards(root / "shards", samples, per_shard=12, prefix="train")
-    (root / "sessions").mkdir()
-    for s in range(2):
-        with h5py.File(root / "sessions" / f"s{s}.h5", "w") as f:
-            f["betas"] = rng.standard_normal((600, 16)).astype(np.float32)
-            f["coco_ids"] = np.arange(600, dtype=np.int64) + 600 * s
-    np.save(root / "questions.npy", rng.standard_normal((300, 8)).astype(np.float32))
-    np.save(root / "cluster_ids.npy", np.arange(300) % 7)
+    assert main(["sample-data", str(root)]) == 0
     return root
+
+
+def test_sample_data_is_what_the_readme_reads(layout: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "chute sample-data" in text.split("## Use")[1].split("```python")[0]
+    assert len(list((layout / "shards").glob("train-*.tar"))) == 128
+    first = list(wds.WebDataset(str(layout / "shards/train-000000.tar"), shardshuffle=False))
+    assert [s["__key__"] for s in first] == [f"trial{i:05d}" for i in range(12)]
+    assert set(first[0]) >= {"jpg", "cls", "nsdgeneral.npy", "trial.npy"}
+    with h5py.File(layout / "sessions/s1.h5") as f:
+        assert f["betas"].shape == (600, 16)
+        assert list(f["coco_ids"][:2]) == [600, 601]
+    assert (layout / "data.h5").exists() and (layout / "questions.npy").exists()
+
+
+def test_the_readme_command_lines_run_on_it(
+    layout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(layout)
+    text = README.read_text(encoding="utf-8")
+    assert "chute inspect shards/*.tar data.h5" in text
+    assert main(["inspect", *sorted(glob.glob("shards/*.tar"))[:2], "data.h5"]) == 0
+    assert "data.h5" in capsys.readouterr().out
 
 
 def test_the_readme_has_the_snippets_this_test_runs() -> None:

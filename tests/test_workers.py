@@ -483,6 +483,42 @@ def test_workers_fork_unless_an_engine_runs_in_this_process(
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
+_REMOTE_THEN_WORKERS = """
+import sys
+import chute
+
+def main():
+    ds = chute.WebDataset([{remote!r}], shardshuffle=False).to_tuple("__key__", "cls")
+    assert len(list(ds)) == 40
+    mapped = ds.map(normalise_key)
+    got = [tuple(r) for r in chute.DataLoader(mapped, batch_size=None, num_workers=2)]
+    assert got == list(mapped)
+    print("ok")
+
+def normalise_key(s):
+    return s[0].upper(), s[1]
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_workers_start_by_themselves_after_a_remote_read(
+    images: list[str], tmp_path: Path, object_server: Any
+) -> None:
+    # The remote client's runtime cannot run in a child forked after it
+    # ran: the workers used to fork, and fail with RemoteForkError when
+    # they read a remote shard.
+    object_server.objects["/data/shard.tar"] = Path(images[0]).read_bytes()
+    script = tmp_path / "remote_then_workers.py"
+    script.write_text(_REMOTE_THEN_WORKERS.format(remote=f"{object_server.url}/data/shard.tar"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=180
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_stats_add_up_over_the_workers(images: list[str]) -> None:
     ds = _tuple(images).map(normalise)
     expected = epoch(chute.DataLoader(ds, batch_size=16))
@@ -624,7 +660,44 @@ def test_an_exception_in_a_worker_reaches_the_loader_as_itself(images: list[str]
     notes = "\n".join(info.value.__notes__)
     assert "chute DataLoader worker 1 (pid " in notes  # engine batch 1 (rows 64..127)
     assert "in fail_at_key" in notes and 'raise KeyError(f"no rule for {key}")' in notes
+    assert f"at shard {images[1]}, sample key 'img000070'" in notes
     assert loader._pool is None  # the workers were ended
+
+
+def failing_init(worker: int) -> None:
+    raise ValueError(f"no device for worker {worker}")
+
+
+def test_a_worker_init_fn_error_reaches_the_loader_as_itself(images: list[str]) -> None:
+    ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls").map(str)
+    loader = chute.DataLoader(ds, batch_size=None, num_workers=2, worker_init_fn=failing_init)
+    with pytest.raises(ValueError, match=r"no device for worker \d") as info:
+        next(iter(loader))
+    assert re.search(
+        r"chute DataLoader worker \d \(pid \d+\) while starting", "\n".join(info.value.__notes__)
+    )
+
+
+def lock_at_key(key: str, sample: tuple[str, int]) -> Any:
+    import threading
+
+    return threading.Lock() if sample[0] == key else sample
+
+
+def test_a_result_that_does_not_pickle_raises_its_error_in_the_loader(images: list[str]) -> None:
+    # It used to end the worker ("exited unexpectedly with code 1"), its
+    # TypeError only on the worker's stderr.
+    ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls")
+    loader = chute.DataLoader(
+        ds.map(functools.partial(lock_at_key, "img000045")), batch_size=None, num_workers=2
+    )
+    with pytest.raises(TypeError, match="cannot pickle '_thread.lock' object") as info:
+        for _ in loader:
+            pass
+    notes = "\n".join(info.value.__notes__)
+    assert re.search(r"chute DataLoader worker 0 \(pid \d+\) sending its result", notes)
+    assert f"(the item of shard {images[1]}, sample key 'img000045')" in notes
+    assert loader._pool is None
 
 
 def test_a_data_error_in_a_worker_keeps_its_class_and_message(broken: list[str]) -> None:

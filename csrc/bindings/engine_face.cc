@@ -1,9 +1,17 @@
 #include "bindings/engine_face.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
+#include <utility>
 
 namespace py = pybind11;
 
@@ -13,7 +21,91 @@ namespace {
 // How long one native wait lasts before Python's signal handlers get a turn.
 constexpr double kWaitSliceS = 0.1;
 
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+struct LiveEngines {
+  std::mutex mutex;
+  std::unordered_map<const void*, std::function<void()>> closers;
+};
+
+// Never destroyed: engines may outlive static destruction. A forked child
+// starts an empty list of its own (its engines are the parent's, which it
+// must not close), and a fresh mutex, since another thread of the parent
+// may have held the old one at the fork.
+LiveEngines* live_engines = nullptr;
+
+LiveEngines& live() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    live_engines = new LiveEngines;
+    pthread_atfork(nullptr, nullptr, [] { live_engines = new LiveEngines; });
+  });
+  return *live_engines;
+}
+
+// Set once close_live_engines has run: the interpreter is exiting.
+std::atomic<bool> exiting{false};
+unsigned long main_thread_ident = 0;
+
+bool on_main_thread() { return PyThread_get_thread_ident() == main_thread_ident; }
+
+// Whether this thread is one that Python leaves running at exit (a daemon
+// thread: by the time atexit runs, the others have been joined).
+bool left_running_at_exit() { return exiting.load() && !on_main_thread(); }
+
+[[noreturn]] void park_forever() {
+  for (;;) pause();
+}
+
 }  // namespace
+
+ReleasedGil::ReleasedGil() : state_(PyEval_SaveThread()) {}
+
+ReleasedGil::~ReleasedGil() noexcept(false) {
+  // The main thread is the one finalizing: it keeps the GIL's use.
+  if (interpreter_finalizing() && !on_main_thread()) park_forever();
+  PyEval_RestoreThread(state_);
+}
+
+void track_engine(const void* key, std::function<void()> close) {
+  LiveEngines& engines = live();
+  std::lock_guard<std::mutex> lock(engines.mutex);
+  if (left_running_at_exit()) {
+    close();
+    return;
+  }
+  engines.closers.emplace(key, std::move(close));
+}
+
+void untrack_engine(const void* key) {
+  LiveEngines& engines = live();
+  std::lock_guard<std::mutex> lock(engines.mutex);
+  engines.closers.erase(key);
+}
+
+void close_live_engines() {
+  LiveEngines& engines = live();
+  // Held throughout: an engine being destroyed meanwhile waits in
+  // untrack_engine rather than vanish under its closer.
+  std::lock_guard<std::mutex> lock(engines.mutex);
+  exiting.store(true);
+  for (auto& [key, close] : engines.closers) close();
+  engines.closers.clear();
+}
+
+void register_exit(py::module_& m) {
+  main_thread_ident =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  m.def("_close_live_engines", &close_live_engines, py::call_guard<py::gil_scoped_release>(),
+        "Closes every engine of this process and joins its threads (run at exit).");
+  py::module_::import("atexit").attr("register")(m.attr("_close_live_engines"));
+}
 
 py::object wait_for_batch(const std::function<OrderedResults::Status(Batch*, double)>& next,
                           double timeout_s) {
@@ -33,10 +125,19 @@ py::object wait_for_batch(const std::function<OrderedResults::Status(Batch*, dou
       }
       slice = std::min(slice, left);
     }
+    std::exception_ptr failure;
     {
-      py::gil_scoped_release release;
-      status = next(batch.get(), slice);
+      ReleasedGil released;
+      try {
+        status = next(batch.get(), slice);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      // Its engine was closed for exit: what Python does to a daemon
+      // thread, stop it, rather than hand it a short epoch to act on.
+      if (left_running_at_exit()) park_forever();
     }
+    if (failure) std::rethrow_exception(failure);
     if (status != OrderedResults::Status::kTimeout) break;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }

@@ -6,6 +6,12 @@
 //     raises its error at its position.
 //   stats(): one dict, the same keys from either engine
 //     (pipeline/engine_stats.h documents them).
+// And what interpreter exit needs of them: every engine of the process is
+// tracked (process_owned.h), and at exit, while the interpreter is still
+// whole, close_live_engines stops all their threads. A daemon thread
+// waiting on an engine then, or reaching one later, stops for good in the
+// wait, as Python stops daemon threads; an engine that one makes after
+// that is closed at once.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -17,6 +23,39 @@
 #include "pipeline/ordered_results.h"
 
 namespace chute::bindings {
+
+// Releases the GIL for its scope, as py::gil_scoped_release, for waits that
+// a daemon thread may be in when the interpreter exits. Once Python
+// finalizes, a thread that takes the GIL back is ended by pthread_exit,
+// whose unwinding through a destructor (noexcept, as destructors are by
+// default) is std::terminate: the process aborts. A thread other than the
+// main one (which finalizes) that comes back once finalization has begun
+// parks here instead, never to run again (the
+// process is exiting; Python 3.14 parks such threads itself); one that
+// finalization overtakes between that check and the GIL unwinds normally,
+// which this destructor allows (noexcept(false)). Never let it end a scope
+// that an exception is leaving: catch inside the scope, rethrow after it.
+class ReleasedGil {
+ public:
+  ReleasedGil();
+  ReleasedGil(const ReleasedGil&) = delete;
+  ReleasedGil& operator=(const ReleasedGil&) = delete;
+  ~ReleasedGil() noexcept(false);
+
+ private:
+  PyThreadState* state_;
+};
+
+// Adds an engine of this process (`key`: its owner) to those that
+// close_live_engines stops; `close` closes it and joins its threads.
+void track_engine(const void* key, std::function<void()> close);
+void untrack_engine(const void* key);
+
+// Closes every tracked engine, joining its threads (call without the GIL).
+void close_live_engines();
+
+// Adds _close_live_engines to `m` and registers it with atexit.
+void register_exit(pybind11::module_& m);
 
 // `next` is the engine's next(out, slice_seconds); called without the GIL.
 pybind11::object wait_for_batch(const std::function<OrderedResults::Status(Batch*, double)>& next,

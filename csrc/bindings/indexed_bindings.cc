@@ -463,7 +463,7 @@ void register_indexed(py::module_& m) {
           [](OwnedIndexedEngine& owned) {
             if (owned.here()) owned.get().close();
           },
-          py::call_guard<py::gil_scoped_release>(),
+          py::call_guard<ReleasedGil>(),
           "Stops the threads and drops what is queued; nothing in a forked copy.")
       .def("outstanding",
            [](const OwnedIndexedEngine& owned) {

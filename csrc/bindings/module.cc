@@ -1,3 +1,4 @@
+#include "bindings/engine_face.h"
 #include "bindings/registry.h"
 
 PYBIND11_MODULE(_core, m) {
@@ -13,4 +14,5 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_dropin(m);
   chute::bindings::register_image(m);
   chute::bindings::register_elastic(m);
+  chute::bindings::register_exit(m);
 }

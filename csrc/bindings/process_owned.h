@@ -5,7 +5,9 @@
 // holds each engine through ProcessOwned, which remembers the process that
 // made it. In any other process the engine is never destroyed (its memory
 // is the fork's copy, gone with the process), close() does nothing, its
-// figures read as zeros and using it raises a usage error.
+// figures read as zeros and using it raises a usage error. In the process
+// that made it, the engine is tracked until destroyed, so that interpreter
+// exit closes it (engine_face.h, close_live_engines).
 #pragma once
 
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <utility>
 
+#include "bindings/engine_face.h"
 #include "core/error.h"
 
 namespace chute::bindings {
@@ -20,10 +23,13 @@ namespace chute::bindings {
 template <typename Engine>
 class ProcessOwned {
  public:
-  explicit ProcessOwned(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  explicit ProcessOwned(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+    track_engine(this, [this] { engine_->close(); });
+  }
   ProcessOwned(const ProcessOwned&) = delete;
   ProcessOwned& operator=(const ProcessOwned&) = delete;
   ~ProcessOwned() {
+    untrack_engine(this);
     if (!here()) (void)engine_.release();
   }
 

@@ -142,7 +142,7 @@ void register_stream(py::module_& m) {
              return std::make_unique<OwnedStreamEngine>(
                  std::make_unique<StreamEngine>(compose_stream_plan(counted)), counters);
            }),
-           py::arg("plan"), py::call_guard<py::gil_scoped_release>())
+           py::arg("plan"), py::call_guard<ReleasedGil>())
       .def(
           "next",
           [](OwnedStreamEngine& owned, double timeout) {
@@ -159,7 +159,7 @@ void register_stream(py::module_& m) {
           [](OwnedStreamEngine& owned) {
             if (owned.here()) owned.get().close();
           },
-          py::call_guard<py::gil_scoped_release>(),
+          py::call_guard<ReleasedGil>(),
           "Stops the threads and drops what is queued; nothing in a forked copy.")
       .def("stats", [](const OwnedStreamEngine& owned) { return stats_dict(owned.stats()); })
       .def(

@@ -34,16 +34,14 @@ StreamEngine::StreamEngine(StreamPlan plan)
   }
 }
 
-StreamEngine::~StreamEngine() {
-  close();
-  threads_.join();
-}
+StreamEngine::~StreamEngine() { close(); }
 
 void StreamEngine::close() {
   closed_.store(true);
   for (auto& q : stream_queues_) q->close();
   decoding_.close();
   results_.close();
+  threads_.join();
 }
 
 OrderedResults::Status StreamEngine::next(Batch* out, double timeout_s) {

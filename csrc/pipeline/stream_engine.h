@@ -52,7 +52,8 @@ class StreamEngine {
   // the batch at this position. timeout_s <= 0 waits forever.
   OrderedResults::Status next(Batch* out, double timeout_s);
 
-  // Stops all threads promptly; later next() calls return kClosed.
+  // Stops all threads promptly and joins them; later next() calls return
+  // kClosed.
   void close();
 
   EngineStats stats() const;

@@ -3,6 +3,7 @@
 // the threads wait on.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -48,7 +49,11 @@ class ThreadGroup {
     return thread;
   }
 
+  // Any thread but those of the group may call it, several at once (an
+  // engine closed by its consumer and at interpreter exit): each returns
+  // once all have ended.
   void join() {
+    std::lock_guard<std::mutex> lock(join_mutex_);
     for (std::thread& t : threads_) {
       if (t.joinable()) t.join();
     }
@@ -58,6 +63,7 @@ class ThreadGroup {
   size_t size() const { return threads_.size(); }
 
  private:
+  std::mutex join_mutex_;
   std::vector<std::thread> threads_;
 };
 

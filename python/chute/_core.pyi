@@ -1121,6 +1121,10 @@ def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: 
     """
     Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
     """
+def _close_live_engines() -> None:
+    """
+    Closes every engine of this process and joins its threads (run at exit).
+    """
 def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing.SupportsIndex, mode: str = 'rgb', entropy_only: bool = False) -> float:
     """
     Benchmark: decode the images in turn into one buffer, on this thread with the GIL released, until `seconds` pass; images per second. entropy_only (JPEGs): decode the coefficients only, the part of a decode that region decoding cannot skip.

@@ -30,18 +30,33 @@ def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
         finally:
             bar.close()
         return
-    samples = 0
+    # On a terminal the line is redrawn in place; elsewhere (a log file, a
+    # pipe) each update is a line of its own.
+    redraw = sys.stderr.isatty()
+    count = samples = 0
     start = last = time.perf_counter()
-    for count, item in enumerate(items, start=1):
-        samples += _batch_rows(item)
-        now = time.perf_counter()
-        if now - last >= 1.0:
-            last = now
-            of = f"/{total}" if total is not None else ""
-            rate = samples / max(now - start, 1e-9)
-            print(f"\rchute: {count}{of} batches, {rate:,.0f} samples/s", end="", file=sys.stderr)
-        yield item
-    print(file=sys.stderr)
+
+    def show() -> None:
+        of = f"/{total}" if total is not None else ""
+        rate = samples / max(time.perf_counter() - start, 1e-9)
+        line = f"chute: {count}{of} batches, {rate:,.0f} samples/s"
+        print(f"\r{line}" if redraw else line, end="" if redraw else "\n", file=sys.stderr)
+
+    try:
+        for item in items:
+            count += 1
+            samples += _batch_rows(item)
+            now = time.perf_counter()
+            if now - last >= 1.0:
+                last = now
+                show()
+            yield item
+    finally:
+        # The last figures, however the iteration ended: the count the
+        # epoch really reached, not the last one a second's tick showed.
+        show()
+        if redraw:
+            print(file=sys.stderr)
 
 
 def _batch_rows(batch: Any) -> int:

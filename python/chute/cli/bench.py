@@ -47,10 +47,16 @@ class _Progress:
         now = time.perf_counter()
         if now - self._last >= 0.5:
             self._last = now
-            rate = self.count / max(now - self._start, 1e-9)
-            of = f"/{self.total}" if self.total else ""
-            sys.stderr.write(f"\r{self.label}: {self.count}{of} samples, {rate:,.0f}/s ")
-            sys.stderr.flush()
+            self._show()
+
+    def _show(self) -> None:
+        # Redrawn in place on a terminal; a line per update elsewhere (a
+        # log file, a pipe), where carriage returns would run them together.
+        rate = self.count / max(time.perf_counter() - self._start, 1e-9)
+        of = f"/{self.total}" if self.total else ""
+        line = f"{self.label}: {self.count}{of} samples, {rate:,.0f}/s"
+        sys.stderr.write(f"\r{line} " if sys.stderr.isatty() else f"{line}\n")
+        sys.stderr.flush()
 
     def close(self) -> None:
         if not self.enabled:
@@ -58,7 +64,9 @@ class _Progress:
         if self._bar is not None:
             self._bar.close()
         else:
-            sys.stderr.write("\n")
+            self._show()  # the count reached, not the last tick's
+            if sys.stderr.isatty():
+                sys.stderr.write("\n")
             sys.stderr.flush()
 
 
@@ -363,11 +371,29 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows --size as taking one or two numbers: argparse's own form for
+    nargs="+" ("H W [H W ...]") reads as any number of pairs."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if action.dest == "size":
+            return "H [W]"
+        return super()._format_args(action, default_metavar)
+
+
 def register(sub: Any) -> None:
     """Adds the ``bench`` command to the subparsers `sub`."""
-    p = sub.add_parser("bench", help="stream tar shards with chute (and torch) and time it")
-    p.add_argument("paths", nargs="*", metavar="PATH")
-    p.add_argument("--batch-size", type=int, default=64)
+    p = sub.add_parser(
+        "bench",
+        help="stream tar shards with chute (and torch) and time it",
+        formatter_class=_HelpFormatter,
+    )
+    p.add_argument(
+        "paths", nargs="*", metavar="PATH", help="tar shards: files, pipe: commands or urls"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=64, metavar="N", help="samples per batch (default 64)"
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -392,13 +418,12 @@ def register(sub: Any) -> None:
         nargs="+",
         default=[],
         metavar="H W",
-        help="decode(size=(H, W)) (also H,W or N for a square): resize (shorter side) and"
+        help="decode(size=(H, W)) (also H,W, or H alone for a square): resize (shorter side) and"
         " crop decoded images to H x W, so that images of different sizes batch",
     )
     p.add_argument(
         "--crop",
-        default="",
-        choices=["", "center", "random", "none", "random_resized"],
+        choices=["center", "random", "none", "random_resized"],
         help="decode(crop=...) with --size",
     )
     p.add_argument(
@@ -413,12 +438,17 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--dtype",
-        default="",
-        choices=["", "uint8", "float32", "float16", "bfloat16"],
+        choices=["uint8", "float32", "float16", "bfloat16"],
         help="decode(dtype=...)",
     )
     p.add_argument("--compare", action="store_true", help="also run torch DataLoader + webdataset")
-    p.add_argument("--limit", type=int, default=0, help="stop after about this many samples")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="stop each loader after about N samples (default: read the shards to the end)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     remote.add_arguments(p)

@@ -82,7 +82,12 @@ def _index_remote(url: str, force: bool) -> str:
 def register(sub: Any) -> None:
     """Adds the ``index`` command to the subparsers `sub`."""
     p = sub.add_parser("index", help="write a sidecar index (<shard>.idx.json) per tar shard")
-    p.add_argument("shards", nargs="+", metavar="SHARD")
+    p.add_argument(
+        "shards",
+        nargs="+",
+        metavar="SHARD",
+        help="tar shards to index: files or urls (the index goes beside each)",
+    )
     p.add_argument("--force", action="store_true", help="rewrite indexes that look current")
     remote.add_arguments(p)
     p.set_defaults(func=run)

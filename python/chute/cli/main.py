@@ -1,4 +1,5 @@
-"""The ``chute`` command line: ``inspect``, ``index`` and ``bench``.
+"""The ``chute`` command line: ``inspect``, ``index``, ``bench`` and
+``sample-data``.
 
 Exit codes: 0 success; 1 the command ran but found problems (a corrupt shard,
 an incomplete sample, a file it could not index or stream); 2 bad usage (an
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from chute.cli import bench, index, inspect
+from chute.cli import bench, index, inspect, sample_data
 from chute.cli.common import EXIT_USAGE, UsageError
 
 
@@ -24,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok, 1 problems found, 2 bad usage.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (inspect, index, bench):
+    for command in (inspect, index, bench, sample_data):
         command.register(sub)
     return parser
 

@@ -67,6 +67,12 @@ def claim_runtime() -> None:
             )
 
 
+def runtime_claimed_here() -> bool:
+    """Whether this process has used the client (a child forked from it
+    could not: see claim_runtime)."""
+    return _runtime_pid == os.getpid()
+
+
 def scheme_of(url: str) -> str:
     i = url.find("://")
     return url[:i].lower() if i > 0 else ""

@@ -16,6 +16,7 @@ loader's process, after them.
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -280,6 +281,9 @@ def stream_task(
         )
         for name, value in task.plan.items():
             setattr(plan, name, value)
+        # Every row's key, for the error that names the sample a Python
+        # stage failed on (or whose result could not be sent).
+        plan.collect_keys = True
         plan.skip_batches = task.skip_batches
         plan.deliver_stride = context.num_workers
         plan.deliver_offset = context.index
@@ -301,6 +305,8 @@ def stream_task(
         while True:
             rows: list[int | None] = []
             items: list[Any] = []
+            at: list[int | None] = [None]  # the row the stages work on
+            origin: Callable[[int | None], str] = _no_origin
             error = None
             stop = end = False
             with warnings.catch_warnings(record=True) as records:
@@ -312,14 +318,15 @@ def stream_task(
                     if batch is None:
                         end = True
                     else:
+                        origin = _origins(batch, task.urls)
                         skip = task.skip_rows if absolute == task.skip_batches else 0
                         inputs = _inputs(converter, batch, compiled.batch_size is not None, skip)
                         del batch
-                        stop = _run_stages(inputs, stages, count, dataset.handler, rows, items) or (
-                            stop or converter.stopped
-                        )
+                        stop = _run_stages(
+                            inputs, stages, count, dataset.handler, rows, items, at
+                        ) or (stop or converter.stopped)
                 except Exception as exc:  # noqa: BLE001 - raised by the loader in its place
-                    error = Failure.capture(exc, context.where)
+                    error = Failure.capture(exc, f"{context.where} at {origin(at[0])}")
             body: dict[str, Any] = {
                 "error": error,
                 "warnings": caught_warnings(records),
@@ -334,7 +341,9 @@ def stream_task(
             packed, fd = pack(items, context.arenas)
             del items
             body.update(items=packed, rows=rows, stop=stop)
-            yield _outgoing(("chunk", context.tag, body), fd)
+            yield _outgoing(
+                ("chunk", context.tag, body), fd, functools.partial(_item_origin, origin, rows)
+            )
             if error is not None or stop:
                 return
             absolute += context.num_workers
@@ -342,10 +351,36 @@ def stream_task(
         engine.close()
 
 
-def _outgoing(message: tuple[Any, ...], fd: int = -1) -> Outgoing:
+def _outgoing(
+    message: tuple[Any, ...], fd: int = -1, origin: Callable[[int], str] | None = None
+) -> Outgoing:
     from chute.workers.main import Outgoing
 
-    return Outgoing(message, fd)
+    return Outgoing(message, fd, origin)
+
+
+def _item_origin(origin: Callable[[int | None], str], rows: list[int | None], item: int) -> str:
+    return origin(rows[item])
+
+
+def _no_origin(row: int | None) -> str:
+    return "the start of its pass"
+
+
+def _origins(batch: Any, urls: list[str]) -> Callable[[int | None], str]:
+    """Where a row of `batch` came from ("shard URL, sample key KEY"; for
+    the whole batch, None: its shards)."""
+    keys = _core._batch_keys(batch)
+    sources = list(batch.source_indices())
+
+    def origin(row: int | None) -> str:
+        if row is None or row >= len(sources):
+            shards = sorted({urls[i] for i in sources})
+            return f"a batch of shard{'s' if len(shards) > 1 else ''} {', '.join(shards)}"
+        key = f", sample key {keys[row]!r}" if row < len(keys) else ""
+        return f"shard {urls[sources[row]]}{key}"
+
+    return origin
 
 
 def _inputs(
@@ -371,10 +406,11 @@ def _run_stages(
     handler: Handler,
     rows: list[int | None],
     items: list[Any],
+    current: list[int | None],
 ) -> bool:
     """Appends to `items` what `stages` make of `inputs`, and to `rows` the
-    row each came from; True when a stage's handler ended the iteration."""
-    current: list[int | None] = [None]
+    row each came from; True when a stage's handler ended the iteration.
+    ``current[0]`` is the row of the item the stages work on."""
     exhausted = [False]
 
     def source() -> Iterator[Any]:

@@ -34,10 +34,13 @@ from chute.workers.transport import ArenaPool, Channel
 @dataclass
 class Outgoing:
     """A result on its way to the loader, with its arena's descriptor (see
-    `transport.pack`; the worker's `ArenaPool` owns it)."""
+    `transport.pack`; the worker's `ArenaPool` owns it) and, where the task
+    knows it, where each of its items came from (`origin(i)`: "shard ...,
+    sample key ..."), for the error of an item that cannot be sent."""
 
     message: tuple[Any, ...]
     fd: int = -1
+    origin: Callable[[int], str] | None = None
 
 
 class Interrupted(BaseException):
@@ -108,6 +111,23 @@ def worker_main(
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+
+
+def _unsendable_origin(out: Outgoing) -> str:
+    """ ", for the item of shard ..., sample key ..." naming the first item
+    of `out` that does not pickle, where the task says where its items came
+    from; else ""."""
+    body = out.message[2] if len(out.message) > 2 else None
+    packed = body.get("items") if isinstance(body, dict) else None
+    template = getattr(packed, "template", None)
+    if out.origin is None or not isinstance(template, list):
+        return ""
+    for i, item in enumerate(template):
+        try:
+            pickle.dumps(item, protocol=5)
+        except Exception:  # noqa: BLE001 - this is the one
+            return f" (the item of {out.origin(i)})"
+    return ""
 
 
 def _keep_freed_memory() -> None:
@@ -201,7 +221,15 @@ class _Loop:
             self.send(out)
 
     def send(self, out: Outgoing) -> None:
-        self.channel.send(out.message, [out.fd] if out.fd >= 0 else [])
+        try:
+            payload = pickle.dumps(out.message, protocol=5)
+        except Exception as exc:  # noqa: BLE001 - the loader raises it in its place
+            where = f"chute DataLoader worker {self.index} (pid {os.getpid()})"
+            where += f" sending its result{_unsendable_origin(out)} to the loader"
+            payload = pickle.dumps(("error", self.tag, Failure.capture(exc, where)), protocol=5)
+            out = Outgoing(())
+            self.end_task()
+        self.channel.send_pickled(payload, [out.fd] if out.fd >= 0 else [])
         self.credits -= 1
 
     def end_task(self) -> None:

@@ -26,6 +26,7 @@ import pickle
 import select
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -255,16 +256,18 @@ def _packed_items(message: Any) -> Packed | None:
 def resolve_context(context: Any) -> Any:
     """The multiprocessing context workers start with: the one given (a
     context or a start method's name); else fork, as torch's DataLoader,
-    while no native thread of chute runs in this process; else forkserver
-    where the platform has it, else spawn. A fork taken while an engine's
-    threads (an open iteration of another loader) hold its locks can leave
-    the child a lock no thread will release; with none running, fork is
-    what torch does, and a worker starts in milliseconds. The forkserver
-    imports chute's worker module (and so torch) once, so that a worker
-    started from it does not import torch itself."""
+    while no thread of chute runs in this process and its remote client is
+    unused here; else forkserver where the platform has it, else spawn. A
+    fork taken while an engine's threads (an open iteration of another
+    loader) or the remote fetcher hold their locks can leave the child a
+    lock no thread will release, and the remote client's runtime refuses to
+    run in a child forked after it ran (RemoteForkError); with neither,
+    fork is what torch does, and a worker starts in milliseconds. The
+    forkserver imports chute's worker module (and so torch) once, so that
+    a worker started from it does not import torch itself."""
     if context is None:
         methods = multiprocessing.get_all_start_methods()
-        if "fork" in methods and not native_threads_running():
+        if "fork" in methods and not fork_unsafe():
             method = "fork"
         else:
             method = "forkserver" if "forkserver" in methods else "spawn"
@@ -276,9 +279,21 @@ def resolve_context(context: Any) -> Any:
     return context
 
 
+def fork_unsafe() -> bool:
+    """Whether a child forked now could not run chute: a thread of chute
+    runs here (an engine's, or the remote fetcher's), or the remote
+    client has been used here."""
+    from chute.remote._stores import runtime_claimed_here
+
+    return native_threads_running() or runtime_claimed_here()
+
+
 def native_threads_running() -> bool:
-    """Whether a thread of chute's engines runs in this process (they are
-    named chute-*); True where threads cannot be listed."""
+    """Whether a thread of chute runs in this process: an engine's (native,
+    named chute-* for the kernel) or one of its Python threads (named
+    chute-* for threading); True where native threads cannot be listed."""
+    if any(t.name.startswith("chute-") for t in threading.enumerate()):
+        return True
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:

@@ -656,7 +656,10 @@ class Channel:
         return self.sock.fileno()
 
     def send(self, message: Any, fds: Sequence[int] = ()) -> None:
-        payload = pickle.dumps(message, protocol=5)
+        self.send_pickled(pickle.dumps(message, protocol=5), fds)
+
+    def send_pickled(self, payload: bytes, fds: Sequence[int] = ()) -> None:
+        """Sends a message already pickled (protocol 5)."""
         header = _HEADER.pack(len(payload), len(fds))
         if fds:
             sent = self.sock.sendmsg(
