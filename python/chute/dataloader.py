@@ -618,10 +618,14 @@ def _warn_worker_init_fn(dataset: str) -> None:
 
 
 def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
+    if recorded is None:
+        raise ValueError(
+            "loader state has no 'loader' record of the dataset and settings it was taken "
+            "over, so it cannot be checked against this loader (a state of an older chute, "
+            "or altered)"
+        )
     if not isinstance(recorded, dict):
         raise ValueError(f"loader state: 'loader' must be a dict, not {recorded!r}")
-    if "dataset" in expected:
-        _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
     for key in ("rows", "fields", "batch_size", "drop_last"):
         if key in recorded and key in expected and recorded[key] != expected[key]:
             what = {
@@ -634,6 +638,9 @@ def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
                 f"loader state is from {what}: {key}={recorded[key]!r} in the state, "
                 f"{expected[key]!r} in this loader"
             )
+    # After the plain counts, whose messages say more than the identity's.
+    if "dataset" in expected:
+        _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
 
 
 def _check_state_version(state: dict[str, Any]) -> None:
