@@ -32,7 +32,7 @@ tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1
-  bash "$root/scripts/ensure_gtest.sh"
+  bash "$root/scripts/ensure_system_packages.sh"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCHUTE_SANITIZE="$2" \
     -DCHUTE_BUILD_TESTS=ON \
     -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \
