@@ -16,6 +16,7 @@ need() {  # header package
 need jpeglib.h libjpeg62-turbo-dev
 need png.h libpng-dev
 need zlib.h zlib1g-dev
+need webp/decode.h libwebp-dev
 need gtest/gtest.h libgtest-dev
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then

@@ -200,7 +200,7 @@ double decode_loop_py(const py::list& images, double seconds, const std::string&
 void register_decode(py::module_& m) {
   m.def("decode_image", &decode_image_py, py::arg("data"), py::arg("mode") = "rgb",
         py::arg("where") = "<bytes>",
-        "Decode a JPEG or PNG (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), "
+        "Decode a JPEG, PNG or WebP (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), "
         "pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').");
   m.def("probe_image", &probe_image_py, py::arg("data"), py::arg("where") = "<bytes>",
         "(format, width, height) from the image header alone.");

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "decode/jpeg_decoder.h"
 #include "decode/png_decoder.h"
+#include "decode/webp_decoder.h"
 
 namespace chute {
 namespace detail {
@@ -16,9 +17,10 @@ namespace {
 constexpr ImageCodec kCodecs[] = {
     {"jpeg", "JPEG", is_jpeg, probe_jpeg, decode_jpeg, decode_jpeg_rows, decode_jpeg_region},
     {"png", "PNG", is_png, probe_png, decode_png, nullptr, nullptr},
+    {"webp", "WebP", is_webp, probe_webp, decode_webp, nullptr, decode_webp_region},
 };
 
-// "JPEG or PNG".
+// "JPEG, PNG or WebP".
 std::string format_titles() {
   std::string out;
   constexpr size_t n = sizeof(kCodecs) / sizeof(kCodecs[0]);

@@ -24,6 +24,10 @@ const std::vector<uint8_t>& png() {
   static const std::vector<uint8_t> bytes = test::encode_png(test::photo(21, 31, 2), 21, 31);
   return bytes;
 }
+const std::vector<uint8_t>& webp() {
+  static const std::vector<uint8_t> bytes = test::encode_webp(test::photo(22, 32, 3), 22, 32);
+  return bytes;
+}
 
 const char* sniffed(const std::vector<uint8_t>& bytes) {
   return detail::sniff_image(bytes.data(), bytes.size(), "m").name;
@@ -40,14 +44,14 @@ std::string data_error(const std::vector<uint8_t>& bytes) {
 TEST(ImageCodecs, SniffingPicksTheRowOfTheSignature) {
   EXPECT_STREQ(sniffed(jpeg()), "jpeg");
   EXPECT_STREQ(sniffed(png()), "png");
+  EXPECT_STREQ(sniffed(webp()), "webp");
   // The signature alone decides; the header behind it is the row's to check.
-  const std::vector<uint8_t> png_signature{0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  EXPECT_STREQ(sniffed(png_signature), "png");
-  const auto err =
-      test::error_from([&] { probe_image(png_signature.data(), png_signature.size(), "m"); });
+  const std::vector<uint8_t> riff{'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P'};
+  EXPECT_STREQ(sniffed(riff), "webp");
+  const auto err = test::error_from([&] { probe_image(riff.data(), riff.size(), "m"); });
   ASSERT_TRUE(err);
   EXPECT_EQ(err->kind(), ErrorKind::kData);
-  EXPECT_EQ(err->message(), "m: corrupt PNG header: truncated (8 bytes)");
+  EXPECT_EQ(err->message().rfind("m: corrupt WebP header: ", 0), 0u) << err->message();
 }
 
 TEST(ImageCodecs, ProbeNamesTheFormatAndSize) {
@@ -58,18 +62,56 @@ TEST(ImageCodecs, ProbeNamesTheFormatAndSize) {
   const ImageInfo p = probe_image(png().data(), png().size(), "m");
   EXPECT_STREQ(p.format, "png");
   EXPECT_EQ(p.width, 31);
-  EXPECT_EQ(p.height, 21);
+  const ImageInfo w = probe_image(webp().data(), webp().size(), "m");
+  EXPECT_STREQ(w.format, "webp");
+  EXPECT_EQ(w.width, 32);
+  EXPECT_EQ(w.height, 22);
 }
 
 TEST(ImageCodecs, UnknownFormatsNameEveryRowAndTheLeadingBytes) {
   const std::vector<uint8_t> gif{'G', 'I', 'F', '8', '9', 'a', 1, 2, 3};
   EXPECT_EQ(data_error(gif),
-            "member 'k.x': not a JPEG or PNG image (9 bytes starting with "
+            "member 'k.x': not a JPEG, PNG or WebP image (9 bytes starting with "
             "47 49 46 38 39 61 01 02)");
+  // A RIFF file of another form (WAVE audio) is not WebP.
+  const std::vector<uint8_t> wave{'R', 'I', 'F', 'F', 4, 0, 0, 0, 'W', 'A', 'V', 'E'};
+  EXPECT_EQ(data_error(wave),
+            "member 'k.x': not a JPEG, PNG or WebP image (12 bytes starting with "
+            "52 49 46 46 04 00 00 00)");
   // Signatures cut short match no row.
-  EXPECT_NE(data_error({0xFF, 0xD8}).find("not a JPEG or PNG image (2 bytes"),
+  EXPECT_NE(data_error({0xFF, 0xD8}).find("not a JPEG, PNG or WebP image (2 bytes"),
+            std::string::npos);
+  EXPECT_NE(data_error({'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B'}).find("(11 bytes"),
             std::string::npos);
   EXPECT_EQ(data_error({}), "member 'k.x': empty image data");
+}
+
+TEST(ImageCodecs, WebpDecodesLosslessPixelsExactlyAndGrayAsLuma) {
+  const std::vector<uint8_t> rgb = test::photo(22, 32, 3);
+  std::vector<uint8_t> got(rgb.size());
+  decode_image(webp().data(), webp().size(), ColorMode::kRgb, got.data(), "m");
+  EXPECT_EQ(got, rgb);
+  std::vector<uint8_t> luma(22 * 32);
+  detail::rgb_to_l(rgb.data(), luma.data(), luma.size());
+  std::vector<uint8_t> gray(luma.size());
+  decode_image(webp().data(), webp().size(), ColorMode::kGray, gray.data(), "m");
+  EXPECT_EQ(gray, luma);
+}
+
+TEST(ImageCodecs, WebpErrorsNameWhere) {
+  std::vector<uint8_t> cut(webp().begin(), webp().begin() + webp().size() / 2);
+  std::vector<uint8_t> out(22 * 32 * 3);
+  auto err = test::error_from(
+      [&] { decode_image(cut.data(), cut.size(), ColorMode::kRgb, out.data(), "m"); });
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->kind(), ErrorKind::kData);
+  EXPECT_EQ(err->message(), "m: corrupt WebP: truncated (not enough data)");
+  set_max_image_pixels(22 * 32 - 1);
+  err = test::error_from([&] { probe_image(webp().data(), webp().size(), "m"); });
+  set_max_image_pixels(kDefaultMaxImagePixels);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message().find("m: WebP image is 32x22 = 704 pixels, above the limit"),
+            std::string::npos);
 }
 
 // decode_image_resampled of a centred window of the image, at `how`.
@@ -91,6 +133,27 @@ std::vector<uint8_t> resampled(const std::vector<uint8_t>& bytes, ColorMode mode
   out.data = result.data();
   *info = decode_image_resampled(bytes.data(), bytes.size(), mode, area, out, how, "m");
   return result;
+}
+
+TEST(ImageCodecs, RegionDecodeOfAWebpIsItsCropWithTheFullDecodesPixels) {
+  const std::vector<uint8_t> lossy = test::encode_webp(test::photo(60, 70, 4), 60, 70, 70);
+  for (const std::vector<uint8_t>* bytes : {&webp(), &lossy}) {
+    for (ColorMode mode : {ColorMode::kRgb, ColorMode::kGray}) {
+      RegionDecodeInfo full;
+      RegionDecodeInfo crop;
+      const std::vector<uint8_t> expected = resampled(*bytes, mode, RegionDecode::kFull, &full);
+      EXPECT_EQ(resampled(*bytes, mode, RegionDecode::kCropScaled, &crop), expected);
+      const ImageInfo image = probe_image(bytes->data(), bytes->size(), "m");
+      EXPECT_EQ(full.decoded.height, image.height);
+      EXPECT_EQ(full.decoded.width, image.width);
+      // Only part of the image, from even coordinates; no scaling.
+      EXPECT_EQ(crop.scale_num, 8);
+      EXPECT_LT(static_cast<int64_t>(crop.decoded.height) * crop.decoded.width,
+                static_cast<int64_t>(image.height) * image.width);
+      EXPECT_EQ(crop.decoded.x % 2, 0);
+      EXPECT_EQ(crop.decoded.y % 2, 0);
+    }
+  }
 }
 
 TEST(ImageCodecs, AFormatWithoutRegionDecodeDecodesWhole) {

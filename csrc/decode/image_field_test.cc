@@ -29,6 +29,9 @@ Encoded jpeg(int h, int w, int seed) {
 Encoded png(int h, int w, int seed) {
   return {test::encode_png(test::photo(h, w, seed), h, w), h, w};
 }
+Encoded webp(int h, int w, int seed, float quality) {
+  return {test::encode_webp(test::photo(h, w, seed), h, w, quality), h, w};
+}
 
 ProbedField probe(const ImageFieldDecoder& d, const Encoded& e) {
   ProbedField p;
@@ -103,7 +106,7 @@ TEST(ImageField, ProbeGivesShapeAndTypePerSpec) {
 }
 
 TEST(ImageField, NoResizeIsTheFullDecode) {
-  for (const Encoded& e : {jpeg(37, 50, 2), png(23, 19, 3)}) {
+  for (const Encoded& e : {jpeg(37, 50, 2), png(23, 19, 3), webp(29, 31, 7, 80)}) {
     const ImageFieldDecoder plain(ColorMode::kRgb, ImageOutputSpec{}, "f");
     EXPECT_EQ(decode_row(plain, e, at(0, 0)), full_decode(e, ColorMode::kRgb));
     // CHW float16, normalised: each value from the decoded byte, per channel.
@@ -166,7 +169,8 @@ TEST(ImageField, RandomResizedCropEqualsResampleOfTheFullDecode) {
   spec.layout = Layout::kCHW;
   for (ColorMode mode : {ColorMode::kRgb, ColorMode::kGray}) {
     const ImageFieldDecoder d(mode, spec, "f");
-    for (const Encoded& e : {jpeg(45, 38, 5), png(40, 47, 6)}) {
+    for (const Encoded& e : {jpeg(45, 38, 5), png(40, 47, 6), webp(43, 39, 8, -1),
+                              webp(41, 45, 9, 75)}) {
       for (size_t row = 0; row < 12; ++row) {
         EXPECT_EQ(decode_row(d, e, at(1, row)), expected_row(d, spec, e, mode, at(1, row)))
             << row;

@@ -13,6 +13,7 @@
 
 #include <jpeglib.h>
 #include <png.h>
+#include <webp/encode.h>
 
 namespace chute::test {
 
@@ -73,6 +74,18 @@ inline std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int h, i
   std::vector<uint8_t> out(size);
   EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0, rgb.data(), 0, nullptr));
   out.resize(size);
+  return out;
+}
+
+// Lossless when quality < 0, else lossy at that quality (0 to 100).
+inline std::vector<uint8_t> encode_webp(const std::vector<uint8_t>& rgb, int h, int w,
+                                        float quality = -1) {
+  uint8_t* buffer = nullptr;
+  const size_t size = quality < 0 ? WebPEncodeLosslessRGB(rgb.data(), w, h, w * 3, &buffer)
+                                  : WebPEncodeRGB(rgb.data(), w, h, w * 3, quality, &buffer);
+  EXPECT_GT(size, 0u);
+  std::vector<uint8_t> out(buffer, buffer + size);
+  WebPFree(buffer);
   return out;
 }
 
