@@ -6,7 +6,7 @@
 # the sdist (as pip and cibuildwheel do, so a file missing from the sdist
 # fails here), then `auditwheel repair`, which copies the shared libraries the
 # extension links that are not part of the manylinux policy (libjpeg-turbo,
-# libpng) into chute.libs/ and points the extension at them. The policy is
+# libpng, libwebp) into chute.libs/ and points the extension at them. The policy is
 # the most compatible one this machine's build satisfies (auditwheel's
 # default); zlib belongs to every manylinux policy, so it stays the system's.
 #

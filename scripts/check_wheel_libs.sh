@@ -6,7 +6,7 @@
 # what the extension resolves, nothing is "not found"; then, where this shell
 # may make a mount namespace (root and `unshare -m`), it hides the system's
 # copies of those libraries from one process tree (/dev/null mounted over
-# each) and runs scripts/wheel_smoke.py there, which decodes JPEG and PNG
+# each) and runs scripts/wheel_smoke.py there, which decodes JPEG, PNG and WebP
 # (elsewhere it runs the smoke test beside the system's copies).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -9,7 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${CHUTE_CTEST_DIR:-$root/build/ctest}
 python=${PYTHON:-python}
-bash "$root/scripts/ensure_gtest.sh"
+bash "$root/scripts/ensure_system_packages.sh"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="${CHUTE_BUILD_TYPE:-Debug}" \
   -DCHUTE_BUILD_TESTS=ON \
   -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \

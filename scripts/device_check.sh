@@ -3,9 +3,9 @@
 # benchmarks/README.md, "Device check"): scripts/device_prepare.sh fills
 # .device/ here first, and the call carries it. Steps: the machine and its
 # toolchain; webdataset from the carried wheels; chute's extension built from
-# this tree (with the carried libjpeg-turbo/libpng/zlib and CPython headers
-# where the image lacks them; the carried prebuilt one if the build fails);
-# lscpu; the CUDA tests (pinning, the device hand-off); benchmarks/bench_device.py
+# this tree (with the carried libjpeg-turbo/libpng/libwebp/zlib and CPython
+# headers where the image lacks them; the carried prebuilt one if the build
+# fails); lscpu; the CUDA tests (pinning, the device hand-off); benchmarks/bench_device.py
 # (pinned batches from every path, worker processes included; H2D bandwidth;
 # the hand-off's copy/step overlap; 1-to-16 scaling of the jpeg, train, eval
 # and map jobs, with torch's baselines). Each step has a timeout taken from one budget
@@ -107,7 +107,7 @@ EOF
   # The runtime libraries alone, not zlib: the process's own libz.so.1 stays.
   mkdir -p "$sysroot/runtime"
   cp -a "$sysroot"/usr/lib/$multiarch/libjpeg.so.62* "$sysroot"/usr/lib/$multiarch/libpng16.so.16* \
-    "$sysroot/runtime/"
+    "$sysroot"/usr/lib/$multiarch/libwebp.so.7* "$sysroot/runtime/"
   echo "unpacked the carried packages into $sysroot"
 }
 
@@ -150,7 +150,8 @@ need_sysroot=0
 if [[ -n $cxx ]]; then
   export CXX=$cxx
   have_compiler=1
-  for header in '#include <stdio.h>\n#include <jpeglib.h>' '#include <png.h>' '#include <zlib.h>'; do
+  for header in '#include <stdio.h>\n#include <jpeglib.h>' '#include <png.h>' '#include <zlib.h>' \
+    '#include <webp/decode.h>'; do
     name=${header##*<}
     if compiles "$header"; then
       echo "found: ${name%>}"
@@ -160,7 +161,7 @@ if [[ -n $cxx ]]; then
     fi
   done
 fi
-ldconfig -p 2>/dev/null | grep -E 'libjpeg\.so|libpng16\.so|libz\.so' || true
+ldconfig -p 2>/dev/null | grep -E 'libjpeg\.so|libpng16\.so|libwebp\.so|libz\.so' || true
 if [[ $force == *codecs* ]]; then need_sysroot=1; fi
 if ((need_sysroot)); then
   unpack_debs || note "unpacking the carried packages failed"
@@ -225,7 +226,7 @@ if "$python" -c 'import chute._core as c; print("chute._core:", c.__file__)'; th
 else
   note "extension: ${built:-none} (does NOT import)"
 fi
-ldd python/chute/_core*.so 2>/dev/null | grep -E 'jpeg|png|libz' || true
+ldd python/chute/_core*.so 2>/dev/null | grep -E 'jpeg|png|webp|libz' || true
 
 echo "== CUDA tests"
 step pytest 150 "$python" -m pytest -q -p no:cacheprovider -rA \

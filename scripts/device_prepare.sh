@@ -2,7 +2,7 @@
 # Runs on the development machine, once before a device call: fills the
 # ignored folder .device/ with what scripts/device_check.sh needs on the
 # device machine, which has no network:
-#   .device/debs/      Debian packages of libjpeg-turbo, libpng and zlib (the
+#   .device/debs/      Debian packages of libjpeg-turbo, libpng, libwebp and zlib (the
 #                      headers and libraries the extension builds and runs
 #                      against), unpacked there only if its image lacks them;
 #   .device/wheels/    webdataset and braceexpand (pure-Python wheels; numpy
@@ -32,10 +32,12 @@ done
 rm -rf "$dest"
 mkdir -p "$dest/debs" "$dest/wheels"
 
-# libpng-dev needs zlib1g-dev; both -dev packages' linker names point into the
-# runtime packages, so those come too. libc6(-dev) is on any machine with a
-# compiler.
-packages=(libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 zlib1g-dev zlib1g)
+# libpng-dev needs zlib1g-dev; the -dev packages' linker names point into the
+# runtime packages, so those come too (of libwebp-dev's, only libwebp's: chute
+# links neither libwebpmux nor libwebpdemux). libc6(-dev) is on any machine
+# with a compiler.
+packages=(libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 libwebp-dev libwebp7
+  zlib1g-dev zlib1g)
 echo "== apt-cache depends (Depends only)"
 apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
   --no-replaces --no-enhances "${packages[@]}"

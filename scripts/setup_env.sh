@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the virtual environment .venv and installs chute into
 # it: torch first (the pinned CPU build), then the build tools, then the
-# package with its test extras; and GoogleTest for the C++ unit tests
-# (scripts/ctest.sh). Safe to run again; a re-run rebuilds chute.
+# package with its test extras; first the system packages the build and the
+# C++ unit tests (scripts/ctest.sh) need. Safe to run again; a re-run rebuilds
+# chute.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bash "$root/scripts/ensure_gtest.sh"
+bash "$root/scripts/ensure_system_packages.sh"
 venv=${CHUTE_VENV:-$root/.venv}
 python=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then

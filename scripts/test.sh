@@ -43,7 +43,7 @@ step "C++ unit tests (ctest)"
 # A separate Debug build of the engine library and the test executables only
 # (never the extension, and never in the wheel, which leaves
 # CHUTE_BUILD_TESTS off).
-logged bash "$root/scripts/ensure_gtest.sh"
+logged bash "$root/scripts/ensure_system_packages.sh"
 logged cmake -S "$root" -B "$work/ctest-build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCHUTE_BUILD_TESTS=ON -DCMAKE_MAKE_PROGRAM="$work/build-env/bin/ninja" \
   -Dpybind11_DIR="$("$work/build-env/bin/python" -m pybind11 --cmakedir)" \

@@ -1,7 +1,8 @@
 """Smoke test of an installed chute wheel (cibuildwheel's test-command, and
-scripts/test.sh before the suite): streams a small shard with JPEG, PNG and
-npy members through the native engine and checks every value, so a wheel
-whose bundled libjpeg-turbo/libpng/zlib do not load or decode fails here.
+scripts/test.sh before the suite): streams a small shard with JPEG, PNG, WebP
+and npy members through the native engine and checks every value, so a wheel
+whose bundled libjpeg-turbo/libpng/libwebp/zlib do not load or decode fails
+here.
 Needs pillow (the `test` extra) to write the images."""
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def _member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+# Member extension -> Pillow format, by sample number modulo 3. PNG and
+# lossless WebP must decode to the exact pixels; JPEG only to the right shape.
+FORMATS = [("jpg", "JPEG"), ("png", "PNG"), ("webp", "WEBP")]
+
+
 def main() -> int:
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (8, 12, 3), dtype=np.uint8) for _ in range(6)]
@@ -30,11 +36,11 @@ def main() -> int:
         shard = Path(tmp) / "smoke.tar"
         with tarfile.open(shard, "w") as tar:
             for i, pixels in enumerate(images):
+                extension, image_format = FORMATS[i % 3]
                 encoded = io.BytesIO()
-                # PNG is lossless, so decoded pixels must match exactly; JPEG
-                # only has to decode to the right shape.
-                Image.fromarray(pixels).save(encoded, format="PNG" if i % 2 else "JPEG")
-                _member(tar, f"s{i}.{'png' if i % 2 else 'jpg'}", encoded.getvalue())
+                # `lossless` is WebP's option; the other encoders ignore it.
+                Image.fromarray(pixels).save(encoded, format=image_format, lossless=True)
+                _member(tar, f"s{i}.{extension}", encoded.getvalue())
                 vector = io.BytesIO()
                 np.save(vector, np.full(4, i, dtype=np.float32))
                 _member(tar, f"s{i}.npy", vector.getvalue())
@@ -42,13 +48,13 @@ def main() -> int:
         ds = (
             chute.WebDataset(str(shard), shardshuffle=False)
             .decode("rgb8")
-            .to_tuple("jpg;png", "npy", "cls")
+            .to_tuple("jpg;png;webp", "npy", "cls")
         )
         seen = 0
         for i, (image, vector, label) in enumerate(ds):
             assert image.shape == (8, 12, 3) and image.dtype == np.uint8, image.shape
-            if i % 2:
-                assert np.array_equal(image, images[i]), f"sample {i}: PNG pixels differ"
+            if i % 3:
+                assert np.array_equal(image, images[i]), f"sample {i}: pixels differ"
             assert np.array_equal(vector, np.full(4, i, dtype=np.float32))
             assert label == i
             seen += 1

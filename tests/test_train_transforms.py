@@ -530,7 +530,7 @@ def test_options_refuse_images_only_python_decodes(tmp_path: Path) -> None:
     sample = {"__key__": "p0", "jpg": encode(photo(40, 40, 2)), "ppm": ppm.getvalue()}
     urls = write_shards(tmp_path, [sample], per_shard=1)
     ds = chute.WebDataset(urls, shardshuffle=False).decode("rgb8", size=OUT)
-    with pytest.raises(ValueError, match="'ppm'.*apply to jpeg, jpg, png members only"):
+    with pytest.raises(ValueError, match="'ppm'.*apply to jpeg, jpg, png, webp members only"):
         list(ds)
     # Without image options the ppm member is Pillow's, as in webdataset.
     (row,) = list(chute.WebDataset(urls, shardshuffle=False).decode("rgb8"))
@@ -553,7 +553,7 @@ def test_refusal_is_not_a_decoding_failure_for_the_handler(tmp_path: Path) -> No
         ds = chute.WebDataset(urls, shardshuffle=False).decode(
             "rgb8", size=OUT, handler=chute.wds.ignore_and_continue
         )
-        with pytest.raises(ValueError, match="'ppm'.*apply to jpeg, jpg, png members only"):
+        with pytest.raises(ValueError, match="'ppm'.*apply to jpeg, jpg, png, webp members only"):
             list(build(ds))
 
 

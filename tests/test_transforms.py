@@ -754,5 +754,5 @@ def test_region_decode_errors() -> None:
     for region in ("full", "crop", "scaled"):
         with pytest.raises(_core.DataError, match="<bytes>"):
             _core._decode_resampled(cut, 10, 10, crop=(40, 0, 24, 64), region=region)
-    with pytest.raises(_core.DataError, match="not a JPEG or PNG"):
+    with pytest.raises(_core.DataError, match="not a JPEG, PNG or WebP"):
         _core._decode_resampled(b"GIF89a....", 10, 10)

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "decode/image_decoder.h"
+#include "decode/jpeg_decoder.h"
 #include "decode/label.h"
 #include "decode/npy.h"
 #include "image/output_spec.h"
@@ -76,7 +77,7 @@ py::tuple probe_image_py(const py::bytes& data, const std::string& where) {
     py::gil_scoped_release release;
     info = probe_image(in.data, in.size, where);
   }
-  return py::make_tuple(image_format_name(info.format), info.width, info.height);
+  return py::make_tuple(info.format, info.width, info.height);
 }
 
 py::array decode_npy_py(const py::bytes& data, const std::string& where) {
@@ -172,7 +173,7 @@ double decode_loop_py(const py::list& images, double seconds, const std::string&
   std::vector<uint8_t> out;
   for (const Bytes& in : inputs) {
     const ImageInfo info = probe_image(in.data, in.size, "<bytes>");
-    CHUTE_CHECK(!entropy_only || info.format == ImageFormat::kJpeg, kUsage,
+    CHUTE_CHECK(!entropy_only || std::strcmp(info.format, "jpeg") == 0, kUsage,
                 "_decode_loop(entropy_only=True) takes JPEGs only");
     const size_t bytes = static_cast<size_t>(info.height) * info.width * 3;
     if (bytes > out.size()) out.resize(bytes);
@@ -199,7 +200,7 @@ double decode_loop_py(const py::list& images, double seconds, const std::string&
 void register_decode(py::module_& m) {
   m.def("decode_image", &decode_image_py, py::arg("data"), py::arg("mode") = "rgb",
         py::arg("where") = "<bytes>",
-        "Decode a JPEG or PNG (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), "
+        "Decode a JPEG, PNG or WebP (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), "
         "pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').");
   m.def("probe_image", &probe_image_py, py::arg("data"), py::arg("where") = "<bytes>",
         "(format, width, height) from the image header alone.");

@@ -10,7 +10,7 @@
 namespace chute {
 
 enum class FieldCodec : uint8_t {
-  kImage,  // jpeg/png → a row per `image` (image/output_spec.h)
+  kImage,  // an image → a row per `image` (image/output_spec.h)
   kNpy,    // .npy → its dtype and shape
   kInt,    // int(bytes) → int64
   kRaw,    // bytes handed to Python (the slow path decodes them there)

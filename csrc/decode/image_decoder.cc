@@ -2,23 +2,37 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstring>
-#include <vector>
 
 #include "core/error.h"
+#include "decode/jpeg_decoder.h"
+#include "decode/png_decoder.h"
+#include "decode/webp_decoder.h"
 
 namespace chute {
+namespace detail {
 namespace {
 
-constexpr uint8_t kJpegMagic[] = {0xFF, 0xD8, 0xFF};
-constexpr uint8_t kPngMagic[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+// The formats chute decodes natively, one row each (see ImageCodec). A new
+// format is a decoder file pair (its functions) and a row here.
+constexpr ImageCodec kCodecs[] = {
+    {"jpeg", "JPEG", is_jpeg, probe_jpeg, decode_jpeg, decode_jpeg_rows, decode_jpeg_region},
+    {"png", "PNG", is_png, probe_png, decode_png, nullptr, nullptr},
+    {"webp", "WebP", is_webp, probe_webp, decode_webp, nullptr, decode_webp_region},
+};
 
-bool starts_with(const uint8_t* data, size_t size, const uint8_t* magic, size_t n) {
-  return size >= n && std::memcmp(data, magic, n) == 0;
+// "JPEG, PNG or WebP".
+std::string format_titles() {
+  std::string out;
+  constexpr size_t n = sizeof(kCodecs) / sizeof(kCodecs[0]);
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += i + 1 < n ? ", " : " or ";
+    out += kCodecs[i].title;
+  }
+  return out;
 }
 
 // The first bytes in hex, so that an error about an unknown format shows what
-// the member actually holds (HTML error page, gzip, WebP, ...).
+// the member actually holds (HTML error page, gzip, GIF, ...).
 std::string leading_bytes(const uint8_t* data, size_t size) {
   std::string out;
   char buf[4];
@@ -27,16 +41,6 @@ std::string leading_bytes(const uint8_t* data, size_t size) {
     out += buf;
   }
   return out;
-}
-
-ImageFormat sniff(const uint8_t* data, size_t size, const std::string& where) {
-  if (starts_with(data, size, kJpegMagic, sizeof(kJpegMagic))) return ImageFormat::kJpeg;
-  if (starts_with(data, size, kPngMagic, sizeof(kPngMagic))) return ImageFormat::kPng;
-  CHUTE_CHECK(size > 0, kData, At{where} << "empty image data");
-  CHUTE_CHECK(false, kData,
-              At{where} << "not a JPEG or PNG image (" << size << " bytes starting with "
-                    << leading_bytes(data, size) << ")");
-  return ImageFormat::kJpeg;  // unreachable
 }
 
 // Pillow's MULDIV255: a*b/255 rounded, without a division.
@@ -49,77 +53,43 @@ inline uint8_t luma(int r, int g, int b) {
   return static_cast<uint8_t>((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
 }
 
-}  // namespace
-
-namespace {
 std::atomic<int64_t> g_max_image_pixels{kDefaultMaxImagePixels};
+
+// The image whole, in a per-thread buffer, handed to `sink` as one band: for
+// formats whose decoder does not produce rows as it goes (PNG's Adam7
+// interlacing needs the whole image; libwebp's one-call decode).
+void decode_whole_rows(const ImageCodec& codec, const uint8_t* data, size_t size, ColorMode mode,
+                       RowSink& sink, const std::string& where) {
+  const ImageSize image = codec.probe(data, size, where);
+  const int channels = mode == ColorMode::kRgb ? 3 : 1;
+  thread_local ScratchBuffer whole;
+  uint8_t* pixels = whole.get(static_cast<size_t>(image.height) * image.width * channels);
+  codec.decode(data, size, mode, pixels, where);
+  sink.begin(image.height, image.width, channels);
+  sink.rows(pixels, static_cast<size_t>(image.width) * channels, 0, image.height);
+}
+
+void decode_rows(const ImageCodec& codec, const uint8_t* data, size_t size, ColorMode mode,
+                 RowSink& sink, const std::string& where) {
+  if (codec.decode_rows != nullptr) {
+    codec.decode_rows(data, size, mode, sink, where);
+  } else {
+    decode_whole_rows(codec, data, size, mode, sink, where);
+  }
+}
+
 }  // namespace
 
-void set_max_image_pixels(int64_t pixels) { g_max_image_pixels.store(pixels < 0 ? 0 : pixels); }
-
-int64_t max_image_pixels() { return g_max_image_pixels.load(std::memory_order_relaxed); }
-
-const char* image_format_name(ImageFormat format) {
-  return format == ImageFormat::kJpeg ? "jpeg" : "png";
-}
-
-ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where) {
-  return sniff(data, size, where) == ImageFormat::kJpeg ? detail::probe_jpeg(data, size, where)
-                                                         : detail::probe_png(data, size, where);
-}
-
-void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
-                  const std::string& where) {
-  if (sniff(data, size, where) == ImageFormat::kJpeg) {
-    detail::decode_jpeg(data, size, mode, out, where);
-  } else {
-    detail::decode_png(data, size, mode, out, where);
+const ImageCodec& sniff_image(const uint8_t* data, size_t size, const std::string& where) {
+  for (const ImageCodec& codec : kCodecs) {
+    if (codec.sniff(data, size)) return codec;
   }
+  CHUTE_CHECK(size > 0, kData, At{where} << "empty image data");
+  CHUTE_CHECK(false, kData,
+              At{where} << "not a " << format_titles() << " image (" << size
+                    << " bytes starting with " << leading_bytes(data, size) << ")");
+  return kCodecs[0];  // unreachable
 }
-
-void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
-                       const std::string& where) {
-  const ImageFormat format = sniff(data, size, where);
-  if (format == ImageFormat::kJpeg) {
-    detail::decode_jpeg_rows(data, size, mode, sink, where);
-    return;
-  }
-  // PNG rows come out of libpng one by one too, but Adam7 interlacing needs
-  // the whole image; PNG is not the hot path, so it decodes whole and hands
-  // the image over as one band.
-  const ImageInfo info = detail::probe_png(data, size, where);
-  const int channels = mode == ColorMode::kRgb ? 3 : 1;
-  thread_local std::vector<uint8_t> whole;
-  whole.resize(static_cast<size_t>(info.height) * info.width * channels);
-  detail::decode_png(data, size, mode, whole.data(), where);
-  sink.begin(info.height, info.width, channels);
-  sink.rows(whole.data(), static_cast<size_t>(info.width) * channels, 0, info.height);
-}
-
-RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorMode mode,
-                                        const SourceArea& area, const ResampleOutput& out,
-                                        RegionDecode how, const std::string& where) {
-  const ImageFormat format = sniff(data, size, where);
-  if (format == ImageFormat::kJpeg && how != RegionDecode::kFull) {
-    return detail::decode_jpeg_resampled(data, size, mode, area, out,
-                                         how == RegionDecode::kCropScaled, where);
-  }
-  const ImageInfo info = format == ImageFormat::kJpeg ? detail::probe_jpeg(data, size, where)
-                                                       : detail::probe_png(data, size, where);
-  const Window& r = area.region;
-  CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.y + r.height <= info.height &&
-                  r.x + r.width <= info.width,
-              kUsage,
-              At{where} << "resample region " << r.height << "x" << r.width << " at (" << r.y
-                    << ", " << r.x << ") does not fit the " << info.height << "x" << info.width
-                    << " image");
-  Resampler resampler(area, mode == ColorMode::kRgb ? 3 : 1, out);
-  decode_image_rows(data, size, mode, resampler, where);
-  resampler.finish();
-  return {8, Window{0, 0, info.height, info.width}};
-}
-
-namespace detail {
 
 void check_image_size(const char* format, int64_t width, int64_t height,
                       const std::string& where) {
@@ -134,6 +104,21 @@ void check_image_size(const char* format, int64_t width, int64_t height,
                     << width * height << " pixels, above the limit of " << limit
                     << " pixels (a decompression bomb guard, as Pillow's; "
                        "chute.set_max_image_pixels() changes it)");
+}
+
+void check_region(const Window& r, int height, int width, const std::string& where) {
+  CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.height > 0 && r.width > 0 && r.y + r.height <= height &&
+                  r.x + r.width <= width,
+              kUsage,
+              At{where} << "resample region " << r.height << "x" << r.width << " at (" << r.y
+                    << ", " << r.x << ") does not fit the " << height << "x" << width
+                    << " image");
+}
+
+uint8_t* ScratchBuffer::get(size_t bytes) {
+  if (bytes_.capacity() > kKeepBytes) std::vector<uint8_t>().swap(bytes_);
+  bytes_.resize(bytes);
+  return bytes_.data();
 }
 
 void rgb_to_l(const uint8_t* rgb, uint8_t* l, size_t pixels) {
@@ -159,9 +144,46 @@ void cmyk_to_l(const uint8_t* cmyk, uint8_t* l, size_t pixels) {
   }
 }
 
-void gray_to_rgb(const uint8_t* gray, uint8_t* rgb, size_t pixels) {
-  for (size_t i = 0; i < pixels; ++i, rgb += 3) rgb[0] = rgb[1] = rgb[2] = gray[i];
+}  // namespace detail
+
+void set_max_image_pixels(int64_t pixels) {
+  detail::g_max_image_pixels.store(pixels < 0 ? 0 : pixels);
 }
 
-}  // namespace detail
+int64_t max_image_pixels() {
+  return detail::g_max_image_pixels.load(std::memory_order_relaxed);
+}
+
+ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where) {
+  const detail::ImageCodec& codec = detail::sniff_image(data, size, where);
+  const detail::ImageSize image = codec.probe(data, size, where);
+  return {codec.name, image.width, image.height};
+}
+
+void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
+                  const std::string& where) {
+  detail::sniff_image(data, size, where).decode(data, size, mode, out, where);
+}
+
+void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
+                       const std::string& where) {
+  detail::decode_rows(detail::sniff_image(data, size, where), data, size, mode, sink, where);
+}
+
+RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorMode mode,
+                                        const SourceArea& area, const ResampleOutput& out,
+                                        RegionDecode how, const std::string& where) {
+  const detail::ImageCodec& codec = detail::sniff_image(data, size, where);
+  if (codec.decode_region != nullptr && how != RegionDecode::kFull) {
+    return codec.decode_region(data, size, mode, area, out, how == RegionDecode::kCropScaled,
+                               where);
+  }
+  const detail::ImageSize image = codec.probe(data, size, where);
+  detail::check_region(area.region, image.height, image.width, where);
+  Resampler resampler(area, mode == ColorMode::kRgb ? 3 : 1, out);
+  detail::decode_rows(codec, data, size, mode, resampler, where);
+  resampler.finish();
+  return {8, Window{0, 0, image.height, image.width}};
+}
+
 }  // namespace chute

@@ -1,22 +1,24 @@
-// JPEG (libjpeg-turbo, JDCT_ISLOW + fancy upsampling: Pillow's settings, so
-// output is pixel-identical) and PNG (libpng) decoding into caller memory.
-// Decoder state is kept per thread. Errors are kData naming `where`.
+// Image decoding into caller memory, for every format in one table
+// (image_decoder.cc; each format's <format>_decoder.h says what it matches of
+// Pillow's decode). The format is picked by magic bytes, never by file
+// extension (extensions lie in real webdataset shards). Decoder state is kept
+// per thread. Errors are kData naming `where`.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "image/resample.h"
 #include "image/row_sink.h"
 
 namespace chute {
 
-enum class ImageFormat : uint8_t { kJpeg, kPng };
 enum class ColorMode : uint8_t { kRgb, kGray };  // Pillow's convert("RGB") / convert("L")
 
 struct ImageInfo {
-  ImageFormat format;
+  const char* format;  // the table row's name: "jpeg", "png", ...
   int width;
   int height;
 };
@@ -45,16 +47,19 @@ void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out
 void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
                        const std::string& where);
 
-// How much of a JPEG decode_image_resampled decodes. PNG always decodes whole.
+// How much of an image decode_image_resampled decodes. A format without a
+// region decode (PNG) always decodes whole.
 enum class RegionDecode : uint8_t {
   // Every pixel, as decode_image (Pillow-identical), then resampled.
   kFull,
-  // Only the rows the resample reads and the columns from the iMCU boundary
-  // at or left of its first column to its last; rows below are not decoded.
+  // Only (about) the rows and columns the resample reads, as the format's
+  // region decode says. JPEG: the columns from the iMCU boundary at or left
+  // of its first to its last; rows below are not decoded.
   kCrop,
-  // kCrop in the DCT domain at the smallest scale M/8 (M = 1, 2, 4 or 8) at
-  // which the box is still at least the output size on both axes; the
+  // JPEG: kCrop in the DCT domain at the smallest scale M/8 (M = 1, 2, 4 or
+  // 8) at which the box is still at least the output size on both axes; the
   // resample then starts from the scaled pixels. Close to kFull, not equal.
+  // Formats without such a scale: kCrop.
   kCropScaled,
 };
 
@@ -72,40 +77,70 @@ RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorM
                                         const SourceArea& area, const ResampleOutput& out,
                                         RegionDecode how, const std::string& where);
 
-// "jpeg" / "png".
-const char* image_format_name(ImageFormat format);
-
-// The per-format halves of the two calls above; decode_image and probe_image
-// pick one by magic bytes (file extensions lie in real webdataset shards).
+// The per-format halves of the calls above, and what they share.
 namespace detail {
 
-ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& where);
-void decode_jpeg(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
+// What a format's header probe reads.
+struct ImageSize {
+  int width;
+  int height;
+};
+
+// One image format: a row of the table in image_decoder.cc. decode_rows and
+// decode_region may be null: the format then decodes whole into a per-thread
+// buffer, which is handed to the row sink as one band (and, for a resample,
+// read only where the crop lies).
+struct ImageCodec {
+  const char* name;   // ImageInfo::format: "jpeg"
+  const char* title;  // in messages: "JPEG"
+  // Whether the first bytes are this format's signature.
+  bool (*sniff)(const uint8_t* data, size_t size);
+  // The header alone; refuses what check_image_size refuses.
+  ImageSize (*probe)(const uint8_t* data, size_t size, const std::string& where);
+  // The whole image, 8-bit HWC (C = 3 for kRgb, 1 for kGray), into `out`.
+  void (*decode)(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                  const std::string& where);
-void decode_jpeg_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
+  // The same pixels, a few rows at a time, begin() first.
+  void (*decode_rows)(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
                       const std::string& where);
-// The JPEG half of decode_image_resampled for kCrop / kCropScaled.
-RegionDecodeInfo decode_jpeg_resampled(const uint8_t* data, size_t size, ColorMode mode,
-                                       const SourceArea& area, const ResampleOutput& out,
-                                       bool dct_scaling, const std::string& where);
-// The entropy-decoding part of decode_jpeg only (coefficients, no pixels):
-// a benchmark's floor for region decoding.
-void entropy_decode_jpeg(const uint8_t* data, size_t size, const std::string& where);
-ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where);
-void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
-                const std::string& where);
+  // decode_image_resampled for kCrop (scaled false) and kCropScaled (true).
+  RegionDecodeInfo (*decode_region)(const uint8_t* data, size_t size, ColorMode mode,
+                                    const SourceArea& area, const ResampleOutput& out,
+                                    bool scaled, const std::string& where);
+};
+
+// The row whose signature `data` starts with; kData naming `where` (and the
+// formats there are) when none does.
+const ImageCodec& sniff_image(const uint8_t* data, size_t size, const std::string& where);
 
 // Throws kData naming `where` for 0-sized images and images above max_image_pixels().
 void check_image_size(const char* format, int64_t width, int64_t height,
                       const std::string& where);
 
+// Throws kUsage naming `where` unless `region` is a non-empty window inside a
+// height x width image.
+void check_region(const Window& region, int height, int width, const std::string& where);
+
+// Memory for one image at a time, reused by the thread's next image: each
+// user keeps its own as a thread_local. A buffer grown past kKeepBytes is let
+// go at the next call, so that one huge image does not pin its size for the
+// thread's life.
+class ScratchBuffer {
+ public:
+  uint8_t* get(size_t bytes);
+
+ private:
+  static constexpr size_t kKeepBytes = size_t{64} << 20;
+  std::vector<uint8_t> bytes_;
+};
+
 // Pillow's conversions, bit for bit (libImaging/Convert.c): convert("L") is
 // ITU-R 601-2 luma in 16.16 fixed point with rounding; convert("RGB") of a
-// CMYK image is nk - nk*C/255 per channel with nk = 255 - K.
+// CMYK image is nk - nk*C/255 per channel with nk = 255 - K. rgb_to_l may
+// write over its input (l == rgb): pixel i is read before l[i] is written.
 void rgb_to_l(const uint8_t* rgb, uint8_t* l, size_t pixels);
 void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, size_t pixels);
 void cmyk_to_l(const uint8_t* cmyk, uint8_t* l, size_t pixels);
-void gray_to_rgb(const uint8_t* gray, uint8_t* rgb, size_t pixels);
 
 }  // namespace detail
 

@@ -1,9 +1,10 @@
-// Images (JPEG/PNG) as a field: one row per image, at the decoded size or
-// resized and cropped to a fixed one, optionally flipped, in the spec's
-// layout, element type and normalisation (see image/output_spec.h). The
-// decoding thread writes each row straight into the batch: a resized JPEG
-// is decoded only where its crop lies (and at a reduced DCT scale where
-// that still covers the output), its rows streamed through the resampler.
+// Images (the formats of image_decoder.h's table) as a field: one row per
+// image, at the decoded size or resized and cropped to a fixed one,
+// optionally flipped, in the spec's layout, element type and normalisation
+// (see image/output_spec.h). The decoding thread writes each row straight
+// into the batch: a resized image is decoded only where its crop lies, where
+// its format can (a JPEG also at a reduced DCT scale where that still covers
+// the output), its rows streamed through the resampler.
 #pragma once
 
 #include <string>

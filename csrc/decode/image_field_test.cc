@@ -2,19 +2,14 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
-#include <cstdio>  // before jpeglib.h, which uses FILE
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include <jpeglib.h>
-#include <png.h>
-
 #include "core/error.h"
 #include "core/testing.h"
+#include "decode/image_testing.h"
 #include "image/crop_params.h"
 #include "image/pixel_format.h"
 #include "image/resample.h"
@@ -22,74 +17,21 @@
 namespace chute {
 namespace {
 
-// An h x w RGB image of smooth waves plus a little hash noise: compresses
-// like a photo, and every pixel differs from its neighbours.
-std::vector<uint8_t> photo(int h, int w, int seed) {
-  std::vector<uint8_t> rgb(static_cast<size_t>(h) * w * 3);
-  for (int y = 0; y < h; ++y) {
-    for (int x = 0; x < w; ++x) {
-      for (int c = 0; c < 3; ++c) {
-        const double wave = std::sin(0.11 * (c + 1) * x + seed) * std::cos(0.07 * (c + 2) * y);
-        const uint32_t hash = (static_cast<uint32_t>(x) * 73856093u) ^
-                              (static_cast<uint32_t>(y) * 19349663u) ^
-                              (static_cast<uint32_t>(c) * 83492791u) ^ static_cast<uint32_t>(seed);
-        const double v = 128 + 100 * wave + static_cast<double>(hash % 17) - 8;
-        rgb[(static_cast<size_t>(y) * w + x) * 3 + c] =
-            static_cast<uint8_t>(std::lround(std::fmin(255.0, std::fmax(0.0, v))));
-      }
-    }
-  }
-  return rgb;
-}
-
-std::vector<uint8_t> encode_jpeg(const std::vector<uint8_t>& rgb, int h, int w) {
-  jpeg_compress_struct cinfo{};
-  jpeg_error_mgr err{};
-  cinfo.err = jpeg_std_error(&err);  // the default error_exit: a test image never fails
-  jpeg_create_compress(&cinfo);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buffer, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(w);
-  cinfo.image_height = static_cast<JDIMENSION>(h);
-  cinfo.input_components = 3;
-  cinfo.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 90, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<uint8_t*>(&rgb[static_cast<size_t>(cinfo.next_scanline) * w * 3]);
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::vector<uint8_t> out(buffer, buffer + size);
-  std::free(buffer);
-  return out;
-}
-
-std::vector<uint8_t> encode_png(const std::vector<uint8_t>& rgb, int h, int w) {
-  png_image image{};
-  image.version = PNG_IMAGE_VERSION;
-  image.width = static_cast<png_uint_32>(w);
-  image.height = static_cast<png_uint_32>(h);
-  image.format = PNG_FORMAT_RGB;
-  png_alloc_size_t size = 0;
-  EXPECT_TRUE(png_image_write_get_memory_size(image, size, 0, rgb.data(), 0, nullptr));
-  std::vector<uint8_t> out(size);
-  EXPECT_TRUE(png_image_write_to_memory(&image, out.data(), &size, 0, rgb.data(), 0, nullptr));
-  out.resize(size);
-  return out;
-}
-
 struct Encoded {
   std::vector<uint8_t> bytes;
   int height;
   int width;
 };
 
-Encoded jpeg(int h, int w, int seed) { return {encode_jpeg(photo(h, w, seed), h, w), h, w}; }
-Encoded png(int h, int w, int seed) { return {encode_png(photo(h, w, seed), h, w), h, w}; }
+Encoded jpeg(int h, int w, int seed) {
+  return {test::encode_jpeg(test::photo(h, w, seed), h, w), h, w};
+}
+Encoded png(int h, int w, int seed) {
+  return {test::encode_png(test::photo(h, w, seed), h, w), h, w};
+}
+Encoded webp(int h, int w, int seed, float quality) {
+  return {test::encode_webp(test::photo(h, w, seed), h, w, quality), h, w};
+}
 
 ProbedField probe(const ImageFieldDecoder& d, const Encoded& e) {
   ProbedField p;
@@ -164,7 +106,7 @@ TEST(ImageField, ProbeGivesShapeAndTypePerSpec) {
 }
 
 TEST(ImageField, NoResizeIsTheFullDecode) {
-  for (const Encoded& e : {jpeg(37, 50, 2), png(23, 19, 3)}) {
+  for (const Encoded& e : {jpeg(37, 50, 2), png(23, 19, 3), webp(29, 31, 7, 80)}) {
     const ImageFieldDecoder plain(ColorMode::kRgb, ImageOutputSpec{}, "f");
     EXPECT_EQ(decode_row(plain, e, at(0, 0)), full_decode(e, ColorMode::kRgb));
     // CHW float16, normalised: each value from the decoded byte, per channel.
@@ -227,7 +169,8 @@ TEST(ImageField, RandomResizedCropEqualsResampleOfTheFullDecode) {
   spec.layout = Layout::kCHW;
   for (ColorMode mode : {ColorMode::kRgb, ColorMode::kGray}) {
     const ImageFieldDecoder d(mode, spec, "f");
-    for (const Encoded& e : {jpeg(45, 38, 5), png(40, 47, 6)}) {
+    for (const Encoded& e : {jpeg(45, 38, 5), png(40, 47, 6), webp(43, 39, 8, -1),
+                              webp(41, 45, 9, 75)}) {
       for (size_t row = 0; row < 12; ++row) {
         EXPECT_EQ(decode_row(d, e, at(1, row)), expected_row(d, spec, e, mode, at(1, row)))
             << row;

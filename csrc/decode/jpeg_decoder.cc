@@ -21,7 +21,7 @@
 #include <jerror.h>
 
 #include "core/error.h"
-#include "decode/image_decoder.h"
+#include "decode/jpeg_decoder.h"
 
 namespace chute::detail {
 namespace {
@@ -170,11 +170,10 @@ class JpegDecoder {
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
-  ImageInfo probe(const uint8_t* data, size_t size, const std::string& where) {
+  ImageSize probe(const uint8_t* data, size_t size, const std::string& where) {
     Session session(this);
     read_header(data, size, where);
-    return {ImageFormat::kJpeg, static_cast<int>(cinfo_.image_width),
-            static_cast<int>(cinfo_.image_height)};
+    return {static_cast<int>(cinfo_.image_width), static_cast<int>(cinfo_.image_height)};
   }
 
   // Into `out` (whole image), or group by group into `sink` when it is set.
@@ -217,13 +216,7 @@ class JpegDecoder {
     read_header(data, size, where);
     const int full_h = static_cast<int>(cinfo_.image_height);
     const int full_w = static_cast<int>(cinfo_.image_width);
-    const Window& r = area.region;
-    CHUTE_CHECK(r.y >= 0 && r.x >= 0 && r.height > 0 && r.width > 0 &&
-                    r.y + r.height <= full_h && r.x + r.width <= full_w,
-                kUsage,
-                At{where} << "resample region " << r.height << "x" << r.width << " at (" << r.y
-                      << ", " << r.x << ") does not fit the " << full_h << "x" << full_w
-                      << " image");
+    check_region(area.region, full_h, full_w, where);
     DecodeJob job = plan_job(mode, where);
     const int scale = dct_scaling ? pick_scale(area.box, out.height, out.width) : 8;
     cinfo_.scale_num = static_cast<unsigned>(scale);
@@ -476,9 +469,15 @@ JpegDecoder& thread_decoder() {
   return decoder;
 }
 
+constexpr uint8_t kMagic[] = {0xFF, 0xD8, 0xFF};
+
 }  // namespace
 
-ImageInfo probe_jpeg(const uint8_t* data, size_t size, const std::string& where) {
+bool is_jpeg(const uint8_t* data, size_t size) {
+  return size >= sizeof(kMagic) && std::memcmp(data, kMagic, sizeof(kMagic)) == 0;
+}
+
+ImageSize probe_jpeg(const uint8_t* data, size_t size, const std::string& where) {
   return thread_decoder().probe(data, size, where);
 }
 
@@ -496,10 +495,10 @@ void entropy_decode_jpeg(const uint8_t* data, size_t size, const std::string& wh
   thread_decoder().entropy_decode(data, size, where);
 }
 
-RegionDecodeInfo decode_jpeg_resampled(const uint8_t* data, size_t size, ColorMode mode,
-                                       const SourceArea& area, const ResampleOutput& out,
-                                       bool dct_scaling, const std::string& where) {
-  return thread_decoder().decode_resampled(data, size, mode, area, out, dct_scaling, where);
+RegionDecodeInfo decode_jpeg_region(const uint8_t* data, size_t size, ColorMode mode,
+                                    const SourceArea& area, const ResampleOutput& out,
+                                    bool scaled, const std::string& where) {
+  return thread_decoder().decode_resampled(data, size, mode, area, out, scaled, where);
 }
 
 }  // namespace chute::detail

@@ -28,7 +28,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
-#include "decode/image_decoder.h"
+#include "decode/png_decoder.h"
 
 namespace chute::detail {
 namespace {
@@ -238,9 +238,15 @@ bool valid_depth(int color_type, int bit_depth) {
   }
 }
 
+constexpr uint8_t kMagic[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+
 }  // namespace
 
-ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where) {
+bool is_png(const uint8_t* data, size_t size) {
+  return size >= sizeof(kMagic) && std::memcmp(data, kMagic, sizeof(kMagic)) == 0;
+}
+
+ImageSize probe_png(const uint8_t* data, size_t size, const std::string& where) {
   // Signature (8), then IHDR: length (4), type (4), 13 bytes of fields, CRC (4).
   // Parsed by hand: libpng's png_read_info would read every chunk up to the
   // pixel data (and inflate compressed text and ICC profiles) to get here.
@@ -261,7 +267,7 @@ ImageInfo probe_png(const uint8_t* data, size_t size, const std::string& where) 
               At{where} << "corrupt PNG header: bit depth " << bit_depth
                     << " is invalid for color type " << color_type);
   check_image_size("PNG", width, height, where);
-  return {ImageFormat::kPng, static_cast<int>(width), static_cast<int>(height)};
+  return {static_cast<int>(width), static_cast<int>(height)};
 }
 
 void decode_png(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,

@@ -1167,7 +1167,7 @@ def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.Supp
     """
 def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
-    Decode a JPEG or PNG (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').
+    Decode a JPEG, PNG or WebP (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').
     """
 def decode_npy(data: bytes, where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """

@@ -14,12 +14,12 @@ IMAGE_EXTENSIONS = frozenset(
     (
         "blp bmp dib bufr cur pcx dcx dds ps eps fit fits fli flc ftc ftu gbr gif grib h5 hdf "
         "png apng jp2 j2k jpc jpf jpx j2c icns ico im iim tif tiff jfif jpe jpg jpeg mpg mpeg "
-        "mpo msp palm pcd pxr pbm pgm ppm pnm psd bw rgb rgba sgi ras tga icb vda vst webp wmf "
+        "msp pcd pxr pbm pgm ppm pnm psd bw rgb rgba sgi ras tga icb vda vst webp wmf "
         "emf xbm xpm"
     ).split()
 )
 # The image formats the engine decodes natively (others go through Pillow).
-NATIVE_IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png"})
+NATIVE_IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp"})
 # Integer class labels, written as decimal text.
 INT_EXTENSIONS = frozenset({"cls", "cls2", "index", "inx", "id"})
 TEXT_EXTENSIONS = frozenset({"txt", "text", "transcript"})
