@@ -481,7 +481,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: pinned, scaling, stages")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help="comma-separated: pinned, scaling, stages"
+    )
     parser.add_argument("--jobs", default=",".join(SCALING_JOBS), help="scaling: jpeg, train, map")
     parser.add_argument("--counts", default="1,2,4,8,16", help="threads/workers (capped at cores)")
     parser.add_argument("--images", type=int, default=1500, help="500x375 JPEGs (train job)")
