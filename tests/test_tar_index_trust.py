@@ -351,5 +351,5 @@ def test_state_without_its_dataset_identity_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"carries no identity of its dataset.*'shards'"):
         _loader(a).load_state_dict(stripped)
     del stripped["loader"]
-    with pytest.raises(ValueError, match=r"'loader' must be a dict, not None"):
+    with pytest.raises(ValueError, match=r"loader state has no 'loader' record"):
         _loader(a).load_state_dict(stripped)

@@ -485,6 +485,7 @@ def test_workers_fork_unless_an_engine_runs_in_this_process(
 
 _REMOTE_THEN_WORKERS = """
 import sys
+import warnings
 import chute
 
 def main():
@@ -493,6 +494,14 @@ def main():
     mapped = ds.map(normalise_key)
     got = [tuple(r) for r in chute.DataLoader(mapped, batch_size=None, num_workers=2)]
     assert got == list(mapped)
+    # Workers over local shards still start by fork, as torch's: a function
+    # only fork can hand over (a lambda) runs in them, with no fallback
+    # warning (warnings are errors here).
+    warnings.simplefilter("error")
+    local = chute.WebDataset([{local!r}], shardshuffle=False).to_tuple("__key__", "cls")
+    lowered = local.map(lambda s: (s[0].lower(), s[1]))
+    got = [tuple(r) for r in chute.DataLoader(lowered, batch_size=None, num_workers=2)]
+    assert got == list(lowered) and len(got) == 40
     print("ok")
 
 def normalise_key(s):
@@ -511,7 +520,9 @@ def test_workers_start_by_themselves_after_a_remote_read(
     # they read a remote shard.
     object_server.objects["/data/shard.tar"] = Path(images[0]).read_bytes()
     script = tmp_path / "remote_then_workers.py"
-    script.write_text(_REMOTE_THEN_WORKERS.format(remote=f"{object_server.url}/data/shard.tar"))
+    script.write_text(
+        _REMOTE_THEN_WORKERS.format(remote=f"{object_server.url}/data/shard.tar", local=images[0])
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=180

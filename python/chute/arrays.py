@@ -58,6 +58,9 @@ class ArrayDataset(IndexedDataset):
         self._len = next(iter(lengths.values()))
         self._init_indexed(None)
 
+    def reads_remote(self) -> bool:
+        return False
+
     def __len__(self) -> int:
         return self._len
 

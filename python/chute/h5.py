@@ -214,6 +214,9 @@ class H5Dataset(IndexedDataset):
 
     # -- IndexedDataset hooks ----------------------------------------------------------
 
+    def reads_remote(self) -> bool:
+        return any(is_remote_url(p) for p in self._paths)
+
     def __len__(self) -> int:
         return int(self._starts[-1])
 

@@ -66,6 +66,12 @@ class EngineDataset(ABC):
         """The dataset the workers get a copy of."""
         return self
 
+    def reads_remote(self) -> bool:
+        """Whether reading this dataset uses the remote client (workers that
+        read it then cannot start by fork once this process has used the
+        client). True unless a dataset knows it reads local data only."""
+        return True
+
     def worker_batches(
         self,
         settings: LoaderSettings,

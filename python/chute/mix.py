@@ -170,6 +170,9 @@ class MixedDataset(IndexedDataset):
             return None
         return MixSampler(self, num_replicas=num_replicas, rank=rank, drop_last=drop_last)
 
+    def reads_remote(self) -> bool:
+        return any(d.reads_remote() for d in self.datasets)
+
     def __len__(self) -> int:
         return int(self.cumulative_sizes[-1])
 

@@ -392,6 +392,9 @@ class TarDataset(IndexedDataset):
 
     # -- worker processes ------------------------------------------------------------------
 
+    def reads_remote(self) -> bool:
+        return any(is_remote_url(path) for path in self._paths)
+
     def python_work(self, settings: LoaderSettings) -> bool:
         c = self._compiled
         return (

@@ -169,6 +169,10 @@ class _FetchLoop(asyncio.SelectorEventLoop):
             await asyncio.sleep(_STORE_POLL_S)
 
 
+# The fetcher's thread (it lives as long as the process's remote session).
+FETCH_THREAD_NAME = "chute-fetch"
+
+
 class FetchExecutor:
     """Serves `queue` until it is closed; then the thread exits."""
 
@@ -179,7 +183,7 @@ class FetchExecutor:
         self._stores = stores
         self._limit = max_concurrency
         self._obstore: Any = obstore_module()
-        self._thread = threading.Thread(target=self._run, name="chute-fetch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=FETCH_THREAD_NAME, daemon=True)
         # Objects of servers that ignore Range, read whole (see _wholebody).
         self._whole = WholeObjects(copy_limit)
         # What obstore's threads still owe the loop once it stopped (for tests).

@@ -34,7 +34,7 @@ from chute.errors import engine_errors
 from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
 from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
-from chute.remote import RemoteOptions
+from chute.remote import RemoteOptions, is_remote_url
 from chute.remote.datasets import (
     expand_remote_globs,
     is_remote_glob,
@@ -558,6 +558,9 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             pin_memory=settings.pin_memory,
             loader=settings,
         )
+
+    def reads_remote(self) -> bool:
+        return any(is_remote_url(url) for url in self.urls)
 
     def python_work(self, settings: LoaderSettings) -> bool:
         if self.reads_in_python:

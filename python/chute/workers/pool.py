@@ -74,7 +74,8 @@ class WorkerPool:
         self.num_workers = num_workers
         self.threads = threads
         self.prefetch = prefetch
-        self.context = resolve_context(context)
+        reads_remote = getattr(dataset, "reads_remote", None)
+        self.context = resolve_context(context, reads_remote() if callable(reads_remote) else True)
         self.tags = itertools.count(1)
         self.broken = False
         # Per worker, the ids of its arenas that nothing here views any more.
@@ -253,11 +254,12 @@ def _packed_items(message: Any) -> Packed | None:
     return items if type(items) is Packed else None
 
 
-def resolve_context(context: Any) -> Any:
+def resolve_context(context: Any, reads_remote: bool = True) -> Any:
     """The multiprocessing context workers start with: the one given (a
     context or a start method's name); else fork, as torch's DataLoader,
-    while no thread of chute runs in this process and its remote client is
-    unused here; else forkserver where the platform has it, else spawn. A
+    while no thread of chute runs in this process and, for workers that read
+    remote urls (`reads_remote`), its remote client is unused here; else
+    forkserver where the platform has it, else spawn. A
     fork taken while an engine's threads (an open iteration of another
     loader) or the remote fetcher hold their locks can leave the child a
     lock no thread will release, and the remote client's runtime refuses to
@@ -267,7 +269,7 @@ def resolve_context(context: Any) -> Any:
     a worker started from it does not import torch itself."""
     if context is None:
         methods = multiprocessing.get_all_start_methods()
-        if "fork" in methods and not fork_unsafe():
+        if "fork" in methods and not fork_unsafe(reads_remote):
             method = "fork"
         else:
             method = "forkserver" if "forkserver" in methods else "spawn"
@@ -279,20 +281,27 @@ def resolve_context(context: Any) -> Any:
     return context
 
 
-def fork_unsafe() -> bool:
+def fork_unsafe(reads_remote: bool = True) -> bool:
     """Whether a child forked now could not run chute: a thread of chute
-    runs here (an engine's, or the remote fetcher's), or the remote
-    client has been used here."""
+    runs here (an engine's, or for a child that reads remote urls the remote
+    fetcher's), or the child reads remote urls and the remote client has
+    been used here. A child that reads local data only never touches the
+    fetcher's queue or the client's runtime, so their threads do not matter
+    to it (the fetcher's lives as long as the process's remote session)."""
+    from chute.remote._executor import FETCH_THREAD_NAME
     from chute.remote._stores import runtime_claimed_here
 
-    return native_threads_running() or runtime_claimed_here()
+    if reads_remote and runtime_claimed_here():
+        return True
+    return native_threads_running(ignore=() if reads_remote else (FETCH_THREAD_NAME,))
 
 
-def native_threads_running() -> bool:
+def native_threads_running(ignore: tuple[str, ...] = ()) -> bool:
     """Whether a thread of chute runs in this process: an engine's (native,
     named chute-* for the kernel) or one of its Python threads (named
-    chute-* for threading); True where native threads cannot be listed."""
-    if any(t.name.startswith("chute-") for t in threading.enumerate()):
+    chute-* for threading) other than those named in `ignore`; True where
+    native threads cannot be listed."""
+    if any(t.name.startswith("chute-") and t.name not in ignore for t in threading.enumerate()):
         return True
     try:
         tasks = os.listdir("/proc/self/task")
