@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from remote_servers import moto_s3, object_server  # noqa: F401  (fixtures)
 
 os.environ.setdefault("WDS_SEED", "0")  # webdataset's own seed, for reproducible references
@@ -85,6 +86,38 @@ if os.environ.get("CHUTE_SANITIZER") == "address":
                 "(GCC's libasan takes no lock around fork); killed after "
                 f"{SANITIZER_FORK_WATCH_S:.0f} s",
             )
+
+
+def same_values(a: object, b: object) -> bool:
+    """Nested samples or batches hold equal values (arrays and tensors by
+    value, whatever their type)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (np.ndarray, torch.Tensor)):
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    return bool(a == b)
+
+
+def assert_same_typed(a: object, b: object) -> None:
+    """Nested batches are equal in type, dtype, shape and value (tensors
+    compared on the CPU, wherever they live)."""
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.cpu(), b.cpu())
+    elif isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same_typed(x, y)
+    elif isinstance(a, dict) and isinstance(b, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same_typed(a[k], b[k])
+    else:
+        assert a == b
 
 
 def jpeg_bytes(rng: np.random.Generator, height: int, width: int, quality: int = 90) -> bytes:

@@ -17,27 +17,10 @@ import numpy as np
 import pytest
 import torch
 from chute.device import DeviceBatches, move_tensors
+from conftest import assert_same_typed
 
 Pair = collections.namedtuple("Pair", ["image", "label"])
 NO_CUDA = not torch.cuda.is_available()
-
-
-def assert_same(a: Any, b: Any) -> None:
-    assert type(a) is type(b), (type(a), type(b))
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu())
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            assert_same(x, y)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, np.ndarray):
-        assert np.array_equal(a, b)
-    else:
-        assert a == b
 
 
 # -------------------------------------------------------------- without CUDA
@@ -68,7 +51,7 @@ def test_device_cpu_changes_nothing(tiny_shards: list[str]) -> None:
     expected = list(chute.DataLoader(ds, batch_size=100))
     loader = chute.DataLoader(ds, batch_size=100, device="cpu")
     got = list(loader)
-    assert_same(got, expected)
+    assert_same_typed(got, expected)
     assert loader.device == "cpu"
 
 
@@ -142,7 +125,7 @@ def test_the_next_batch_is_copied_while_the_current_one_is_used() -> None:
     copies = FakeCopies()
     batches = DeviceBatches(source(), copies)
     first = next(batches)
-    assert_same(first, {"x": torch.full((2,), 0.0), "i": 0})
+    assert_same_typed(first, {"x": torch.full((2,), 0.0), "i": 0})
     assert pulled == [0, 1]  # batch 1's copy started before batch 0 was handed over
     assert copies.handed == [0]
     # The host batch of a handed-over copy is kept until the copy ends.
@@ -182,11 +165,11 @@ def test_state_dict_counts_the_batches_handed_over(monkeypatch: pytest.MonkeyPat
     assert len(made[0].started) == 4  # one copied ahead
     state = loader.state_dict()
     assert state["batches"] == 3
-    assert_same(got, expected[:3])
+    assert_same_typed(got, expected[:3])
     resumed = chute.DataLoader(ds, batch_size=10, shuffle=True, generator=torch.Generator())
     resumed.load_state_dict(state)
-    assert_same(list(resumed), expected[3:])
-    assert_same(list(it), expected[3:])
+    assert_same_typed(list(resumed), expected[3:])
+    assert_same_typed(list(it), expected[3:])
     assert loader.state_dict()["batches"] == 0  # the next epoch's start
 
 

@@ -20,11 +20,10 @@ from typing import Any
 
 import chute
 import chute.wds as wds
-import numpy as np
 import pytest
 import torch
 from chute.handlers import ignore_and_continue
-from conftest import tiny_samples, write_shards
+from conftest import same_values, tiny_samples, write_shards
 from remote_servers import S3, Fault, FaultProxy, ObjectServer
 
 remote = pytest.importorskip("chute.remote")
@@ -140,16 +139,6 @@ def http(object_server: ObjectServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
     yield from _serve("http", request, object_server, monkeypatch, proxied=True)
 
 
-def same(a: Any, b: Any) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, (np.ndarray, torch.Tensor)):
-        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-    return bool(a == b)
-
-
 def pipeline(ds: chute.WebDataset, kind: str, shuffle: bool) -> Any:
     if shuffle:
         ds = ds.shuffle(50, seed=7)
@@ -179,8 +168,8 @@ def test_webdataset_equals_the_local_read(
         ]
         expected, got, from_list = without_url(expected), without_url(got), without_url(from_list)
     assert len(got) == len(expected) > 0
-    assert same(got, expected)
-    assert same(from_list, expected)
+    assert same_values(got, expected)
+    assert same_values(from_list, expected)
 
 
 def test_glob_on_a_bucket(moto_s3: S3, tiny_shards: list[str]):
@@ -235,7 +224,7 @@ def test_the_first_batch_does_not_wait_for_the_shard(http: Store, tmp_path: Path
     expected = list(
         chute.WebDataset(shard, shardshuffle=False).decode().to_tuple("npy", "cls").batched(4)
     )
-    assert same([first, *rest], expected)
+    assert same_values([first, *rest], expected)
 
 
 def test_upcoming_shards_are_fetched_ahead_within_the_budget(http: Store, tmp_path: Path):
@@ -440,7 +429,7 @@ def test_transient_faults_are_retried_under_the_engine(
     assert proxied.proxy is not None
     fault = proxied.proxy.add(Fault(kind, status=500, path_contains="shard-000001", range_start=R))
     expected = list(pipeline(chute.WebDataset(image_shards, shardshuffle=False), "tuple", False))
-    assert same(list(pipeline(proxied.dataset(urls), "tuple", False)), expected)
+    assert same_values(list(pipeline(proxied.dataset(urls), "tuple", False)), expected)
     assert fault.hit.is_set()
 
 
@@ -487,14 +476,14 @@ def test_tar_dataset_over_a_store_equals_the_local_one(
     opening = proxied.proxy.requests[before:]
     assert len(ds) == len(local) == 120
     rows = [3, 117, 40, 41, 42, 0, 79]
-    assert same(ds.__getitems__(rows), local.__getitems__(rows))
+    assert same_values(ds.__getitems__(rows), local.__getitems__(rows))
     loader = chute.DataLoader(
         ds, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(2)
     )
     reference = chute.DataLoader(
         local, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(2)
     )
-    assert same(list(loader), list(reference))
+    assert same_values(list(loader), list(reference))
     # Opening read every shard once to index it, unless it had an index.
     opened = [r for r in opening if r.method == "GET" and r.path.endswith(".tar") and r.range]
     assert (opened == []) if indexed else (len(opened) >= len(image_shards))
@@ -537,7 +526,7 @@ def test_select_files_reads_remote_shards_in_python(store: Store, image_shards: 
     expected = list(build(chute.WebDataset(image_shards, shardshuffle=False, select_files=not_png)))
     got = list(build(store.dataset(urls, select_files=not_png)))
     assert len(got) == len(expected) > 0
-    assert same(got, expected)
+    assert same_values(got, expected)
 
 
 # How long close() from another thread may take to end a next() waiting on a

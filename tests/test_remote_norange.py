@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import chute
-import numpy as np
 import pytest
-from conftest import tiny_samples, write_shards
+from conftest import same_values, tiny_samples, write_shards
 
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
@@ -88,16 +87,6 @@ def options(**overrides: Any) -> Any:
     return remote.RemoteOptions(**settings)
 
 
-def same(a: Any, b: Any) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, np.ndarray):
-        return bool(np.array_equal(a, b))
-    return bool(a == b)
-
-
 @pytest.mark.parametrize("cached", [False, True])
 def test_webdataset_reads_it_as_webdataset_does(
     served: tuple[PlainServer, list[str], list[str]], tmp_path: Path, cached: bool
@@ -109,16 +98,16 @@ def test_webdataset_reads_it_as_webdataset_does(
     if cache is not None:
         Path(cache).mkdir()
     ds = chute.WebDataset(urls, shardshuffle=False, cache_dir=cache, remote=options())
-    assert same(list(ds), expected)
+    assert same_values(list(ds), expected)
     decoded = chute.WebDataset(urls, shardshuffle=False, remote=options())
     reference = webdataset.WebDataset(urls, shardshuffle=False)
-    assert same(
+    assert same_values(
         list(decoded.decode().to_tuple("__key__", "npy", "cls").batched(16)),
         list(reference.decode().to_tuple("__key__", "npy", "cls").batched(16)),
     )
     if cached:
         gets = len(server.gets)
-        assert same(list(ds), expected)  # from the cache, checked: no GET
+        assert same_values(list(ds), expected)  # from the cache, checked: no GET
         assert len(server.gets) == gets
 
 
@@ -141,10 +130,10 @@ def test_tar_dataset_equals_the_local_one(served: tuple[PlainServer, list[str], 
     assert len(ds) == len(local) == 450
     order = [449, 0, 151, 300, 2, 448]
     for i in order:
-        assert same(without_url(ds[i]), without_url(local[i]))
+        assert same_values(without_url(ds[i]), without_url(local[i]))
     got = list(chute.DataLoader(ds, batch_size=16, shuffle=True, generator=seeded()))
     want = list(chute.DataLoader(local, batch_size=16, shuffle=True, generator=seeded()))
-    assert same([without_url(b) for b in got], [without_url(b) for b in want])
+    assert same_values([without_url(b) for b in got], [without_url(b) for b in want])
 
 
 def test_random_access_past_the_bound_is_refused_clearly(

@@ -35,26 +35,9 @@ from chute.workers.transport import (
     default_collate,
     pack,
 )
+from conftest import assert_same_typed
 
 Point = collections.namedtuple("Point", ["x", "label"])
-
-
-def same(a: Any, b: Any) -> None:
-    assert type(a) is type(b), (type(a), type(b))
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            same(x, y)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            same(a[k], b[k])
-    else:
-        assert a == b
 
 
 def unpack(packed: Packed, fd: int, on_release: Any = None) -> list[Any]:
@@ -94,7 +77,7 @@ def test_items_come_back_exactly() -> None:
         for i in range(5)
     ]
     back = roundtrip(items)
-    same(back, items)
+    assert_same_typed(back, items)
     # Every array of the same place of consecutive items lies back to back.
     assert back[1][0].storage_offset() == back[0][0].storage_offset() + 24
 
@@ -114,7 +97,7 @@ def test_collation_of_consecutive_rows_is_a_view() -> None:
     back = roundtrip(items)
     batch = default_collate(back)
     expected = torch.utils.data.default_collate(items)
-    same(batch, expected)
+    assert_same_typed(batch, expected)
     assert batch[0].untyped_storage().data_ptr() == back[0][0].untyped_storage().data_ptr()
     # Rows from elsewhere, or out of order, are stacked as torch does.
     shuffled = [back[1][0], back[0][0]]
@@ -211,7 +194,7 @@ def test_a_channel_carries_messages_and_descriptors() -> None:
     assert right.poll(10)
     message, fds = right.recv()
     assert message[:2] == ("chunk", 1) and len(fds) == 1
-    same(unpack(message[2], fds[0]), items)
+    assert_same_typed(unpack(message[2], fds[0]), items)
     message, fds = right.recv()
     sender.join(30)
     assert message == ("raw", 2, big) and fds == []
