@@ -74,7 +74,8 @@ def test_installed_wheel_loads_the_codecs_it_carries():
     maps = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    loaded = {Path(line.split()[-1]) for line in maps if ".so" in line.split()[-1]}
+    paths = [line.split()[-1] for line in maps if line.strip()]
+    loaded = {Path(p) for p in paths if ".so" in p}
     for codec in ("libjpeg", "libpng16", "libwebp"):
         paths = {p for p in loaded if p.name.startswith(codec)}
         assert paths, f"{codec} is not loaded"
