@@ -6,6 +6,7 @@ import io
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,24 +54,30 @@ def _children_hung_in_a_futex() -> list[int]:
 _killed_for_fork_hang: dict[str, list[int]] = {}
 
 if os.environ.get("CHUTE_SANITIZER") == "address":
+    # The test running now and when it started. One watching thread for the
+    # whole session, started before any test: a thread per test would be
+    # counted by the tests that check that no thread outlives a loader.
+    _running: dict[str, tuple[str, float]] = {}
+
+    def _watch_for_fork_hangs() -> None:
+        while True:
+            time.sleep(1.0)
+            current = _running.get("test")
+            if current is None or time.monotonic() - current[1] < SANITIZER_FORK_WATCH_S:
+                continue
+            for pid in _children_hung_in_a_futex():
+                _killed_for_fork_hang.setdefault(current[0], []).append(pid)
+                os.kill(pid, signal.SIGKILL)
+
+    threading.Thread(target=_watch_for_fork_hangs, name="fork-hang-watch", daemon=True).start()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-        done = threading.Event()
-
-        def watch() -> None:
-            while not done.wait(SANITIZER_FORK_WATCH_S):
-                for pid in _children_hung_in_a_futex():
-                    _killed_for_fork_hang.setdefault(item.nodeid, []).append(pid)
-                    os.kill(pid, signal.SIGKILL)
-
-        watcher = threading.Thread(target=watch, name="fork-hang-watch", daemon=True)
-        watcher.start()
+        _running["test"] = (item.nodeid, time.monotonic())
         try:
             yield
         finally:
-            done.set()
-            watcher.join()
+            _running.pop("test", None)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
