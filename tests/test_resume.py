@@ -268,33 +268,22 @@ def test_stream_states_without_version_or_fingerprint_are_refused(
 
 def test_stream_state_of_other_order_settings_is_refused(tiny_shards: list[str]) -> None:
     state = _stopped_state(shuffled_pipeline(tiny_shards), 2)
-    other = (
-        chute.WebDataset(tiny_shards, shardshuffle=True, seed=11, streams=2)
-        .shuffle(300, initial=100)
-        .decode()
-        .to_tuple("__key__", "npy", "cls")
-        .batched(48)
-    )
+
+    def other(initial: int = 100, **settings: Any) -> Any:
+        return (
+            chute.WebDataset(tiny_shards, seed=11, **settings)
+            .shuffle(300, initial=initial)
+            .decode()
+            .to_tuple("__key__", "npy", "cls")
+            .batched(48)
+        )
+
     with pytest.raises(ValueError, match=r"decide the order: streams=1 in the state, 2 here"):
-        other.load_state_dict(state)
-    unshuffled = (
-        chute.WebDataset(tiny_shards, shardshuffle=False, seed=11)
-        .shuffle(300, initial=100)
-        .decode()
-        .to_tuple("__key__", "npy", "cls")
-        .batched(48)
-    )
+        other(shardshuffle=True, streams=2).load_state_dict(state)
     with pytest.raises(ValueError, match=r"shardshuffle=True in the state, False here"):
-        unshuffled.load_state_dict(state)
-    initial = (
-        chute.WebDataset(tiny_shards, shardshuffle=True, seed=11)
-        .shuffle(300, initial=50)
-        .decode()
-        .to_tuple("__key__", "npy", "cls")
-        .batched(48)
-    )
+        other(shardshuffle=False).load_state_dict(state)
     with pytest.raises(ValueError, match="another pipeline"):
-        initial.load_state_dict(state)
+        other(initial=50, shardshuffle=True).load_state_dict(state)
 
 
 def test_a_resumed_dataset_takes_the_states_seed(
