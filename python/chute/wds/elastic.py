@@ -61,6 +61,7 @@ from chute import _core
 from chute.shards import local_path, rank_and_world_size, worker_and_num_workers
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import CompiledPipeline
+from chute.wds.native import engine_seed
 
 if TYPE_CHECKING:
     from chute.wds.dataset import WebDataset
@@ -423,8 +424,6 @@ class ElasticRun:
                 )
 
     def plan_seeds(self, world_size: int) -> list[int]:
-        from chute.wds.dataset import engine_seed
-
         return [engine_seed(self.base_seed, rank, 0) for rank in range(world_size)]
 
     def configure(self, plan: Any) -> None:

@@ -31,9 +31,9 @@ from chute.stats import add_figures
 from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter
 from chute.wds.native import EngineSettings, report_skips
-from chute.wds.pystages import apply_python_stage
 from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
+from chute.wds.stages import Stage
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.transport import default_collate, pack
 
@@ -41,23 +41,6 @@ if TYPE_CHECKING:
     from chute.wds.dataset import WebDataset
     from chute.workers.main import Outgoing, WorkerContext
     from chute.workers.pool import WorkerPool
-
-# Python stages that take one item and give at most one, keeping nothing
-# across items: the same whether they see a whole epoch or batch by batch.
-ITEMWISE_STAGES = frozenset(
-    {
-        "map",
-        "map_dict",
-        "map_tuple",
-        "select",
-        "decode",
-        "rename",
-        "to_tuple",
-        "rename_keys",
-        "extract_keys",
-        "xdecode",
-    }
-)
 
 # What every worker's plan takes from the loader's rather than working out
 # on its own: the DDP batch count the ranks agreed on, an elastic resume's
@@ -89,10 +72,12 @@ _EVERY_WORKER = frozenset(
 
 
 def worker_stage_count(compiled: CompiledPipeline) -> int:
-    """How many of the Python stages, from the first, workers run."""
+    """How many of the Python stages, from the first, workers run: those
+    that take one item and give at most one, keeping nothing across items,
+    are the same whether they see a whole epoch or batch by batch."""
     count = 0
     for stage in compiled.python_stages:
-        if stage.kind not in ITEMWISE_STAGES:
+        if not stage.itemwise:
             break
         count += 1
     return count
@@ -401,7 +386,7 @@ def _inputs(
 
 def _run_stages(
     inputs: Iterator[tuple[int | None, Any]],
-    stages: list[Any],
+    stages: list[Stage],
     count: Callable[[int], None],
     handler: Handler,
     rows: list[int | None],
@@ -421,7 +406,7 @@ def _run_stages(
 
     out: Iterator[Any] = source()
     for stage in stages:
-        out = apply_python_stage(stage, out, count, handler)
+        out = stage.apply(out, count, handler)
     # Each stage takes one item and gives at most one: an item comes from
     # the row the source gave last.
     for item in out:

@@ -66,15 +66,6 @@ class StreamPosition:
         return state
 
 
-def describe_stage(stage: Stage) -> str:
-    if stage.kind == "batched":
-        partial = "" if stage.kwargs.get("partial", True) else ", partial=False"
-        return f"batched({stage.args[0]}{partial})"
-    if stage.kind == "shuffle":
-        return f"shuffle({stage.args[0]}, initial={stage.kwargs.get('initial')})"
-    return stage.kind
-
-
 def fingerprint(
     urls: Sequence[str],
     stages: Sequence[Stage],
@@ -88,7 +79,7 @@ def fingerprint(
     out: dict[str, Any] = {
         "num_shards": len(urls),
         "shards": digest[:16],
-        "stages": [describe_stage(s) for s in stages],
+        "stages": [s.describe() for s in stages],
         "order": dict(order or {}),
     }
     if elastic:

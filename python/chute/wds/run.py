@@ -32,9 +32,8 @@ from chute.wds.compiler import (
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
-from chute.wds.pystages import apply_python_stage, python_batched
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
-from chute.wds.stages import STATEFUL_PYTHON_STAGES
+from chute.wds.stages.batching import python_batched
 
 if TYPE_CHECKING:
     from chute.wds.dataset import WebDataset
@@ -233,7 +232,7 @@ class EpochRun:
         return out
 
     def state(self) -> dict[str, Any]:
-        stateful = [s.kind for s in self.compiled.python_stages if s.kind in STATEFUL_PYTHON_STAGES]
+        stateful = [s.kind for s in self.compiled.python_stages if s.keeps_state]
         if stateful:
             raise ValueError(
                 f"cannot checkpoint mid-epoch: stages {stateful} run in Python and keep state; "
@@ -264,7 +263,7 @@ class EpochRun:
                 pass_index, start.batches if resumed else 0, start.rows if resumed else 0
             )
             for stage in self.local_stages:
-                items = apply_python_stage(stage, items, self._count, dataset.handler)
+                items = stage.apply(items, self._count, dataset.handler)
             self.pass_samples = None
             count = 0
             for item in items:
