@@ -53,7 +53,7 @@ import hashlib
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -62,9 +62,7 @@ from chute.shards import local_path, rank_and_world_size, worker_and_num_workers
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import CompiledPipeline
 from chute.wds.native import engine_seed
-
-if TYPE_CHECKING:
-    from chute.wds.dataset import WebDataset
+from chute.wds.runnable import RunnableDataset
 
 Intervals = np.ndarray  # int64 (m, 2): [begin, end) of global samples, sorted, disjoint
 
@@ -345,7 +343,7 @@ class ElasticRun:
 
     def __init__(
         self,
-        dataset: WebDataset,
+        dataset: RunnableDataset,
         compiled: CompiledPipeline,
         epoch: int,
         recorded: dict[str, Any] | None,
@@ -453,7 +451,7 @@ class ElasticRun:
         }
 
 
-def _check_pipeline(dataset: WebDataset, compiled: CompiledPipeline) -> None:
+def _check_pipeline(dataset: RunnableDataset, compiled: CompiledPipeline) -> None:
     """ValueError when `dataset` cannot run elastically."""
     problems = []
     if compiled.batch_size is None:

@@ -33,13 +33,14 @@ from chute.wds.convert import DROPPED, BatchConverter
 from chute.wds.native import EngineSettings, report_skips
 from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
+from chute.wds.runnable import RunnableDataset
 from chute.wds.stages import Stage
 from chute.workers.failures import Failure, caught_warnings
+from chute.workers.main import Outgoing
 from chute.workers.transport import default_collate, pack
 
 if TYPE_CHECKING:
-    from chute.wds.dataset import WebDataset
-    from chute.workers.main import Outgoing, WorkerContext
+    from chute.workers.main import WorkerContext
     from chute.workers.pool import WorkerPool
 
 # What every worker's plan takes from the loader's rather than working out
@@ -116,7 +117,7 @@ class WorkerEpochRun(EpochRun):
 
     def __init__(
         self,
-        dataset: WebDataset,
+        dataset: RunnableDataset,
         epoch: int,
         settings: EngineSettings,
         loader: LoaderSettings | None,
@@ -234,7 +235,7 @@ class WorkerEpochRun(EpochRun):
 
 
 def stream_task(
-    dataset: WebDataset, task: StreamTask, context: WorkerContext
+    dataset: RunnableDataset, task: StreamTask, context: WorkerContext
 ) -> Iterator[Outgoing]:
     """A worker's part of one pass: for each of its engine batches, the
     items the loader would make of it after the worker's Python stages."""
@@ -321,12 +322,12 @@ def stream_task(
             }
             counts = dict.fromkeys(counts, 0)
             if end:
-                yield _outgoing(("end", context.tag, body))
+                yield Outgoing(("end", context.tag, body))
                 return
             packed, fd = pack(items, context.arenas)
             del items
             body.update(items=packed, rows=rows, stop=stop)
-            yield _outgoing(
+            yield Outgoing(
                 ("chunk", context.tag, body), fd, functools.partial(_item_origin, origin, rows)
             )
             if error is not None or stop:
@@ -334,14 +335,6 @@ def stream_task(
             absolute += context.num_workers
     finally:
         engine.close()
-
-
-def _outgoing(
-    message: tuple[Any, ...], fd: int = -1, origin: Callable[[int], str] | None = None
-) -> Outgoing:
-    from chute.workers.main import Outgoing
-
-    return Outgoing(message, fd, origin)
 
 
 def _item_origin(origin: Callable[[int | None], str], rows: list[int | None], item: int) -> str:

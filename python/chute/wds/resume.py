@@ -19,15 +19,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from chute.wds.elastic import ElasticRun
 from chute.wds.stages import Stage
 
 # The layout of the state dicts this module writes and reads.
 STATE_VERSION = 1
-
-if TYPE_CHECKING:
-    from chute.wds.elastic import ElasticRun
 
 
 @dataclass

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import default_convert
@@ -33,10 +33,8 @@ from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
+from chute.wds.runnable import RunnableDataset
 from chute.wds.stages.batching import python_batched
-
-if TYPE_CHECKING:
-    from chute.wds.dataset import WebDataset
 
 # torch ships default_convert without annotations.
 _default_convert: Callable[[Any], Any] = default_convert
@@ -118,7 +116,7 @@ class EpochRun:
 
     def __init__(
         self,
-        dataset: WebDataset,
+        dataset: RunnableDataset,
         epoch: int,
         settings: EngineSettings,
         loader: LoaderSettings | None,
