@@ -146,6 +146,7 @@ def test_every_shipped_kind_is_built_under_webdatasets_name() -> None:
     shipped = {k: c for k, c in STAGE_CLASSES.items() if c.__module__.startswith("chute.")}
     assert sorted(shipped) == sorted(
         [
+            "associate",
             "batched",
             "compose",
             "decode",
@@ -173,6 +174,7 @@ def test_every_shipped_kind_is_built_under_webdatasets_name() -> None:
         if hasattr(webdataset.compat.FluidInterface, kind):
             assert callable(getattr(Fluent, kind)), kind
     built = {
+        "associate": wds.associate({}),
         "batched": wds.batched(4),
         "compose": Fluent.compose(_Chain(), list).stages[0],
         "decode": wds.decode(),

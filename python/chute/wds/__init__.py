@@ -42,6 +42,7 @@ from chute.wds.dataset import WebDataset
 from chute.wds.filters import (
     Cached,
     LMDBCached,
+    associate,
     batched,
     decode,
     default_collation_fn,
@@ -99,6 +100,7 @@ __all__ = [
     "SimpleShardList",
     "WebDataset",
     "WebLoader",
+    "associate",
     "autodecode",
     "batched",
     "decode",

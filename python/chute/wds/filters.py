@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -24,6 +24,7 @@ from chute.handlers import Handler, reraise_exception
 from chute.image_options import image_options
 from chute.wds.autodecode import unknown_imagespec
 from chute.wds.stages import (
+    Associate,
     Batched,
     Decode,
     ExtractKeys,
@@ -156,6 +157,15 @@ def map_dict(handler: Handler = reraise_exception, **kw: Callable[[Any], Any]) -
 
 def map_tuple(*args: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Stage:
     return MapTuple(args, handler=handler)
+
+
+def associate(
+    associator: Callable[[str], dict[str, Any]] | Mapping[str, dict[str, Any]], **kw: Any
+) -> Stage:
+    """Adds to each dict sample the members `associator` gives its key:
+    ``associator(key)``, or ``associator.get(key, {})`` for a mapping.
+    Keywords are accepted and unused, as in webdataset."""
+    return Associate(associator)
 
 
 def select(predicate: Callable[[Any], bool]) -> Stage:
@@ -344,6 +354,7 @@ def transform_with(sample: Sequence[Any], transformers: Sequence[Any] | None) ->
 __all__ = [
     "Cached",
     "LMDBCached",
+    "associate",
     "batched",
     "decode",
     "default_collation_fn",

@@ -6,7 +6,8 @@ a family's stages share their Python helpers.
 - ``decode``: ``decode``
 - ``fields``: ``rename``, ``to_tuple``
 - ``batching``: ``batched``, ``unbatched``, ``unlisted``
-- ``functions``: ``map``, ``map_dict``, ``map_tuple``, ``select``, ``compose``
+- ``functions``: ``map``, ``map_dict``, ``map_tuple``, ``select``, ``associate``,
+  ``compose``
 - ``patterns``: ``rename_keys``, ``extract_keys``, ``xdecode``
 - ``passthrough``: ``slice``, ``rsample``, ``log_keys``, ``info``
 
@@ -18,13 +19,14 @@ from chute.wds.stages.base import STAGE_CLASSES, Stage
 from chute.wds.stages.batching import Batched, Unbatched, Unlisted
 from chute.wds.stages.decode import Decode
 from chute.wds.stages.fields import Rename, ToTuple
-from chute.wds.stages.functions import Compose, Map, MapDict, MapTuple, Select
+from chute.wds.stages.functions import Associate, Compose, Map, MapDict, MapTuple, Select
 from chute.wds.stages.passthrough import Info, LogKeys, RSample, Slice
 from chute.wds.stages.patterns import ExtractKeys, RenameKeys, XDecode
 from chute.wds.stages.shuffle import Shuffle
 
 __all__ = [
     "STAGE_CLASSES",
+    "Associate",
     "Batched",
     "Compose",
     "Decode",

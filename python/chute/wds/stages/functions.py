@@ -1,10 +1,10 @@
 """Stages that call the user's functions, always in Python: per item
-(``map``, ``map_dict``, ``map_tuple``, ``select``: worker processes may run
-them) or over the whole iterator (``compose``)."""
+(``map``, ``map_dict``, ``map_tuple``, ``select``, ``associate``: worker
+processes may run them) or over the whole iterator (``compose``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -91,6 +91,32 @@ class Select(Stage):
     ) -> Iterator[Any]:
         predicate = self.predicate
         return (item for item in items if predicate(item))
+
+
+@dataclass(eq=False)
+class Associate(Stage):
+    """``associate(associator)``: each dict sample updated, in place, with
+    the members `associator` gives its key (called with the key, or a
+    mapping from keys; a key it lacks adds nothing)."""
+
+    kind: ClassVar[str] = "associate"
+    itemwise: ClassVar[bool] = True
+    one_to_one: ClassVar[bool] = True
+
+    associator: Callable[[str], dict[str, Any]] | Mapping[str, dict[str, Any]]
+
+    def apply(
+        self,
+        items: Iterator[Any],
+        count: Counter = no_count,
+        default_handler: Handler = reraise_exception,
+    ) -> Iterator[Any]:
+        associator = self.associator
+        for sample in items:
+            count(1)
+            key = sample["__key__"]
+            sample.update(associator(key) if callable(associator) else associator.get(key, {}))
+            yield sample
 
 
 @dataclass(eq=False)
