@@ -19,6 +19,8 @@ class Map(Stage):
 
     kind: ClassVar[str] = "map"
     itemwise: ClassVar[bool] = True
+    # Counted one item per item: items a None result drops are the
+    # function's, which the shards' indexes cannot see.
     one_to_one: ClassVar[bool] = True
 
     f: Callable[[Any], Any]
