@@ -141,6 +141,16 @@ def test_a_kind_names_one_class() -> None:
 
     assert STAGE_CLASSES["map"] is type(wds.map(str))
 
+    def define() -> type[Stage]:
+        class Redefined(TaggedLabels):
+            kind: ClassVar[str] = "test_redefined"
+
+        return Redefined
+
+    # The same class defined again (a notebook cell run twice) takes over.
+    first, second = define(), define()
+    assert first is not second and STAGE_CLASSES["test_redefined"] is second
+
 
 def test_every_shipped_kind_is_built_under_webdatasets_name() -> None:
     shipped = {k: c for k, c in STAGE_CLASSES.items() if c.__module__.startswith("chute.")}

@@ -25,8 +25,8 @@ def no_count(n: int) -> None:
     pass
 
 
-# Every stage class by kind: a kind names one class only, so that the
-# stages of a state's fingerprint name one pipeline.
+# Every stage class by kind: a kind names one class, so that the stages of
+# a state's fingerprint name one pipeline.
 STAGE_CLASSES: dict[str, type[Stage]] = {}
 
 
@@ -54,9 +54,15 @@ class Stage(ABC):
         kind = cls.__dict__.get("kind")
         if kind is None:
             return
-        if kind in STAGE_CLASSES:
+        taken = STAGE_CLASSES.get(kind)
+        # The same class defined again (a module reloaded, a notebook cell
+        # run twice) takes its kind over.
+        if taken is not None and (taken.__module__, taken.__qualname__) != (
+            cls.__module__,
+            cls.__qualname__,
+        ):
             raise TypeError(
-                f"stage kind {kind!r} is taken by {STAGE_CLASSES[kind].__qualname__}; "
+                f"stage kind {kind!r} is taken by {taken.__qualname__}; "
                 f"{cls.__qualname__} needs another"
             )
         STAGE_CLASSES[kind] = cls
