@@ -53,17 +53,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from chute import _core
-from chute.remote import is_remote_url
 from chute.shards import rank_and_world_size, worker_and_num_workers
 from chute.wds.compiler import CompiledPipeline
-from chute.wds.sample_counts import CountSettings, sample_counter
+from chute.wds.sample_counts import CountSettings, shard_layouts
 
 if TYPE_CHECKING:
     from chute.wds.dataset import WebDataset
@@ -85,14 +83,8 @@ class ShardLayout:
 
 
 def shard_layout(urls: list[str], where: CountSettings) -> ShardLayout:
-    """The layout of `urls`, each shard's asked of its format's counter
-    (remote ones several at once: each costs round trips)."""
-    remote = [u for u in dict.fromkeys(urls) if is_remote_url(u)]
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        found = dict(
-            zip(remote, pool.map(lambda u: sample_counter(u).layout(u, where), remote), strict=True)
-        )
-    shards = [found[u] if u in found else sample_counter(u).layout(u, where) for u in urls]
+    """The layout of `urls`, from their formats' counters."""
+    shards = shard_layouts(urls, where)
     return ShardLayout(
         urls=tuple(urls),
         counts=np.array([s.count for s in shards], dtype=np.int64),

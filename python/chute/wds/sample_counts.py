@@ -14,11 +14,13 @@ A counter answers, for a url it claims:
 - ``count(url, where)``: the count, found as cheaply as the format allows
   (metadata, else one scan, cached per shard version). What ranks agree on
   for even batches.
-- ``layout(url, where)``: the count and, per sample, the bytes the engine's
-  shuffle buffer charges for holding it (``EncodedSample::encoded_bytes``),
-  bound to one version of the shard: what elastic resume replays a shuffle
-  buffer on. A count that may no longer describe the shard must be rebuilt
-  or refused here, never returned.
+- ``layouts(urls, where)``: per shard (in the order of `urls`; the format
+  may read several at once) the count and, per sample, the bytes the
+  engine's shuffle buffer charges for holding it
+  (``EncodedSample::encoded_bytes``), bound to the version of the shard
+  there is now: what elastic resume deals and replays shuffle buffers on. A
+  count that may no longer describe the shard must be rebuilt or refused
+  here, never returned.
 
 Formats registered later are asked first; tar, registered here, claims
 every url that no other format claims (as the engine's source table,
@@ -29,6 +31,7 @@ claims).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -69,7 +72,7 @@ class SampleCounter(Protocol):
 
     def count(self, url: str, where: CountSettings) -> int: ...
 
-    def layout(self, url: str, where: CountSettings) -> ShardSamples: ...
+    def layouts(self, urls: list[str], where: CountSettings) -> list[ShardSamples]: ...
 
 
 _COUNTERS: dict[str, SampleCounter] = {}
@@ -88,6 +91,19 @@ def sample_counter(url: str) -> SampleCounter:
         if counter.claims(url):
             return counter
     raise ValueError(f"no registered stream format reads {url!r}")
+
+
+def shard_layouts(urls: list[str], where: CountSettings) -> list[ShardSamples]:
+    """Every shard's layout, in order, each asked of its format's counter
+    (one call per format, with all of that format's urls)."""
+    groups: dict[int, tuple[SampleCounter, list[str]]] = {}
+    for url in dict.fromkeys(urls):
+        counter = sample_counter(url)
+        groups.setdefault(id(counter), (counter, []))[1].append(url)
+    found: dict[str, ShardSamples] = {}
+    for counter, members in groups.values():
+        found.update(zip(members, counter.layouts(members, where), strict=True))
+    return [found[url] for url in urls]
 
 
 # -- tar ---------------------------------------------------------------------------
@@ -148,7 +164,7 @@ class TarCounter:
             key = _remote_key(url, where.remote)
             if key not in self._counts:
                 try:
-                    self._counts[key] = self._remote_layout(url, key, where.remote).count
+                    self._counts[key] = self._remote_layout(url, where.remote, key).count
                 except (_core.DataError, ValueError):
                     # A shard no index can describe (gzip-compressed, a
                     # sparse member, a repeated extension) is counted as
@@ -168,25 +184,40 @@ class TarCounter:
             self._counts[key] = int(scan["samples"])
         return self._counts[key]
 
-    def layout(self, url: str, where: CountSettings) -> ShardSamples:
-        if is_remote_url(url):
-            return self._remote_layout(url, _remote_key(url, where.remote), where.remote)
-        path = local_path(url)
-        if path is None:
-            raise ValueError(
-                f"{url!r} is neither a local file nor a remote url: its samples cannot be "
-                "counted before it is read"
+    def layouts(self, urls: list[str], where: CountSettings) -> list[ShardSamples]:
+        remote = [u for u in urls if is_remote_url(u)]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            # Each costs round trips: a HEAD, then an index or the shard.
+            found = dict(
+                zip(
+                    remote,
+                    pool.map(lambda u: self._remote_layout(u, where.remote), remote),
+                    strict=True,
+                )
             )
-        st = os.stat(path)
-        key = (path, st.st_size, st.st_mtime_ns)
-        if key not in self._layouts:
-            [columns] = load_indexes([path])
-            self._layouts[key] = _samples(columns)
-        return self._layouts[key]
+        local: dict[str, tuple[str, tuple[str, int, int | str]]] = {}
+        for url in urls:
+            if url in found:
+                continue
+            path = local_path(url)
+            if path is None:
+                raise ValueError(
+                    f"{url!r} is neither a local file nor a remote url: its samples cannot "
+                    "be counted before it is read"
+                )
+            st = os.stat(path)
+            local[url] = (path, (path, st.st_size, st.st_mtime_ns))
+        missing = [url for url, (_, key) in local.items() if key not in self._layouts]
+        loaded = load_indexes([local[url][0] for url in missing])
+        for url, columns in zip(missing, loaded, strict=True):
+            self._layouts[local[url][1]] = _samples(columns)
+        found.update((url, self._layouts[key]) for url, (_, key) in local.items())
+        return [found[url] for url in urls]
 
     def _remote_layout(
-        self, url: str, key: tuple[str, int, int | str], options: RemoteOptions
+        self, url: str, options: RemoteOptions, key: tuple[str, int, int | str] | None = None
     ) -> ShardSamples:
+        key = key or _remote_key(url, options)
         if key not in self._layouts:
             document = remote_tar_index(url, options, remote_index_dir(options), bound=True)
             # Under the version the index was bound to (a shard replaced
