@@ -20,9 +20,8 @@ from chute.errors import engine_errors
 from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
-from chute.shards import local_path, rank_and_world_size
+from chute.shards import rank_and_world_size
 from chute.stats import add_figures, empty_stats, with_running
-from chute.tarindex import indexed_sample_count
 from chute.wds.compiler import (
     CompiledPipeline,
     compile_stages,
@@ -34,6 +33,7 @@ from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.runnable import RunnableDataset
+from chute.wds.sample_counts import sample_counter
 from chute.wds.stages.batching import python_batched
 
 # torch ships default_convert without annotations.
@@ -208,8 +208,7 @@ class EpochRun:
             return None
         samples = 0
         for url in self.urls:
-            path = local_path(url)
-            count = indexed_sample_count(path) if path is not None else None
+            count = sample_counter(url).indexed_count(url)
             if count is None:
                 return None
             samples += count

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from chute.handlers import Handler
+from chute.remote import RemoteOptions
 from chute.wds.compiler import CompiledPipeline
 from chute.wds.native import EngineSettings, ErrorHandlers
 from chute.wds.stages import Stage
@@ -19,6 +20,9 @@ class RunnableDataset(Protocol):
     it (see ``chute.wds.dataset.WebDataset`` for what each member means)."""
 
     urls: list[str]
+    remote: RemoteOptions
+    cache_dir: str | None
+    pipe_timeout: float
     stages: list[Stage]
     seed: int
     handler: Handler
