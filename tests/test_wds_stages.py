@@ -14,11 +14,10 @@ import chute
 import pytest
 import webdataset
 from chute import wds
-from chute.handlers import Handler, reraise_exception
 from chute.tarindex import write_index
 from chute.wds.fluent import Fluent
 from chute.wds.stages import STAGE_CLASSES, Stage
-from chute.wds.stages.base import Counter, no_count
+from chute.wds.stages.base import PythonRun
 from conftest import tiny_samples, write_shards
 
 
@@ -39,14 +38,9 @@ class TaggedLabels(Stage):
     itemwise: ClassVar[bool] = True
     one_to_one: ClassVar[bool] = True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         for item in items:
-            count(1)
+            run.count(1)
             yield item[1] * 10, os.getpid()
 
 
@@ -131,12 +125,7 @@ def test_a_kind_names_one_class() -> None:
         class AnotherMap(Stage):
             kind: ClassVar[str] = "map"
 
-            def apply(
-                self,
-                items: Iterator[Any],
-                count: Counter = no_count,
-                default_handler: Handler = reraise_exception,
-            ) -> Iterator[Any]:
+            def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
                 return items
 
     assert STAGE_CLASSES["map"] is type(wds.map(str))

@@ -61,6 +61,7 @@ from chute.wds.fluent import Fluent
 from chute.wds.native import ErrorHandlers, field_plan
 from chute.wds.prefix import MEMBER, OutputField
 from chute.wds.stages import Stage
+from chute.wds.stages.base import PythonRun
 
 _GLOB_CHARS = set("*?[")
 
@@ -432,7 +433,7 @@ class TarDataset(IndexedDataset):
         """The samples of an engine batch, as webdataset makes them."""
         rows: Iterator[Any] = (r for r in self._converter.rows(batch) if r is not DROPPED)
         for stage in self._compiled.python_stages:
-            rows = stage.apply(rows)
+            rows = stage.apply(rows, PythonRun())
         if self._names is not None:
             names = self._names
             return [dict(zip(names, row, strict=True)) for row in rows]

@@ -66,6 +66,7 @@ from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import EMPTY_MESSAGE, EpochIteration, EpochRun, as_torch_loader
 from chute.wds.stages import Stage
+from chute.wds.stages.base import PythonRun
 from chute.wds.tarread import tar_samples
 
 if TYPE_CHECKING:
@@ -507,6 +508,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         def count(n: int) -> None:
             figures["python_items"] += n
 
+        in_python = PythonRun(count, self.handler)
+
         def passes() -> Iterator[Any]:
             if not urls and self.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
@@ -526,7 +529,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
                     )
                 )
                 for stage in self.stages:
-                    items = stage.apply(items, count, self.handler)
+                    items = stage.apply(items, in_python)
                 yielded = 0
                 for item in items:
                     yielded += 1

@@ -35,6 +35,7 @@ from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
 from chute.wds.runnable import RunnableDataset
 from chute.wds.stages import Stage
+from chute.wds.stages.base import PythonRun
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.main import Outgoing
 from chute.workers.transport import default_collate, pack
@@ -398,8 +399,9 @@ def _run_stages(
         exhausted[0] = True
 
     out: Iterator[Any] = source()
+    in_python = PythonRun(count, handler)
     for stage in stages:
-        out = stage.apply(out, count, handler)
+        out = stage.apply(out, in_python)
     # Each stage takes one item and gives at most one: an item comes from
     # the row the source gave last.
     for item in out:

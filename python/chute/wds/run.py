@@ -34,6 +34,7 @@ from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.runnable import RunnableDataset
 from chute.wds.sample_counts import sample_counter
+from chute.wds.stages.base import PythonRun
 from chute.wds.stages.batching import python_batched
 
 # torch ships default_convert without annotations.
@@ -254,13 +255,14 @@ class EpochRun:
             if dataset.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
             return
+        in_python = PythonRun(self._count, dataset.handler)
         for pass_index in range(start.pass_index, dataset.repetitions):
             resumed = pass_index == start.pass_index
             items: Iterator[Any] = self._native_items(
                 pass_index, start.batches if resumed else 0, start.rows if resumed else 0
             )
             for stage in self.local_stages:
-                items = stage.apply(items, self._count, dataset.handler)
+                items = stage.apply(items, in_python)
             self.pass_samples = None
             count = 0
             for item in items:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chute.handlers import Handler, reraise_exception
@@ -23,6 +24,37 @@ Counter = Callable[[int], None]
 
 def no_count(n: int) -> None:
     pass
+
+
+@dataclass(frozen=True)
+class PythonRun:
+    """What Python stages run with where they run: `count` is told of each
+    item a per-item function sees; `default_handler` stands in for the
+    default handler of a stage that can also run natively."""
+
+    count: Counter = no_count
+    default_handler: Handler = reraise_exception
+
+    def guarded(
+        self, items: Iterator[Any], fn: Callable[[Any], Any], handler: Handler | None
+    ) -> Iterator[Any]:
+        """`fn` of each item; a failure goes to `handler` (None: raise), which
+        skips the item (True) or ends the iteration (False), or raises."""
+        handler = own_handler(handler)
+        for item in items:
+            self.count(1)
+            try:
+                result = fn(item)
+            except Exception as exn:
+                if handler(exn):
+                    continue
+                return
+            yield result
+
+
+def own_handler(handler: Handler | None) -> Handler:
+    """A stage's handler as Python runs it (None stands for the default)."""
+    return handler or reraise_exception
 
 
 # Every stage class by kind: a kind names one class, so that the stages of
@@ -83,19 +115,12 @@ class Stage(ABC):
     # -- running in Python --------------------------------------------------------
 
     @abstractmethod
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
-        """`items` through this stage in Python; `count(n)` is told of each
-        item a per-item function sees. `default_handler` stands in for the
-        default handler of a stage that can also run natively."""
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
+        """`items` through this stage in Python, with webdataset's semantics."""
 
     def __call__(self, data: Iterable[Any]) -> Iterator[Any]:
         """The stage run in Python over `data`."""
-        return self.apply(iter(data))
+        return self.apply(iter(data), PythonRun())
 
     # -- resuming and counting ----------------------------------------------------
 
@@ -108,24 +133,3 @@ class Stage(ABC):
         """The items this stage makes of `items` items, or None when that is
         not known without running it."""
         return items if self.one_to_one else None
-
-
-def own_handler(handler: Handler | None) -> Handler:
-    """A stage's handler as Python runs it (None stands for the default)."""
-    return handler or reraise_exception
-
-
-def guarded(
-    items: Iterator[Any], fn: Callable[[Any], Any], handler: Handler, count: Counter
-) -> Iterator[Any]:
-    """`fn` of each item; a failure goes to `handler`, which skips the item
-    (True) or ends the iteration (False), or raises."""
-    for item in items:
-        count(1)
-        try:
-            result = fn(item)
-        except Exception as exn:
-            if handler(exn):
-                continue
-            return
-        yield result

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chute.collate import default_collate
-from chute.handlers import Handler, reraise_exception
 from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import Counter, Stage, no_count
+from chute.wds.stages.base import PythonRun, Stage
 
 Collate = Callable[[list[Any]], Any]
 
@@ -35,12 +34,7 @@ class Batched(Stage):
         prefix.partial = bool(self.partial)
         return True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         return python_batched(items, int(self.size), self.collation_fn, self.partial)
 
     def describe(self) -> str:
@@ -60,12 +54,7 @@ class Unbatched(Stage):
     kind: ClassVar[str] = "unbatched"
     keeps_state: ClassVar[bool] = True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         return python_unbatched(items)
 
 
@@ -76,12 +65,7 @@ class Unlisted(Stage):
     kind: ClassVar[str] = "unlisted"
     keeps_state: ClassVar[bool] = True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         return _unlisted(items)
 
 

@@ -15,7 +15,7 @@ from chute.image_options import has_transforms
 from chute.wds.autodecode import DecodeHandler, decoder_of
 from chute.wds.native import ErrorHandlers
 from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import Counter, Stage, guarded, no_count, own_handler
+from chute.wds.stages.base import PythonRun, Stage, own_handler
 
 
 @dataclass(eq=False)
@@ -76,20 +76,16 @@ class Decode(Stage):
             return handlers
         return dataclasses.replace(handlers, member=self.handler)
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
+        # Members that do not decode: as in the native part (take_failures).
         handler = own_handler(self.handler)
         if handler is reraise_exception:
-            handler = default_handler
+            handler = run.default_handler
         refuse_python_transforms(self.options)
         decoder = decoder_of(
             self.specs, pre=self.pre, post=self.post, only=self.only, partial=bool(self.partial)
         )
-        return guarded(items, decoder, handler, count)
+        return run.guarded(items, decoder, handler)
 
 
 def refuse_python_transforms(options: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from chute.handlers import Handler, reraise_exception
 from chute.wds.native import ErrorHandlers
 from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import Counter, Stage, guarded, no_count, own_handler
+from chute.wds.stages.base import PythonRun, Stage
 
 
 class FieldStage(Stage):
@@ -48,13 +48,8 @@ class Rename(FieldStage):
         prefix.rename(self.names)
         return True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
-        return guarded(items, _renamer(self.names, self.keep), own_handler(self.handler), count)
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
+        return run.guarded(items, _renamer(self.names, self.keep), self.handler)
 
 
 @dataclass(eq=False)
@@ -80,14 +75,9 @@ class ToTuple(FieldStage):
         prefix.tuple_output = True
         return True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         tupler = _tupler(self.specs, self.missing_is_error, self.none_is_error)
-        return guarded(items, tupler, own_handler(self.handler), count)
+        return run.guarded(items, tupler, self.handler)
 
 
 def split_alternatives(spec: str | Sequence[str]) -> list[str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from chute.handlers import Handler, reraise_exception
-from chute.wds.stages.base import Counter, Stage, guarded, no_count, own_handler
+from chute.wds.stages.base import Counter, PythonRun, Stage, own_handler
 
 
 @dataclass(eq=False)
@@ -26,13 +26,8 @@ class Map(Stage):
     f: Callable[[Any], Any]
     handler: Handler = reraise_exception
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
-        return _mapped(items, self.f, own_handler(self.handler), count)
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
+        return _mapped(items, self.f, own_handler(self.handler), run.count)
 
 
 @dataclass(eq=False)
@@ -46,13 +41,8 @@ class MapDict(Stage):
     fns: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     handler: Handler = reraise_exception
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
-        return guarded(items, _dict_mapper(self.fns), own_handler(self.handler), count)
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
+        return run.guarded(items, _dict_mapper(self.fns), self.handler)
 
 
 @dataclass(eq=False)
@@ -67,13 +57,8 @@ class MapTuple(Stage):
     fns: tuple[Callable[[Any], Any] | None, ...] = ()
     handler: Handler = reraise_exception
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
-        return guarded(items, _tuple_mapper(self.fns), own_handler(self.handler), count)
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
+        return run.guarded(items, _tuple_mapper(self.fns), self.handler)
 
 
 @dataclass(eq=False)
@@ -85,12 +70,7 @@ class Select(Stage):
 
     predicate: Callable[[Any], bool]
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         predicate = self.predicate
         return (item for item in items if predicate(item))
 
@@ -107,15 +87,10 @@ class Associate(Stage):
 
     associator: Callable[[str], dict[str, Any]] | Mapping[str, dict[str, Any]]
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         associator = self.associator
         for sample in items:
-            count(1)
+            run.count(1)
             key = sample["__key__"]
             sample.update(associator(key) if callable(associator) else associator.get(key, {}))
             yield sample
@@ -131,17 +106,12 @@ class Compose(Stage):
 
     function: Any  # f(iterator) -> iterator, or an object with run(iterator)
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         # webdataset's pipeline stages (PipelineStage) have a run method and
         # need not be callable.
         f = self.function
-        run = getattr(f, "run", None)
-        return (run if callable(run) else f)(items)  # type: ignore[no-any-return]
+        method = getattr(f, "run", None)
+        return (method if callable(method) else f)(items)  # type: ignore[no-any-return]
 
 
 def _mapped(

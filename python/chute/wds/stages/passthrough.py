@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chute.handlers import Handler, reraise_exception
-from chute.wds.stages.base import Counter, Stage, no_count
+from chute.wds.stages.base import PythonRun, Stage
 
 
 @dataclass(eq=False)
@@ -24,12 +23,7 @@ class Slice(Stage):
 
     args: tuple[int | None, ...] = ()
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         return itertools.islice(items, *self.args)
 
 
@@ -42,12 +36,7 @@ class RSample(Stage):
 
     p: float = 0.5
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         p = float(self.p)
         return (item for item in items if random.uniform(0.0, 1.0) < p)
 
@@ -61,12 +50,7 @@ class LogKeys(Stage):
 
     logfile: str | None = None
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         return _log_keys(items, self.logfile)
 
 
@@ -84,12 +68,7 @@ class Info(Stage):
     stream: Any = None
     name: str = ""
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         return _info(items, self.fmt, self.n, self.every, self.width, self.stream, self.name)
 
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from typing import Any, ClassVar
 
-from chute.handlers import Handler, reraise_exception
-from chute.wds.stages.base import Counter, Stage, no_count
+from chute.wds.stages.base import Counter, PythonRun, Stage
 from chute.wds.stages.fields import split_alternatives
 
 StreamDecoder = Callable[[Any], Any]
@@ -32,17 +31,12 @@ class RenameKeys(Stage):
     must_match: bool = True
     duplicate_is_error: bool = True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         renamings = [(pattern, output) for output, pattern in self.pairs]
         renamings += [(pattern, output) for output, pattern in self.names.items()]
         return _rename_keys(
             items,
-            count,
+            run.count,
             renamings,
             self.keep_unselected,
             self.must_match,
@@ -62,14 +56,9 @@ class ExtractKeys(Stage):
     duplicate_is_error: bool = True
     ignore_missing: bool = False
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         return _extract_keys(
-            items, count, self.patterns, self.duplicate_is_error, self.ignore_missing
+            items, run.count, self.patterns, self.duplicate_is_error, self.ignore_missing
         )
 
 
@@ -86,15 +75,10 @@ class XDecode(Stage):
     must_decode: bool = True
     defaults: Sequence[tuple[str, StreamDecoder]] = ()
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         decoders: list[tuple[str, Any]] = [*self.defaults, *self.pairs]
         decoders += [("*." + k, v) for k, v in self.decoders.items()]
-        return _xdecode(items, count, decoders, self.must_decode)
+        return _xdecode(items, run.count, decoders, self.must_decode)
 
 
 def _rename_keys(

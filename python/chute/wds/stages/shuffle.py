@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chute.handlers import Handler, reraise_exception
 from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import Counter, Stage, no_count
+from chute.wds.stages.base import PythonRun, Stage
 
 
 @dataclass(eq=False)
@@ -45,12 +44,7 @@ class Shuffle(Stage):
         prefix.shuffle = (size, initial, chosen)
         return True
 
-    def apply(
-        self,
-        items: Iterator[Any],
-        count: Counter = no_count,
-        default_handler: Handler = reraise_exception,
-    ) -> Iterator[Any]:
+    def apply(self, items: Iterator[Any], run: PythonRun) -> Iterator[Any]:
         rng = self.rng if self.rng is not None else random.Random(self.seed)
         return python_shuffle(items, int(self.size), self.initial, rng)
 
