@@ -16,8 +16,7 @@ import webdataset
 from chute import wds
 from chute.tarindex import write_index
 from chute.wds.fluent import Fluent
-from chute.wds.stages import STAGE_CLASSES, Stage
-from chute.wds.stages.base import PythonRun
+from chute.wds.stages import STAGE_CLASSES, PythonRun, Stage
 from conftest import tiny_samples, write_shards
 
 

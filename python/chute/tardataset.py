@@ -60,8 +60,7 @@ from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_i
 from chute.wds.fluent import Fluent
 from chute.wds.native import ErrorHandlers, field_plan
 from chute.wds.prefix import MEMBER, OutputField
-from chute.wds.stages import Stage
-from chute.wds.stages.base import PythonRun
+from chute.wds.stages import PythonRun, Stage
 
 _GLOB_CHARS = set("*?[")
 

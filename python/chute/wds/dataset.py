@@ -65,8 +65,7 @@ from chute.wds.native import (
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import EMPTY_MESSAGE, EpochIteration, EpochRun, as_torch_loader
-from chute.wds.stages import Stage
-from chute.wds.stages.base import PythonRun
+from chute.wds.stages import PythonRun, Stage
 from chute.wds.tarread import tar_samples
 
 if TYPE_CHECKING:

@@ -34,8 +34,7 @@ from chute.wds.native import EngineSettings, report_skips
 from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
 from chute.wds.runnable import RunnableDataset
-from chute.wds.stages import Stage
-from chute.wds.stages.base import PythonRun
+from chute.wds.stages import PythonRun, Stage
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.main import Outgoing
 from chute.workers.transport import default_collate, pack

@@ -34,7 +34,7 @@ from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.runnable import RunnableDataset
 from chute.wds.sample_counts import sample_counter
-from chute.wds.stages.base import PythonRun
+from chute.wds.stages import PythonRun
 from chute.wds.stages.batching import python_batched
 
 # torch ships default_convert without annotations.

@@ -15,7 +15,7 @@ a family's stages share their Python helpers.
 ``chute.wds.fluent`` under its method names.
 """
 
-from chute.wds.stages.base import STAGE_CLASSES, Stage
+from chute.wds.stages.base import STAGE_CLASSES, PythonRun, Stage
 from chute.wds.stages.batching import Batched, Unbatched, Unlisted
 from chute.wds.stages.decode import Decode
 from chute.wds.stages.fields import Rename, ToTuple
@@ -36,6 +36,7 @@ __all__ = [
     "Map",
     "MapDict",
     "MapTuple",
+    "PythonRun",
     "RSample",
     "Rename",
     "RenameKeys",
