@@ -13,6 +13,7 @@ from chute.mix_stream import MixedStream
 from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
+from chute.text_tokens import tokenize_shards
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
 from chute.workers.pool import WorkerFallbackWarning
@@ -42,6 +43,7 @@ __all__ = [
     "mix",
     "set_epoch",
     "set_max_image_pixels",
+    "tokenize_shards",
     "validate_batch",
     "validate_first_batch",
 ]
