@@ -311,31 +311,31 @@ def test_read_only_without_an_entry_refuses(tmp_path, tokenizer) -> None:
     assert not (tmp_path / "cache").exists()
 
 
-def test_interrupted_run_leaves_no_entry(tmp_path, tokenizer, monkeypatch) -> None:
-    documents = make_documents(np.random.default_rng(11), 40)
-    urls = [
-        write_jsonl(tmp_path / "a.jsonl", documents),
-        write_jsonl(tmp_path / "b.jsonl", documents),
-    ]
+@pytest.mark.parametrize("killed_at", [".bin", ".idx", ".json"])
+def test_interrupted_run_leaves_no_entry(tmp_path, tokenizer, monkeypatch, killed_at) -> None:
+    rng = np.random.default_rng(11)
+    old, new = make_documents(rng, 40), make_documents(rng, 41)
+    url = write_jsonl(tmp_path / "a.jsonl", old)
     cache = tmp_path / "cache"
-    # A kill during the renames: nothing is cleaned up, and the manifest is never moved into place.
+    (path,) = chute.tokenize_shards(url, tokenizer, cache)
+    write_jsonl(tmp_path / "a.jsonl", new)
+    # A kill while the new entry's files are renamed into place: nothing is cleaned up.
     real_replace = os.replace
     monkeypatch.setattr(text_tokens._EntryWriter, "abort", lambda self: None)
 
     def killed(src, dst):
-        if str(dst).endswith(".json"):
+        if str(dst).endswith(killed_at):
             raise KeyboardInterrupt
         real_replace(src, dst)
 
     monkeypatch.setattr(text_tokens.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
-        chute.tokenize_shards(urls, tokenizer, cache)
+        chute.tokenize_shards(url, tokenizer, cache)
     monkeypatch.undo()
     with pytest.raises(ValueError, match=r"\(no cache entry\)"):
-        chute.tokenize_shards(urls, tokenizer, cache, read_only=True)
-    paths = chute.tokenize_shards(urls, tokenizer, cache)
-    for path in paths:
-        assert_tokens(path, tokenizer, documents)
+        chute.tokenize_shards(url, tokenizer, cache, read_only=True, verify=False)
+    assert chute.tokenize_shards(url, tokenizer, cache) == [path]
+    assert_tokens(path, tokenizer, new)
 
 
 def test_failed_run_removes_its_temporary_files(tmp_path, tokenizer) -> None:
