@@ -14,6 +14,7 @@ from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
 from chute.text_tokens import tokenize_shards
+from chute.tokens import TokenDataset, cu_seqlens
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
 from chute.workers.pool import WorkerFallbackWarning
@@ -33,12 +34,14 @@ __all__ = [
     "SkippedSampleWarning",
     "TarDataset",
     "TarIndexError",
+    "TokenDataset",
     "ValidationError",
     "WebDataset",
     "WebLoader",
     "WorkerFallbackWarning",
     "WorkerInitFnWarning",
     "create_loader",
+    "cu_seqlens",
     "get_max_image_pixels",
     "mix",
     "set_epoch",
