@@ -147,6 +147,9 @@ def test_small_batches_keep_order_across_shards(tmp_path, tokenizer, monkeypatch
     paths = chute.tokenize_shards(urls, tokenizer, tmp_path / "c")
     for path, documents in zip(paths, shards, strict=True):
         assert_tokens(path, tokenizer, documents)
+    assert chute.tokenize_shards(str(tmp_path / "p*.jsonl"), tokenizer, tmp_path / "c") == paths
+    with pytest.raises(FileNotFoundError, match="no text shard matches the pattern"):
+        chute.tokenize_shards(str(tmp_path / "q*.jsonl"), tokenizer, tmp_path / "c")
 
 
 @pytest.mark.parametrize("member", ["txt", "json"])
@@ -432,3 +435,35 @@ def test_tokenizer_json_path(tmp_path, tokenizer) -> None:
     url = write_jsonl(tmp_path / "a.jsonl", documents)
     (path,) = chute.tokenize_shards(url, str(tmp_path / "tokenizer.json"), tmp_path / "cache")
     assert_tokens(path, tokenizer, documents)
+
+
+def reference_windows(stream: list[int], seq_len: int) -> list[tuple[list[int], list[int]]]:
+    """nanoGPT's windows: seq_len + 1 tokens every seq_len tokens."""
+    count = (len(stream) - 1) // seq_len if len(stream) > seq_len else 0
+    windows = [stream[i * seq_len : (i + 1) * seq_len + 1] for i in range(count)]
+    return [(w[:-1], w[1:]) for w in windows]
+
+
+def test_token_dataset_from_text_packs_the_tokens(tmp_path, tokenizer, encode_calls) -> None:
+    rng = np.random.default_rng(13)
+    lines, samples = make_documents(rng, 30), make_documents(rng, 20)
+    urls = [
+        write_jsonl(tmp_path / "a.jsonl", lines),
+        write_tar(tmp_path / "b.tar", samples, "json"),
+    ]
+    eod = tokenizer.token_to_id("<|endoftext|>")
+    ds = chute.TokenDataset.from_text(urls, tokenizer, 16, cache_dir=tmp_path / "c", eod_id=eod)
+    documents = expected_tokens(tokenizer, lines + samples, eod)
+    expected = reference_windows([t for d in documents for t in d], 16)
+    assert len(ds) == len(expected) > 10
+    got = []
+    for batch in chute.DataLoader(ds, batch_size=4, num_workers=2):
+        got += list(zip(batch["input_ids"].tolist(), batch["labels"].tolist(), strict=True))
+    assert got == expected
+    assert len(encode_calls) == 2
+
+    packed = chute.TokenDataset.from_text(
+        urls, tokenizer, 16, cache_dir=tmp_path / "c", eod_id=eod, pack="documents"
+    )
+    assert packed.document_lengths().tolist() == [len(d) for d in documents]
+    assert len(encode_calls) == 2  # the cache served the second dataset

@@ -38,6 +38,7 @@ call raises naming the shard and what differs.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import logging
@@ -56,6 +57,7 @@ import numpy as np
 from chute import _core
 from chute._core import DataError
 from chute.remote import RemoteOptions, get_session, is_remote_url
+from chute.remote.datasets import expand_remote_globs
 from chute.shards import expand_urls, local_path
 
 logger = logging.getLogger("chute")
@@ -106,7 +108,24 @@ class InputIdentity:
         return {"url": self.url, "size": self.size, "version": self.version}
 
 
-def _as_tokenizer(tokenizer: Any) -> Any:
+def _expand(urls: str | os.PathLike[str] | Iterable[str], remote: RemoteOptions) -> list[str]:
+    """Brace ranges, then globs: local ones and remote ones on a bucket,
+    each sorted; a glob that matches nothing raises."""
+    items = [os.fspath(urls)] if isinstance(urls, (str, os.PathLike)) else list(urls)
+    out: list[str] = []
+    for url in expand_remote_globs(expand_urls(items), remote):
+        path = local_path(url)
+        if path is not None and set("*?[") & set(path) and not os.path.exists(path):
+            matches = sorted(glob.glob(path))
+            if not matches:
+                raise FileNotFoundError(2, "no text shard matches the pattern", path)
+            out.extend(matches)
+        else:
+            out.append(url)
+    return out
+
+
+def as_tokenizer(tokenizer: Any) -> Any:
     """A ``tokenizers.Tokenizer`` from one, from a transformers fast
     tokenizer (its ``backend_tokenizer``) or from a tokenizer.json path."""
     try:
@@ -128,13 +147,17 @@ def _as_tokenizer(tokenizer: Any) -> Any:
     )
 
 
+def id_bound(tokenizer: Any, eod_id: int | None) -> int:
+    """One past the largest id the tokens can hold: the vocabulary (added
+    tokens included) and the end-of-document id."""
+    bound = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    return max(bound, eod_id + 1) if eod_id is not None else bound
+
+
 def token_dtype(tokenizer: Any, eod_id: int | None) -> np.dtype[Any]:
-    """uint16 when every id fits (vocabulary and end-of-document id below
-    65,536), else int32 (Megatron's .idx has no uint32)."""
-    largest = tokenizer.get_vocab_size(with_added_tokens=True) - 1
-    if eod_id is not None:
-        largest = max(largest, eod_id)
-    return np.dtype(np.uint16) if largest <= 0xFFFF else np.dtype(np.int32)
+    """uint16 when every id fits (below 65,536), else int32 (Megatron's
+    .idx has no uint32)."""
+    return np.dtype(np.uint16) if id_bound(tokenizer, eod_id) <= 0x10000 else np.dtype(np.int32)
 
 
 def _input_kind(url: str) -> str:
@@ -471,7 +494,7 @@ def _build(
 
 
 def tokenize_shards(
-    urls: str | Iterable[str],
+    urls: str | os.PathLike[str] | Iterable[str],
     tokenizer: Any,
     cache_dir: str | os.PathLike[str],
     *,
@@ -490,9 +513,9 @@ def tokenize_shards(
     hold a ``.txt`` member (the document) or a ``.json`` member (its
     `text_key` field is), or JSON Lines files (``.jsonl``, ``.ndjson``: the
     `text_key` field of each non-blank line); local paths or remote urls,
-    brace ranges expanded. `tokenizer`: a ``tokenizers.Tokenizer``, a
-    transformers fast tokenizer or a tokenizer.json path; padding must be
-    off. `eod_id`: appended to every document when given.
+    brace ranges and globs (local, and on s3/gs/az buckets) expanded.
+    `tokenizer`: a ``tokenizers.Tokenizer``, a transformers fast tokenizer
+    or a tokenizer.json path; padding must be off. `eod_id`: appended to every document when given.
     `add_special_tokens`: passed to the tokenizer (its post-processor's
     tokens, BOS for instance). Tokens are uint16 when every id fits, else
     int32.
@@ -506,7 +529,7 @@ def tokenize_shards(
     the reason. Bad input raises ``chute.DataError`` naming the file and
     line or member.
     """
-    tok = _as_tokenizer(tokenizer)
+    tok = as_tokenizer(tokenizer)
     if tok.padding is not None:
         raise ValueError(
             "the tokenizer pads its encodings, which would put padding between documents: "
@@ -524,8 +547,9 @@ def tokenize_shards(
 
     paths: list[str] = []
     todo: list[tuple[_Input, CacheEntry, dict[str, Any]]] = []
-    for url in expand_urls(urls):
-        source = _Input(url, remote)
+    remote_options = remote if remote is not None else RemoteOptions()
+    for url in _expand(urls, remote_options):
+        source = _Input(url, remote_options)
         entry = CacheEntry.for_input(cache, source.identity.url, key)
         expected = {
             "format": MANIFEST_FORMAT,

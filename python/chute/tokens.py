@@ -26,6 +26,7 @@ from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote.datasets import cached_copy, expand_remote_globs, is_remote_glob, merge_options
 from chute.shards import expand_urls, local_path
+from chute.text_tokens import as_tokenizer, id_bound, tokenize_shards
 
 _PACK_MODES = ("windows", "documents")
 _OUT_DTYPES = {torch.int64: "int64", torch.int32: "int32"}
@@ -157,6 +158,45 @@ class TokenDataset(IndexedDataset):
         self._held = held
         self._packer_pid = os.getpid()
         self._identity = self._make_identity()
+
+    @classmethod
+    def from_text(
+        cls,
+        urls: str | os.PathLike[str] | Sequence[str],
+        tokenizer: Any,
+        seq_len: int = 2048,
+        *,
+        cache_dir: str | os.PathLike[str],
+        text_key: str = "text",
+        eod_id: int | None = None,
+        add_special_tokens: bool = True,
+        read_only: bool = False,
+        verify: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        remote: RemoteOptions | None = None,
+        **kwargs: Any,
+    ) -> TokenDataset:
+        """Packed sequences of text shards: ``chute.tokenize_shards(urls,
+        tokenizer, cache_dir, ...)`` (tar shards of .txt/.json members, JSON
+        Lines; see docs/tokenize.md), then a TokenDataset of the token files
+        it wrote or found in `cache_dir`. `eod_id` ends every document and
+        is the default padding; `vocab_size` defaults to the tokenizer's
+        (and `eod_id`'s). The other keyword arguments are TokenDataset's
+        (``pack``, ``pad_id``, ``out_dtype``, ...)."""
+        tok = as_tokenizer(tokenizer)
+        paths = tokenize_shards(
+            urls,
+            tok,
+            cache_dir,
+            text_key=text_key,
+            eod_id=eod_id,
+            add_special_tokens=add_special_tokens,
+            read_only=read_only,
+            verify=verify,
+            remote=merge_options(remote, storage_options=storage_options),
+        )
+        kwargs.setdefault("vocab_size", id_bound(tok, eod_id))
+        return cls(paths, seq_len, eod_id=eod_id, **kwargs)
 
     # -- files --------------------------------------------------------------------
 
