@@ -6,6 +6,7 @@ refused as documented."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -152,10 +153,13 @@ def test_small_batches_keep_order_across_shards(tmp_path, tokenizer, monkeypatch
         chute.tokenize_shards(str(tmp_path / "q*.jsonl"), tokenizer, tmp_path / "c")
 
 
-@pytest.mark.parametrize("member", ["txt", "json"])
-def test_tar_members_equal_encode_batch(tmp_path, tokenizer, member) -> None:
+@pytest.mark.parametrize(("member", "gzipped"), [("txt", False), ("json", False), ("txt", True)])
+def test_tar_members_equal_encode_batch(tmp_path, tokenizer, member, gzipped) -> None:
     documents = make_documents(np.random.default_rng(2), 30)
     url = write_tar(tmp_path / "shard-000000.tar", documents, member, key="body")
+    if gzipped:
+        url += ".gz"
+        Path(url).write_bytes(gzip.compress(Path(url[:-3]).read_bytes()))
     (path,) = chute.tokenize_shards(url, tokenizer, tmp_path / "cache", text_key="body")
     assert_tokens(path, tokenizer, documents)
 
@@ -166,10 +170,12 @@ def test_remote_jsonl_and_tar(tmp_path, tokenizer, object_server, encode_calls) 
     object_server.objects["/d/a.jsonl"] = jsonl_bytes(lines)
     tar = write_tar(tmp_path / "b.tar", samples, "txt")
     object_server.objects["/d/b.tar"] = Path(tar).read_bytes()
-    urls = [f"{object_server.url}/d/a.jsonl", f"{object_server.url}/d/b.tar"]
+    object_server.objects["/d/c.tar.gz"] = gzip.compress(Path(tar).read_bytes())
+    urls = [f"{object_server.url}/d/{name}" for name in ("a.jsonl", "b.tar", "c.tar.gz")]
     paths = chute.tokenize_shards(urls, tokenizer, tmp_path / "cache")
     assert_tokens(paths[0], tokenizer, lines)
     assert_tokens(paths[1], tokenizer, samples)
+    assert_tokens(paths[2], tokenizer, samples)
     manifest = json.loads(Path(paths[0][: -len(".bin")] + ".json").read_text())
     assert manifest["input"]["version"] == object_server.etag("/d/a.jsonl")
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import gzip
 import hashlib
 import json
 import logging
@@ -214,7 +215,16 @@ class _Input:
 
     def tar_samples(self) -> list[Any]:
         if self._ranges is not None:
-            return list(_core.read_tar_bytes(b"".join(self.chunks()), self.url))
+            data = b"".join(self.chunks())
+            # The local reader inflates gzip by its magic; bytes in memory are not.
+            if data[:2] == b"\x1f\x8b":
+                try:
+                    data = gzip.decompress(data)
+                except (OSError, EOFError) as exc:
+                    raise DataError(
+                        f"{self.url}: the gzip stream does not inflate ({exc})"
+                    ) from None
+            return list(_core.read_tar_bytes(data, self.url))
         assert self.path is not None
         return list(_core.read_tar_samples(self.path))
 
