@@ -49,6 +49,7 @@ import re
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -78,6 +79,8 @@ BATCH_DOCUMENTS = 4096
 READ_CHUNK_BYTES = 8 << 20
 # Batches read ahead of the encoder.
 QUEUE_DEPTH = 4
+# Shards whose input and cache entry are checked at once.
+LOOKUP_THREADS = 16
 
 
 @dataclass(frozen=True)
@@ -555,10 +558,9 @@ def tokenize_shards(
         os.makedirs(cache, exist_ok=True)
     key = json.dumps([tokenizer_sha256, options.record()], sort_keys=True)
 
-    paths: list[str] = []
-    todo: list[tuple[_Input, CacheEntry, dict[str, Any]]] = []
     remote_options = remote if remote is not None else RemoteOptions()
-    for url in _expand(urls, remote_options):
+
+    def look_up(url: str) -> tuple[str, _Input, CacheEntry, dict[str, Any], str | None]:
         source = _Input(url, remote_options)
         entry = CacheEntry.for_input(cache, source.identity.url, key)
         expected = {
@@ -568,8 +570,14 @@ def tokenize_shards(
             "tokenizer_sha256": tokenizer_sha256,
             "options": options.record(),
         }
-        paths.append(entry.bin)
-        problem = entry.problem(expected, verify)
+        return url, source, entry, expected, entry.problem(expected, verify)
+
+    # A remote shard's HEAD and an entry's digests wait on the network and on
+    # hashlib, both without the GIL: the shards are looked up side by side.
+    with ThreadPoolExecutor(max_workers=LOOKUP_THREADS) as pool:
+        looked_up = list(pool.map(look_up, _expand(urls, remote_options)))
+    todo: list[tuple[_Input, CacheEntry, dict[str, Any]]] = []
+    for url, source, entry, expected, problem in looked_up:
         if problem is None:
             continue
         if read_only:
@@ -582,4 +590,4 @@ def tokenize_shards(
     if todo:
         sources, entries, descriptions = zip(*todo, strict=True)
         _build(sources, entries, descriptions, tok, options, dtype)
-    return paths
+    return [entry.bin for _, _, entry, _, _ in looked_up]
