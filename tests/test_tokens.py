@@ -506,3 +506,37 @@ def test_remote_token_files_through_the_node_cache(tmp_path: Path, object_server
     assert as_rows(list(chute.DataLoader(mega, batch_size=2))) == reference_documents(
         [[1, 2, 3], [4, 5]], 4, pad_id=0
     )
+
+
+# -- chute inspect ---------------------------------------------------------------------------
+
+
+def test_inspect_reports_token_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    import json
+
+    from chute.cli.main import main
+
+    np.asarray([1, 2, 0, 3, 4, 5, 0, 6], dtype=np.uint16).tofile(tmp_path / "raw.bin")
+    _, idx = write_megatron(tmp_path / "m", [[[1, 2], [3]], [[4, 5, 6, 7]]], np.int32)
+    (tmp_path / "odd.bin").write_bytes(b"\x01\x02\x03")
+    args = ["--json", "--dtype", "uint16", "--eod-id", "0"]
+    code = main(["inspect", str(tmp_path / "raw.bin"), idx, *args])
+    reports = json.loads(capsys.readouterr().out)
+    assert code == 0
+    raw, mega = reports
+    assert (raw["format"], raw["dtype"], raw["tokens"], raw["documents"]) == ("raw", "uint16", 8, 3)
+    assert raw["document_lengths"]["max"] == 4 and raw["document_lengths"]["min"] == 1
+    assert (mega["format"], mega["dtype"], mega["tokens"], mega["documents"]) == (
+        "megatron",
+        "int32",
+        7,
+        2,
+    )
+    assert mega["document_lengths"]["median"] == 3.5
+    code = main(["inspect", str(tmp_path / "odd.bin"), "--dtype", "uint16"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert (
+        "odd.bin': 3 bytes is not a whole number of uint16 tokens: "
+        "1 bytes left over at byte offset 2" in out
+    )

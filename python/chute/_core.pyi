@@ -1210,6 +1210,10 @@ def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, s
     """
     Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
     """
+def _memcpy_windows(file: TokenFile, starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], window_bytes: typing.SupportsInt | typing.SupportsIndex, batch: typing.SupportsInt | typing.SupportsIndex) -> float:
+    """
+    Seconds to memcpy the windows at byte offsets `starts` of `file` into one reused buffer of `batch` windows, on one thread (the token benchmark's limit).
+    """
 def _resize(image: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> numpy.typing.NDArray[typing.Any]:
     """
     Diagnostic: resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops then resizes (torchvision's resized_crop); box=(y0, x0, y1, x1) maps that fractional area, reading across its edges, from the crop or the whole image. dtype 'bfloat16' comes back as its uint16 bits. order: which pass runs first ('auto': the cheaper).
