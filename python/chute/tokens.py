@@ -178,7 +178,7 @@ class TokenDataset(IndexedDataset):
     ) -> TokenDataset:
         """Packed sequences of text shards: ``chute.tokenize_shards(urls,
         tokenizer, cache_dir, ...)`` (tar shards of .txt/.json members, JSON
-        Lines; see docs/tokenize.md), then a TokenDataset of the token files
+        Lines; see docs/language-models.md), then a TokenDataset of the token files
         it wrote or found in `cache_dir`. `eod_id` ends every document and
         is the default padding; `vocab_size` defaults to the tokenizer's
         (and `eod_id`'s). The other keyword arguments are TokenDataset's
