@@ -473,3 +473,29 @@ def test_token_dataset_from_text_packs_the_tokens(tmp_path, tokenizer, encode_ca
     )
     assert packed.document_lengths().tolist() == [len(d) for d in documents]
     assert len(encode_calls) == 2  # the cache served the second dataset
+
+
+def test_remote_object_replaced_while_read_is_refused(
+    tmp_path, tokenizer, object_server, monkeypatch
+) -> None:
+    lines = make_documents(np.random.default_rng(14), 30)
+    object_server.objects["/d/a.jsonl"] = jsonl_bytes(lines)
+    monkeypatch.setattr(text_tokens, "READ_CHUNK_BYTES", 256)
+    real_chunks = text_tokens._Input.chunks
+
+    def replacing(self):
+        for i, chunk in enumerate(real_chunks(self)):
+            if i == 1:
+                object_server.objects["/d/a.jsonl"] = jsonl_bytes(lines[::-1])
+            yield chunk
+
+    monkeypatch.setattr(text_tokens._Input, "chunks", replacing)
+    with pytest.raises(chute.ReadError, match=r"/d/a\.jsonl"):
+        chute.tokenize_shards(f"{object_server.url}/d/a.jsonl", tokenizer, tmp_path / "cache")
+    assert not [n for n in os.listdir(tmp_path / "cache") if not n.startswith(".")]
+
+
+def test_remote_gzip_that_does_not_inflate(tmp_path, tokenizer, object_server) -> None:
+    object_server.objects["/d/bad.tar.gz"] = b"\x1f\x8b\x08\x00" + bytes(40)
+    with pytest.raises(chute.DataError, match=r"bad\.tar\.gz: the gzip stream does not inflate"):
+        chute.tokenize_shards(f"{object_server.url}/d/bad.tar.gz", tokenizer, tmp_path / "c")

@@ -48,6 +48,7 @@ import queue
 import re
 import struct
 import threading
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -201,7 +202,8 @@ class _Input:
 
     def check_unchanged(self) -> None:
         """Raises when a local file changed while it was read (a remote
-        object's reads are bound to its ETag by the range reader)."""
+        object with a strong ETag is read with If-Match: a replaced one
+        fails its next read)."""
         if self.path is not None and self._stat() != self.identity:
             raise DataError(f"{self.url}: the file changed while it was tokenized")
 
@@ -223,7 +225,7 @@ class _Input:
             if data[:2] == b"\x1f\x8b":
                 try:
                     data = gzip.decompress(data)
-                except (OSError, EOFError) as exc:
+                except (OSError, EOFError, zlib.error) as exc:
                     raise DataError(
                         f"{self.url}: the gzip stream does not inflate ({exc})"
                     ) from None
