@@ -435,12 +435,17 @@ def test_refused_tokenizers_and_inputs(tmp_path, tokenizer) -> None:
         chute.tokenize_shards(str(tmp_path / "a.csv"), tokenizer, tmp_path / "cache")
 
 
-def test_tokenizer_json_path(tmp_path, tokenizer) -> None:
+def test_tokenizer_json_path_and_transformers_wrapper(tmp_path, tokenizer) -> None:
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     documents = ["some text", "more text"]
     url = write_jsonl(tmp_path / "a.jsonl", documents)
     (path,) = chute.tokenize_shards(url, str(tmp_path / "tokenizer.json"), tmp_path / "cache")
     assert_tokens(path, tokenizer, documents)
+
+    class FastTokenizer:  # what a transformers PreTrainedTokenizerFast exposes
+        backend_tokenizer = tokenizer
+
+    assert chute.tokenize_shards(url, FastTokenizer(), tmp_path / "cache") == [path]
 
 
 def reference_windows(stream: list[int], seq_len: int) -> list[tuple[list[int], list[int]]]:
