@@ -73,9 +73,10 @@ DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 MANIFEST_FORMAT = "chute.token-cache"
 MANIFEST_VERSION = 1
 
-# Text handed to one encode_batch call: large enough that the tokenizer's
-# threads share it out, small enough that reading and encoding overlap.
-BATCH_TEXT_BYTES = 1 << 20
+# Text handed to one encode call (characters, documents): large enough that
+# the tokenizer's threads share it out, small enough that reading and
+# encoding overlap.
+BATCH_TEXT_CHARS = 1 << 20
 BATCH_DOCUMENTS = 4096
 READ_CHUNK_BYTES = 8 << 20
 # Batches read ahead of the encoder.
@@ -296,7 +297,7 @@ def _batches(texts: Iterable[str]) -> Iterator[list[str]]:
     for text in texts:
         batch.append(text)
         size += len(text)
-        if size >= BATCH_TEXT_BYTES or len(batch) >= BATCH_DOCUMENTS:
+        if size >= BATCH_TEXT_CHARS or len(batch) >= BATCH_DOCUMENTS:
             yield batch
             batch, size = [], 0
     if batch:
@@ -419,9 +420,6 @@ class _EntryWriter:
         for tmp in self._tmp.values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-
-
-_END = object()
 
 
 class _Reader(threading.Thread):
