@@ -408,11 +408,13 @@ def test_resume_mid_epoch_gives_the_rest_of_the_epoch(tmp_path: Path):
         assert torch.equal(a, b)
     tokens = torch.cat(seen + rest).reshape(-1).tolist()
     assert sorted(tokens) == list(range(37 * 16))
-    # A state of other files is refused.
+    # A state of other files, or of the same file cut otherwise, is refused.
     other = counting_dataset(tmp_path, "o.bin", 37, 16, 5)
-    wrong = chute.DataLoader(other, batch_size=4, shuffle=True)
     with pytest.raises(ValueError, match="dataset"):
-        wrong.load_state_dict(state)
+        chute.DataLoader(other, batch_size=4, shuffle=True).load_state_dict(state)
+    shorter = chute.TokenDataset(str(tmp_path / "r.bin"), 8, dtype="uint32")
+    with pytest.raises(ValueError, match="rows=37 in the state, 74 in this loader"):
+        chute.DataLoader(shorter, batch_size=4, shuffle=True).load_state_dict(state)
 
 
 def token_ids(batch: dict[str, torch.Tensor]) -> list[int]:

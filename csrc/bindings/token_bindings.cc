@@ -94,8 +94,11 @@ void register_tokens(py::module_& m) {
       m, "TokenFile", "A file of token ids, mapped and checked (raw .bin, .npy, Megatron .bin+.idx).")
       .def(py::init([](const std::string& path, const std::string& format, const std::string& dtype,
                        const std::string& index_path) {
-             auto file = TokenFile::open(path, parse_format(format),
-                                         dtype.empty() ? DType::kU16 : parse_token_dtype(dtype),
+             const TokenFormat f = parse_format(format);
+             CHUTE_CHECK(f != TokenFormat::kRaw || !dtype.empty(), kUsage,
+                         "'" << path << "': a raw token file has no header: give its dtype");
+             // .npy and .idx files name their own dtype; kU16 is never read for them.
+             auto file = TokenFile::open(path, f, dtype.empty() ? DType::kU16 : parse_token_dtype(dtype),
                                          index_path);
              return std::const_pointer_cast<TokenFile>(file);
            }),
