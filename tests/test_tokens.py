@@ -408,11 +408,13 @@ def test_resume_mid_epoch_gives_the_rest_of_the_epoch(tmp_path: Path):
         assert torch.equal(a, b)
     tokens = torch.cat(seen + rest).reshape(-1).tolist()
     assert sorted(tokens) == list(range(37 * 16))
-    # A state of other files is refused.
+    # A state of other files, or of the same file cut otherwise, is refused.
     other = counting_dataset(tmp_path, "o.bin", 37, 16, 5)
-    wrong = chute.DataLoader(other, batch_size=4, shuffle=True)
     with pytest.raises(ValueError, match="dataset"):
-        wrong.load_state_dict(state)
+        chute.DataLoader(other, batch_size=4, shuffle=True).load_state_dict(state)
+    shorter = chute.TokenDataset(str(tmp_path / "r.bin"), 8, dtype="uint32")
+    with pytest.raises(ValueError, match="rows=37 in the state, 74 in this loader"):
+        chute.DataLoader(shorter, batch_size=4, shuffle=True).load_state_dict(state)
 
 
 def token_ids(batch: dict[str, torch.Tensor]) -> list[int]:
@@ -539,4 +541,26 @@ def test_inspect_reports_token_files(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (
         "odd.bin': 3 bytes is not a whole number of uint16 tokens: "
         "1 bytes left over at byte offset 2" in out
+    )
+
+
+def test_megatron_sequences_with_gaps_between_them(tmp_path: Path):
+    # Sequences need not lie back to back in the .bin: the stream is the
+    # sequences in index order, whatever lies between or around them.
+    data = np.array([99, 1, 2, 99, 99, 3, 4, 5, 99, 6], dtype=np.uint16)
+    data.tofile(tmp_path / "g.bin")
+    lengths = np.array([2, 3, 1], dtype=np.int32)
+    pointers = np.array([2, 10, 18], dtype=np.int64)  # bytes
+    documents = np.array([0, 2, 3], dtype=np.int64)
+    with open(tmp_path / "g.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 3, 3))
+        f.write(lengths.tobytes() + pointers.tobytes() + documents.tobytes())
+    windows = chute.TokenDataset(str(tmp_path / "g.idx"), 2)
+    assert as_rows(list(chute.DataLoader(windows, batch_size=8))) == reference_windows(
+        [1, 2, 3, 4, 5, 6], 2
+    )
+    docs = chute.TokenDataset(str(tmp_path / "g.idx"), 6, pack="documents")
+    assert list(docs.document_lengths()) == [5, 1]
+    assert as_rows(list(chute.DataLoader(docs, batch_size=8))) == reference_documents(
+        [[1, 2, 3, 4, 5], [6]], 6, pad_id=0
     )

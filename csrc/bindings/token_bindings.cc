@@ -91,12 +91,16 @@ double memcpy_windows(const std::shared_ptr<TokenFile>& file,
 
 void register_tokens(py::module_& m) {
   py::class_<TokenFile, std::shared_ptr<TokenFile>>(
-      m, "TokenFile", "A file of token ids, mapped and checked (raw .bin, .npy, Megatron .bin+.idx).")
+      m, "TokenFile",
+      "A file of token ids, mapped and checked (raw .bin, .npy, Megatron .bin+.idx).")
       .def(py::init([](const std::string& path, const std::string& format, const std::string& dtype,
                        const std::string& index_path) {
-             auto file = TokenFile::open(path, parse_format(format),
-                                         dtype.empty() ? DType::kU16 : parse_token_dtype(dtype),
-                                         index_path);
+             const TokenFormat f = parse_format(format);
+             CHUTE_CHECK(f != TokenFormat::kRaw || !dtype.empty(), kUsage,
+                         "'" << path << "': a raw token file has no header: give its dtype");
+             // .npy and .idx files name their own dtype; kU16 is never read for them.
+             const DType t = dtype.empty() ? DType::kU16 : parse_token_dtype(dtype);
+             auto file = TokenFile::open(path, f, t, index_path);
              return std::const_pointer_cast<TokenFile>(file);
            }),
            py::arg("path"), py::arg("format"), py::arg("dtype") = "", py::arg("index_path") = "",

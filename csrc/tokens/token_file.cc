@@ -129,11 +129,12 @@ void TokenFile::read_megatron() {
   map(index_path_, &idx, &idx_size);
   const std::string& at = index_path_;
   CHUTE_CHECK(idx_size >= kIndexHeaderBytes, kData,
-              "'" << at << "': truncated Megatron index: " << idx_size << " bytes, the header alone is "
-                  << kIndexHeaderBytes);
+              "'" << at << "': truncated Megatron index: " << idx_size
+                  << " bytes, the header alone is " << kIndexHeaderBytes);
   const uint8_t* p = idx->data();
   CHUTE_CHECK(std::memcmp(p, kIndexMagic, sizeof(kIndexMagic)) == 0, kData,
-              "'" << at << "': not a Megatron index: bad magic at byte offset 0 (expected MMIDIDX)");
+              "'" << at
+                  << "': not a Megatron index: bad magic at byte offset 0 (expected MMIDIDX)");
   const auto version = read_le<uint64_t>(p + 9);
   CHUTE_CHECK(version == 1, kData,
               "'" << at << "': Megatron index version " << version

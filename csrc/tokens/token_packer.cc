@@ -99,7 +99,8 @@ void TokenPacker::add_file(const TokenFile& file) {
         last->byte_offset + static_cast<uint64_t>(last->tokens) * item == s.byte_offset) {
       last->tokens += s.tokens;  // the next sequence lies right after: one span
     } else {
-      spans_.push_back({total_tokens_, s.tokens, file.data() + s.byte_offset, s.byte_offset, &file});
+      spans_.push_back(
+          {total_tokens_, s.tokens, file.data() + s.byte_offset, s.byte_offset, &file});
     }
     total_tokens_ += s.tokens;
   }
@@ -245,7 +246,9 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
   const int64_t pad = S - at;
   Out* rest = out + at;
   switch (field) {
-    case TokenField::kInputIds: std::fill(rest, rest + pad, static_cast<Out>(options_.pad_id)); break;
+    case TokenField::kInputIds:
+      std::fill(rest, rest + pad, static_cast<Out>(options_.pad_id));
+      break;
     case TokenField::kLabels: std::fill(rest, rest + pad, static_cast<Out>(kIgnoreLabel)); break;
     case TokenField::kPositionIds:
       for (int64_t j = 0; j < pad; ++j) rest[j] = static_cast<Out>(j);

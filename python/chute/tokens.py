@@ -131,8 +131,6 @@ class TokenDataset(IndexedDataset):
             raise ValueError(f"pack must be 'windows' or 'documents', not {pack!r}")
         if out_dtype not in _OUT_DTYPES:
             raise ValueError(f"out_dtype must be torch.int64 or torch.int32, not {out_dtype}")
-        if pack == "documents" and eod_id is None and pad_id is None:
-            pad_id = 0
         self._remote = merge_options(
             remote,
             storage_options=storage_options,
