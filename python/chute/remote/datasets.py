@@ -199,3 +199,28 @@ def remote_tar_index(
             _write_document(document, local)
     result: dict[str, Any] = dict(document, shard_version=version)
     return result
+
+
+def cached_copy(session: Any, url: str, cache_dir: str, held: list[Any]) -> dict[str, Any] | None:
+    """Downloads `url` into the node's cache (once per node: another
+    process's download is followed) and returns the layout fields that point
+    the engine at the local copy; None when the object cannot be cached
+    (larger than the cache, a full disk), and is then read with ranges. The
+    open reader appended to `held` keeps the copy from eviction."""
+    reader = session.open(url)
+    if not reader.in_place:
+        reader.drain()
+        reader.close()
+        reader = session.open(url)  # now a cache hit, unless it could not be cached
+        if not reader.in_place:
+            reader.close()
+            return None
+    held.append(reader)
+    path = os.path.join(cache_dir, _core.tar_cache_file_name(url))
+    st = os.stat(path)
+    return {
+        "path": path,
+        "mtime_ns": int(st.st_mtime_ns),
+        "inode": int(st.st_ino),
+        "version": "",
+    }

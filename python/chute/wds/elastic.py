@@ -54,17 +54,16 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from chute import _core
 from chute.shards import rank_and_world_size, worker_and_num_workers
 from chute.wds.compiler import CompiledPipeline
+from chute.wds.native import engine_seed
+from chute.wds.runnable import RunnableDataset
 from chute.wds.sample_counts import CountSettings, shard_layouts
-
-if TYPE_CHECKING:
-    from chute.wds.dataset import WebDataset
 
 Intervals = np.ndarray  # int64 (m, 2): [begin, end) of global samples, sorted, disjoint
 
@@ -309,7 +308,7 @@ class ElasticRun:
 
     def __init__(
         self,
-        dataset: WebDataset,
+        dataset: RunnableDataset,
         compiled: CompiledPipeline,
         epoch: int,
         recorded: dict[str, Any] | None,
@@ -391,8 +390,6 @@ class ElasticRun:
                 )
 
     def plan_seeds(self, world_size: int) -> list[int]:
-        from chute.wds.dataset import engine_seed
-
         return [engine_seed(self.base_seed, rank, 0) for rank in range(world_size)]
 
     def configure(self, plan: Any) -> None:
@@ -422,7 +419,7 @@ class ElasticRun:
         }
 
 
-def _check_pipeline(dataset: WebDataset, compiled: CompiledPipeline) -> None:
+def _check_pipeline(dataset: RunnableDataset, compiled: CompiledPipeline) -> None:
     """ValueError when `dataset` cannot run elastically."""
     problems = []
     if compiled.batch_size is None:

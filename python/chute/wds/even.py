@@ -86,10 +86,6 @@ def even_batch_count(
     return samples // batch_size
 
 
-# Stages that keep the number of items.
-_ONE_TO_ONE = frozenset({"shuffle", "decode", "rename", "to_tuple", "map", "map_dict", "map_tuple"})
-
-
 def indexed_length(urls: list[str], stages: list[Stage]) -> int:
     """The items `stages` make of every sample of `urls`, counted from the
     shards' sidecar indexes (``chute index``). Raises ValueError when a shard
@@ -104,12 +100,11 @@ def indexed_length(urls: list[str], stages: list[Stage]) -> int:
             )
         total += count
     for stage in stages:
-        if stage.kind == "batched":
-            size = int(stage.args[0])
-            total = -(-total // size) if stage.kwargs["partial"] else total // size
-        elif stage.kind not in _ONE_TO_ONE:
+        counted = stage.items_after(total)
+        if counted is None:
             raise ValueError(
                 f"with_length(): the items after .{stage.kind}() cannot be counted from the "
                 "index; pass the length"
             )
+        total = counted
     return total
