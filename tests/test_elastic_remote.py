@@ -299,3 +299,42 @@ def test_even_batches_over_remote_shards_count_from_bound_indexes(
         monkeypatch.setenv("WORLD_SIZE", "2")
         got.append([len(b[0]) for b in itertools.islice(make(), 10)])
     assert got == [[8, 8, 8], [8, 8, 8]]
+
+
+def test_an_unversioned_sidecar_is_checked_by_the_shard_headers(
+    monkeypatch: pytest.MonkeyPatch, object_server: ObjectServer, tmp_path: Path
+):
+    import chute.remote.datasets
+    import numpy as np
+    from chute.tarindex import write_index
+    from chute.wds.even import shard_samples
+
+    # Members far larger than the gap ranged reads merge over: reading the
+    # headers costs a small part of the shard.
+    rng = np.random.default_rng(4)
+    samples = [{"__key__": f"big{i}", "bin": rng.bytes(300_000), "cls": i} for i in range(4)]
+    [path] = write_shards(tmp_path / "s", samples, 4)
+    store = Store(object_server.url, {}, lambda k, d: object_server.objects.update({f"/{k}": d}))
+    [url] = store.upload([path])
+    sidecar = write_index(path)  # built locally: it records no ETag
+    store.put(f"data/{sidecar.name}", sidecar.read_bytes())
+
+    def no_build(*args: Any) -> Any:
+        raise AssertionError("the sidecar was not used")
+
+    with monkeypatch.context() as m:
+        m.setattr(chute.remote.datasets, "build_remote_index", no_build)
+        assert shard_samples(url, "", 0.0, remote=store.options()) == 4
+    fetched = object_server.range_bytes(os.path.basename(path))
+    sidecar_bytes = object_server.range_bytes(sidecar.name)
+    assert 0 < fetched - sidecar_bytes < os.path.getsize(path) // 4
+
+    # The shard replaced by one of the same size whose headers differ (a
+    # sample renamed): the sidecar is not trusted, the shard is indexed again.
+    samples[1]["__key__"] = "bag1"
+    [renamed] = write_shards(tmp_path / "renamed", samples, 4)
+    assert os.path.getsize(renamed) == os.path.getsize(path)
+    store.upload([renamed])
+    assert shard_samples(url, "", 0.0, remote=store.options()) == 4
+    again = object_server.range_bytes(os.path.basename(path)) - fetched
+    assert again >= os.path.getsize(path)

@@ -313,7 +313,8 @@ def test_ddp_ranks_yield_equal_batch_counts(
     assert got == local == [9, 9]  # rank 0: 100 samples, rank 1: 70 -> capped at 9 batches
     # Counted afresh: with an index bound to each shard's ETag beside it,
     # counting reads the indexes, not the shards; an index that records no
-    # ETag cannot tell a replaced shard of the same size, so the shard is read.
+    # ETag is checked against the shard's headers (read by ranges), and
+    # without an index the shard is read.
     counter = sample_counter(urls[0])
     monkeypatch.setattr(counter, "_counts", {})
     monkeypatch.setattr(counter, "_layouts", {})

@@ -184,6 +184,39 @@ std::shared_ptr<IndexedTarSource> make_tar_source(
   return compose_tar_index_source(std::move(request));
 }
 
+// A header digest as an index records it: 16 hex digits.
+std::string digest_hex(uint64_t digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return std::string(hex);
+}
+
+std::string tar_headers_digest(const std::string& url, const Column<int64_t>& header_offsets,
+                               const Column<int64_t>& payload_offsets, int64_t size,
+                               const std::string& version,
+                               const std::optional<std::shared_ptr<FetchQueue>>& remote) {
+  CHUTE_CHECK(header_offsets.size() == payload_offsets.size(), kUsage,
+              "tar headers digest: " << header_offsets.size() << " header offsets for "
+                                     << payload_offsets.size() << " payload offsets");
+  // The digest runs over members in order; how they group into samples does not matter.
+  std::vector<ScannedSample> samples(1);
+  for (py::ssize_t i = 0; i < header_offsets.size(); ++i) {
+    CHUTE_CHECK(header_offsets.data()[i] >= 0 && payload_offsets.data()[i] >= 0, kUsage,
+                "tar headers digest: member " << i << " has a negative offset");
+    ScannedMember m;
+    m.header_offset = static_cast<uint64_t>(header_offsets.data()[i]);
+    m.offset = static_cast<uint64_t>(payload_offsets.data()[i]);
+    samples[0].members.push_back(m);
+  }
+  uint64_t digest = 0;
+  {
+    py::gil_scoped_release release;
+    const TarIndex::Shard shard{url, url, ShardIdentity{size, -1, version}};
+    digest = header_digest(samples, *shard_reader_for(shard, remote ? *remote : nullptr));
+  }
+  return digest_hex(digest);
+}
+
 py::tuple scan_tar_index_py(const std::string& path) {
   std::vector<ScannedSample> samples;
   uint64_t digest = 0;
@@ -222,10 +255,8 @@ py::tuple scan_tar_index_py(const std::string& path) {
       ++j;
     }
   }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
   return py::make_tuple(keys, offsets, counts, extensions, member_offsets, member_sizes,
-                        member_header_offsets, std::string(hex));
+                        member_header_offsets, digest_hex(digest));
 }
 
 }  // namespace
@@ -352,6 +383,14 @@ void register_indexed(py::module_& m) {
         "(keys, sample header offsets, members per sample, member extensions, payload offsets, "
         "payload sizes, header offsets, header digest), the member columns in archive order; "
         "the digest (16 hex digits) covers the bytes of those members' headers.");
+
+  m.def("tar_headers_digest", &tar_headers_digest, py::arg("url"), py::arg("header_offsets"),
+        py::arg("payload_offsets"), py::arg("size"), py::arg("version") = "",
+        py::arg("remote") = py::none(),
+        "The header digest of a tar shard as scan_tar_index gives it, read at the members' "
+        "header offsets (up to each payload offset) in one batch of ranged requests: through "
+        "the FetchQueue `remote` for a remote url, else from the local file. The shard must "
+        "have `size` bytes (and `version`, when given) or DataError is raised.");
 
   py::class_<IndexedSampleSource, std::shared_ptr<IndexedSampleSource>>(
       m, "IndexedSampleSource", "Samples read by id (sample mode of the IndexedEngine).")

@@ -17,6 +17,7 @@
 #include "decode/npy_testing.h"
 #include "io/fetch_queue.h"
 #include "io/remote_testing.h"
+#include "tar/archive_testing.h"
 #include "pipeline/sample_fields.h"
 #include "pipeline/sample_testing.h"
 #include "pipeline/stream_batch_testing.h"
@@ -110,6 +111,33 @@ TEST(Catalog, IndexedTarShardsAreReadFromFilesOrByRemoteRanges) {
   const std::optional<Error> missing = test::error_from([&] { shard_reader_for(object, nullptr); });
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->kind(), ErrorKind::kIo);
+}
+
+TEST(Catalog, ARemoteShardsHeaderDigestReadsItsHeadersOnly) {
+  // Payloads far larger than the gap over which ranged reads merge.
+  const std::string tar = test::file("a.bin", std::string(200000, 'x')) +
+                          test::file("a.cls", "1") +
+                          test::file("b.bin", std::string(200000, 'y')) + test::end_blocks();
+  test::TempDir dir;
+  const auto size = static_cast<int64_t>(tar.size());
+  const TarIndex::Shard file{"s.tar", dir.write("s.tar", tar), ShardIdentity{size, -1, ""}};
+  const std::vector<ScannedSample> samples = scan_tar_index(open_source(file.path, {}));
+  ASSERT_EQ(samples.size(), 2u);
+  const uint64_t local = header_digest(samples, *shard_reader_for(file, nullptr));
+
+  FetchSettings settings;
+  settings.backoff_s = 0.001;
+  settings.max_backoff_s = 0.002;
+  auto queue = std::make_shared<FetchQueue>(settings);
+  test::MemoryStore store(queue, tar, "\"t\"");
+  const TarIndex::Shard object{"s3://b/s.tar", "s3://b/s.tar", ShardIdentity{size, -1, "\"t\""}};
+  EXPECT_EQ(header_digest(samples, *shard_reader_for(object, queue)), local);
+  uint64_t fetched = 0;
+  for (const test::MemoryStore::Seen& seen : store.seen()) {
+    if (seen.op == FetchOp::kRange) fetched += seen.length;
+  }
+  EXPECT_GT(fetched, 0u);
+  EXPECT_LT(fetched, tar.size() / 4);
 }
 
 // The catalog's npy and label decoders, run the way the stream engine runs

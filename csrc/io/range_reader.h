@@ -27,6 +27,17 @@ class RangeReader {
   // system fails, kData when the shard ends before offset + size (it
   // changed after it was indexed). Called from several threads at once.
   virtual void read(uint64_t offset, size_t size, uint8_t* dst) const = 0;
+
+  struct Span {
+    uint64_t offset = 0;
+    size_t size = 0;
+    uint8_t* dst = nullptr;
+  };
+  // Fills every span, as read() fills one. A reader whose every read costs
+  // a round trip (a remote object) asks for them all at once.
+  virtual void read_spans(const Span* spans, size_t n) const {
+    for (size_t i = 0; i < n; ++i) read(spans[i].offset, spans[i].size, spans[i].dst);
+  }
   // The url as the user gave it, for errors.
   virtual const std::string& url() const = 0;
 };

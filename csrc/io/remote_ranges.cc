@@ -241,6 +241,11 @@ class RemoteRangeReader final : public RangeReader {
   void read(uint64_t offset, size_t size, uint8_t* dst) const override {
     ranges_.read(offset, size, dst);
   }
+  void read_spans(const Span* spans, size_t n) const override {
+    std::vector<RemoteRanges::Span> all(n);
+    for (size_t i = 0; i < n; ++i) all[i] = {spans[i].offset, spans[i].size, spans[i].dst};
+    ranges_.read(all.data(), all.size());
+  }
   const std::string& url() const override { return ranges_.url(); }
 
  private:

@@ -136,14 +136,29 @@ std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source,
 }
 
 uint64_t header_digest(const std::vector<ScannedSample>& samples, const RangeReader& shard) {
-  uint64_t digest = kDigestStart;
-  std::vector<uint8_t> headers;
+  // Every member's headers in one read_spans call (one round trip for a
+  // remote shard), then hashed member by member.
+  std::vector<RangeReader::Span> spans;
+  size_t total = 0;
   for (const ScannedSample& s : samples) {
     for (const ScannedMember& m : s.members) {
-      headers.resize(static_cast<size_t>(m.offset - m.header_offset));
-      shard.read(m.header_offset, headers.size(), headers.data());
-      digest = add_to_digest(digest, headers.data(), headers.size());
+      CHUTE_CHECK(m.header_offset <= m.offset, kUsage,
+                  "tar index of '" << shard.url() << "': a member's headers at "
+                                   << m.header_offset << " lie after its payload at " << m.offset);
+      spans.push_back({m.header_offset, static_cast<size_t>(m.offset - m.header_offset), nullptr});
+      total += spans.back().size;
     }
+  }
+  std::vector<uint8_t> headers(total);
+  size_t at = 0;
+  for (RangeReader::Span& span : spans) {
+    span.dst = headers.data() + at;
+    at += span.size;
+  }
+  shard.read_spans(spans.data(), spans.size());
+  uint64_t digest = kDigestStart;
+  for (const RangeReader::Span& span : spans) {
+    digest = add_to_digest(digest, span.dst, span.size);
   }
   return digest;
 }

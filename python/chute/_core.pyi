@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -1305,6 +1305,10 @@ def set_max_image_pixels(pixels: typing.SupportsInt | typing.SupportsIndex | Non
 def tar_cache_file_name(url: str) -> str:
     """
     File name under cache_dir for a pipe: url.
+    """
+def tar_headers_digest(url: str, header_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], payload_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], size: typing.SupportsInt | typing.SupportsIndex, version: str = '', remote: FetchQueue | None = None) -> str:
+    """
+    The header digest of a tar shard as scan_tar_index gives it, read at the members' header offsets (up to each payload offset) in one batch of ranged requests: through the FetchQueue `remote` for a remote url, else from the local file. The shard must have `size` bytes (and `version`, when given) or DataError is raised.
     """
 def transform_image(hwc: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: str = 'center', flip: bool = False, chw: bool = False, to_float: bool = False) -> numpy.typing.NDArray[typing.Any]:
     """

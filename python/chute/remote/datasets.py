@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from chute import _core
 from chute.remote._options import RemoteOptions
 from chute.remote._session import RemoteSession, get_session
@@ -113,6 +115,27 @@ def build_remote_index(url: str, session: RemoteSession, version: str) -> dict[s
     return document
 
 
+def _headers_match(
+    document: dict[str, Any], url: str, session: RemoteSession, version: str
+) -> bool:
+    """Whether the tar headers of the remote shard `url`, read where the
+    index `document` says its members' headers lie, hash to the index's
+    ``headers_digest`` (what tells another shard of the same size)."""
+    members = [m for s in document["samples"] for m in s["members"]]
+    try:
+        digest = _core.tar_headers_digest(
+            url,
+            np.array([m[3] for m in members], dtype=np.int64),
+            np.array([m[1] for m in members], dtype=np.int64),
+            int(document["shard_size"]),
+            version,
+            remote=session.queue,
+        )
+    except (_core.DataError, _core.ReadError):
+        return False  # headers where the index says they are cannot be read: another shard
+    return bool(digest == document["headers_digest"])
+
+
 def remote_tar_index(
     url: str, options: RemoteOptions, index_dir: str | None = None, *, bound: bool = False
 ) -> dict[str, Any]:
@@ -126,10 +149,13 @@ def remote_tar_index(
 
     With `bound` (sample counts for streams, ``chute.wds.sample_counts``),
     `index_dir` is looked in first and the sidecar beside the shard after
-    it, and an index counts only when it names the version (ETag) the shard
-    has now: a stream reads members without checking them against an
-    index, as indexed reads do, so an index that records no version (its
-    size alone cannot tell a replaced shard) is rebuilt rather than trusted.
+    it, and an index counts only when it is bound to the shard as it is now:
+    it names the version (ETag) the shard has, or, when it names none or
+    another (one built locally and uploaded), the shard's tar headers, read
+    at the offsets it records in one batch of ranged requests, hash to its
+    ``headers_digest``. A stream reads members without checking them
+    against an index, as indexed reads do, so an index whose size alone
+    matches (a replaced shard can keep its size) is rebuilt, never trusted.
     """
     from chute.tarindex import INDEX_SUFFIX, _problem, _write_document, index_path
 
@@ -140,11 +166,16 @@ def remote_tar_index(
     local = index_path(url, index_dir) if index_dir is not None else None
 
     def usable(document: Any, exact: bool) -> bool:
-        if document is None or _problem(document, url, None, exact=exact) is not None:
+        if (
+            document is None
+            or _problem(document, url, None, exact=exact) is not None
+            or document["shard_size"] != size
+        ):
             return False
         recorded = document["shard_version"]
-        matches = recorded == version != "" if bound else recorded in ("", version)
-        return bool(document["shard_size"] == size and matches)
+        if not bound:
+            return recorded in ("", version)
+        return recorded == version != "" or _headers_match(document, url, session, version)
 
     def read(where: str) -> Any:
         try:
