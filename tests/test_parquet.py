@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import io
 import itertools
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -302,6 +303,48 @@ def test_row_groups_beyond_the_cache_bound_are_dropped(data: dict[str, Any]) -> 
     state = ds._state()
     assert state.sources[0].blocks_held <= 1  # what the last batch left, at most
     assert ds.stats()["row_groups_read"] >= 8
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def test_inspect_and_bench_read_parquet(
+    data: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chute.cli.main import main
+
+    assert main(["inspect", "--first", "2", data["files"][0]]) == 0
+    out = capsys.readouterr().out
+    assert "part-0.parquet: Parquet file" in out
+    assert "rows: 30   row groups: 4 (6..8 rows each)" in out
+    assert "    image: struct<bytes: binary, path: string> -> image" in out
+    assert "    label: int16 -> tensor" in out and "    caption: string -> list" in out
+    assert "  row 0 image: png 30x24" in out and "  row 1 image: jpeg 30x24" in out
+    assert (
+        main(
+            [
+                "bench",
+                *data["files"],
+                "--decode",
+                "torchrgb8",
+                "--size",
+                "16",
+                "--json",
+                "--columns",
+                "image,label",
+                "--workers",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["loader"] == "chute (parquet)" and result["samples"] == N
+    with pytest.raises(SystemExit) as usage:
+        main(["bench", data["files"][0], data["tar"][0]])
+    assert usage.value.code == 2
+    assert "all of one kind (the first is parquet); this is not one" in capsys.readouterr().err
 
 
 # -- bad input ---------------------------------------------------------------------------

@@ -115,6 +115,18 @@ def _numeric(pa: Any, type_: Any) -> bool:
     )
 
 
+def column_kind(type_: Any) -> str:
+    """What ParquetDataset makes of a column of Arrow type `type_`: "image"
+    (the hub's struct, decodable), "binary" (decodable when named), "tensor"
+    (numeric) or "list" (pyarrow's values)."""
+    pa = _pyarrow()
+    if _image_struct(pa, type_):
+        return "image"
+    if _binary(pa, type_):
+        return "binary"
+    return "tensor" if _numeric(pa, type_) else "list"
+
+
 class ParquetDataset(IndexedDataset):
     """Map-style rows of Parquet files, concatenated in the order given.
 
