@@ -305,7 +305,8 @@ def test_inspect_bad_paths(
     junk = tmp_path / "junk.h5"
     junk.write_bytes(b"\0" * 100)
     code, out, _ = run(capsys, "inspect", "--json", str(junk))
-    assert code == 1 and "neither a tar shard, an HDF5 file nor a Parquet file" in json.loads(out)[0]["problems"][0]
+    problem = json.loads(out)[0]["problems"][0]
+    assert code == 1 and "neither a tar shard, an HDF5 file nor a Parquet file" in problem
     code, _, err = run(capsys, "inspect")
     assert code == 2
     code, _, err = run(capsys, "frobnicate")
