@@ -8,6 +8,7 @@ group; a node cache is filled once and read locally."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,22 @@ def test_hf_urls_through_a_server_standing_in_for_the_hub(
     got = rows(ds)
     assert [r["text"] for r in got] == [r["text"] for r in files["reference"]]
     assert got[7]["image"] == pillow(files["reference"][7]["image"]["bytes"])
+
+
+def test_the_docs_hub_example_runs_against_a_stand_in_hub(
+    object_server: ObjectServer, files: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "parquet.md").read_text()
+    example = re.search(r"```python\n(.*?)```", doc, re.S)
+    assert example is not None and "hf://datasets/org/pets/" in example.group(1)
+    for name, data in files["bytes"].items():
+        object_server.objects[f"/datasets/org/pets/resolve/main/data/{name}"] = data
+    monkeypatch.setenv("HF_ENDPOINT", object_server.url)
+    scope: dict[str, Any] = {}
+    exec(compile(example.group(1), "docs/parquet.md", "exec"), scope)
+    assert scope["images"].shape == (N, 3, 224, 224) and scope["images"].dtype == torch.float16
+    assert sorted(scope["labels"].tolist()) == sorted(r["label"] for r in files["reference"])
+    assert all(r.path.startswith("/datasets/org/pets/") for r in object_server.requests)
 
 
 def test_node_cache_is_filled_once_and_read_locally(

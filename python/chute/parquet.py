@@ -57,7 +57,7 @@ from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote.datasets import expand_remote_globs, merge_options
-from chute.shards import local_path, remote_scheme_list
+from chute.shards import expand_urls, local_path, remote_scheme_list
 from chute.wds.compiler import OutputField
 from chute.wds.native import field_plan
 
@@ -131,8 +131,9 @@ class ParquetDataset(IndexedDataset):
     """Map-style rows of Parquet files, concatenated in the order given.
 
     Args:
-        urls: a file, a glob (sorted), or a list of these; local paths (or
-            ``file:`` urls) or remote urls (see the module doc).
+        urls: a file, a brace pattern (``"train-{00000..00009}.parquet"``),
+            a glob (sorted), or a list of these; local paths (or ``file:``
+            urls) or remote urls (see the module doc).
         columns: the columns to read, in output order (default: every
             column of the first file). Every file must have them, with the
             same types.
@@ -852,13 +853,13 @@ class _RemoteReader:
 def _expand(
     urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], remote: RemoteOptions
 ) -> list[str]:
-    """Files as given: globs expanded (sorted; on buckets, listed)."""
+    """Files as given: brace patterns and ``::`` groups expanded as for
+    tar shards, globs too (sorted; on buckets, listed)."""
     import glob
 
     items = [urls] if isinstance(urls, str | os.PathLike) else list(urls)
     out: list[str] = []
-    for item in items:
-        text = os.fspath(item)
+    for text in expand_urls([os.fspath(item) for item in items]):
         if is_remote_url(text):
             out.extend(expand_remote_globs([text], remote))
             continue
