@@ -217,6 +217,7 @@ class ParquetDataset(IndexedDataset):
         self._draw_epoch = 0
         self._cache_bytes = max(0, int(cache_bytes))
         self._readahead = max(1, int(readahead))
+        self._worker_process = False  # set in chute.DataLoader's worker processes
         group_rows = [n for f in self._files for n in f.group_rows]
         self._block_starts = np.concatenate([[0], np.cumsum(group_rows, dtype=np.int64)]).astype(
             np.int64
@@ -350,6 +351,9 @@ class ParquetDataset(IndexedDataset):
 
     def enter_worker_epoch(self, state: Any) -> None:
         self._draw_epoch = int(state)
+        # A worker is dealt a few index batches at a time and waits for the
+        # next while the loader waits for its results: it must not pull ahead.
+        self._worker_process = True
 
     def reads_remote(self) -> bool:
         return any(is_remote_url(f.path) for f in self._files)
@@ -440,10 +444,10 @@ class ParquetDataset(IndexedDataset):
     ) -> Iterator[Any]:
         """For each index batch, ``{column: value}`` (see the class doc); the
         row groups of the batches ahead are read while earlier ones decode."""
-        groups: _RowGroups = self._state().extra["groups"]
-        return super().iter_batches(
-            groups.read_ahead(index_batches), num_threads, prefetch, timeout, pin_memory
-        )
+        if not self._worker_process:
+            groups: _RowGroups = self._state().extra["groups"]
+            index_batches = groups.read_ahead(index_batches)
+        return super().iter_batches(index_batches, num_threads, prefetch, timeout, pin_memory)
 
     # -- rows ---------------------------------------------------------------------------
 
