@@ -407,6 +407,17 @@ def test_corrupt_row_group_names_file_and_row_group(data: dict[str, Any], tmp_pa
         list(chute.DataLoader(ds, batch_size=8))
 
 
+def test_file_cut_after_open_raises(data: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "cut-later.parquet"
+    pq.write_table(pq.read_table(data["files"][0]), path, row_group_size=8)
+    ds = chute.ParquetDataset(str(path), ["id", "raw"], cache_bytes=0)
+    assert ds[0]["id"] == 0  # the file is open now
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 3)
+    with pytest.raises(chute.DataError, match=r"file '.*cut-later.parquet', row group 3: "):
+        ds[29]
+
+
 def test_corrupt_image_names_file_row_group_row_and_column(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     good = png_bytes(rng, 8, 8)

@@ -720,7 +720,9 @@ def _reader(dataset: ParquetDataset, f: _File) -> Any:
         if is_remote_url(f.path):
             reader = _RemoteReader(dataset, f)
         else:
-            reader = pq.ParquetFile(f.path, metadata=f.metadata, memory_map=True)
+            # Read, not mapped: a file cut while mapped would end the process
+            # with SIGBUS inside pyarrow instead of raising.
+            reader = pq.ParquetFile(f.path, metadata=f.metadata)
         cache[key] = reader
     return reader
 
@@ -817,7 +819,7 @@ class _RemoteReader:
             copy = _cached_copy(session, f.path, dataset._remote.cache_dir, held)
             if copy is not None:
                 self._held = held
-                self._local = pq.ParquetFile(copy["path"], metadata=f.metadata, memory_map=True)
+                self._local = pq.ParquetFile(copy["path"], metadata=f.metadata)
         if self._local is None:
             self._ranges = session.ranges(f.path)
             if str(self._ranges.version) != f.version or int(self._ranges.size) != f.size:
