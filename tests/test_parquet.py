@@ -296,13 +296,15 @@ def test_pickles_without_native_state(data: dict[str, Any]) -> None:
     assert again["id"] == first["id"] and torch.equal(again["image"], first["image"])
 
 
+def ids_of(rows: list[dict[str, Any]]) -> list[int]:
+    return [int(r["id"]) for r in rows]
+
+
 def test_worker_processes_of_both_loaders(data: dict[str, Any]) -> None:
     ds = chute.ParquetDataset(data["files"], ["id"])
     ref = [r["id"] for r in data["reference"]]
     # chute's workers run a custom collate_fn; torch's pickle the dataset.
-    ours = chute.DataLoader(
-        ds, batch_size=4, num_workers=2, collate_fn=lambda rows: [int(r["id"]) for r in rows]
-    )
+    ours = chute.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=ids_of)
     assert [i for batch in ours for i in batch] == ref
     theirs = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2)
     assert [i for batch in theirs for i in batch["id"].tolist()] == ref

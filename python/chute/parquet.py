@@ -571,18 +571,21 @@ class _Engine:
         self._pending.append((np.asarray(unique), columns))
 
     def next(self, timeout: float) -> tuple[Any, dict[str, Any]]:
-        unique, columns = self._pending[0]
         try:
             native = self._engine.next(timeout) if self._native else None
         except TimeoutError:
-            raise  # still in flight: the row groups stay held
+            raise  # still in flight: its row groups stay held
         except BaseException:
-            self._pending.pop(0)
-            self._groups.release(unique.tolist())
+            self._finish_oldest()
             raise
-        self._pending.pop(0)
+        return native, self._finish_oldest()
+
+    def _finish_oldest(self) -> dict[str, Any]:
+        """The oldest batch left the engine: its row groups are released;
+        returns its gathered columns."""
+        unique, columns = self._pending.pop(0)
         self._groups.release(unique.tolist())
-        return native, columns
+        return columns
 
     def outstanding(self) -> int:
         return len(self._pending)
@@ -643,7 +646,7 @@ class _RowGroups:
                         if self._loading.get(b) is future:
                             del self._loading[b]
                     self.release([b])
-                    self.release([c for c in out])
+                    self.release(list(out))
                     raise
                 with self._lock:
                     if self._loading.get(b) is future:
@@ -691,7 +694,7 @@ class _RowGroups:
             try:
                 blocks = np.unique(dataset.blocks_of(idx)).tolist()
             except IndexError:
-                blocks = []  # the engine's own check names the bad index
+                blocks = []  # submitting the batch raises, naming the bad index
             with self._lock:
                 new = [b for b in blocks if b not in self._tables and b not in self._loading]
             self.prefetch(new)
