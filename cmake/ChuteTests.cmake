@@ -14,7 +14,7 @@ enable_testing()
 
 # What the tests link: every layer (the include check in CMakeLists.txt keeps
 # the layers apart), plus zlib, which the HDF5 tests call to write chunks.
-set(CHUTE_TEST_LIBRARIES chute_compose ZLIB::ZLIB)
+set(CHUTE_TEST_LIBRARIES chute_compose chute_tokens ZLIB::ZLIB)
 
 # `cmake --build <dir> --target chute_unit_tests` builds every test executable
 # and nothing else (not the Python extension).

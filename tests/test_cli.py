@@ -471,7 +471,9 @@ def test_bench_progress_is_a_line_per_update_off_a_terminal(tiny_shards: list[st
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("chute:")]
-    assert lines and lines[-1].startswith("chute: 500 samples")
+    # tqdm's own line ("chute: 500sample [...]") where it is installed, as the
+    # tokenizers extra brings it; chute's plain line otherwise.
+    assert lines and re.match(r"chute: 500 ?samples?\b", lines[-1]), lines
 
 
 def test_dataloader_progress_without_tqdm_ends_at_the_real_count(monkeypatch, capsys):

@@ -394,7 +394,7 @@ def test_stream_elastic_refuses_pipelines_it_cannot_place(shards):
         next(iter(chute.WebDataset(shards, shardshuffle=False, seed=1, elastic=True)))
     with pytest.raises(ValueError, match="streams must be 1"):
         next(iter(stream(shards, streams=2)()))
-    with pytest.raises(ValueError, match="not a local file"):
+    with pytest.raises(ValueError, match="neither a local file nor a remote url"):
         next(iter(stream(["pipe:cat " + shards[0]])()))
 
 

@@ -276,12 +276,13 @@ def _ranked_counts(ds_factory: Any, world: int, monkeypatch: pytest.MonkeyPatch)
     return counts
 
 
-@pytest.mark.parametrize("sidecar", [False, True])
+@pytest.mark.parametrize("sidecar", ["none", "unversioned", "bound"])
 def test_ddp_ranks_yield_equal_batch_counts(
-    http: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sidecar: bool
+    http: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sidecar: str
 ):
-    from chute.tarindex import write_index
+    from chute.tarindex import _write_document, build_index, write_index
     from chute.wds.even import shard_samples
+    from chute.wds.sample_counts import sample_counter
 
     samples = tiny_samples(30 + 50 + 70 + 20)
     shards = []
@@ -290,10 +291,16 @@ def test_ddp_ranks_yield_equal_batch_counts(
         shards += write_shards(tmp_path / "s", samples[start : start + n], n, prefix=f"part{i}")
         start += n
     urls = http.upload(shards)
-    if sidecar:
-        for path in shards:
+    for path, url in zip(shards, urls, strict=True):
+        if sidecar == "unversioned":  # a local `chute index`, uploaded: no ETag recorded
             index = write_index(path)
-            http.put(f"data/{index.name}", index.read_bytes())
+        elif sidecar == "bound":  # as `chute index URL` writes it
+            version = str(remote.get_session(options()).ranges(url).version)
+            index = tmp_path / (os.path.basename(path) + ".idx.json")
+            _write_document(build_index(path, identity=url, version=version), index)
+        else:
+            continue
+        http.put(f"data/{index.name}", index.read_bytes())
 
     def make(local: bool) -> Any:
         src = shards if local else urls
@@ -304,15 +311,19 @@ def test_ddp_ranks_yield_equal_batch_counts(
     local = _ranked_counts(lambda: make(True), 2, monkeypatch)
     got = _ranked_counts(lambda: make(False), 2, monkeypatch)
     assert got == local == [9, 9]  # rank 0: 100 samples, rank 1: 70 -> capped at 9 batches
-    # With an index beside each shard, counting reads the indexes, not the shards.
-    monkeypatch.setattr(chute.wds.even, "_SHARD_SAMPLES", {})
+    # Counted afresh: with an index bound to each shard's ETag beside it,
+    # counting reads the indexes, not the shards; an index that records no
+    # ETag cannot tell a replaced shard of the same size, so the shard is read.
+    counter = sample_counter(urls[0])
+    monkeypatch.setattr(counter, "_counts", {})
+    monkeypatch.setattr(counter, "_layouts", {})
     # Reads the capped rank left in flight may still reach the server: count
     # from when they have drained (the count holds still; bounded).
     before = _settled(lambda: sum(len(http.range_gets(os.path.basename(s))) for s in shards))
     counts = [shard_samples(u, "", 0.0, remote=options()) for u in urls]
     after = sum(len(http.range_gets(os.path.basename(s))) for s in shards)
     assert counts == [30, 50, 70, 20]
-    if sidecar:
+    if sidecar == "bound":
         assert after == before
         assert http.range_gets(".idx.json")
     else:

@@ -158,6 +158,36 @@ def test_rsample_draws_like_webdataset(small: list[str]) -> None:
     assert len(list(chute.WebDataset(small, shardshuffle=False).rsample(0.0))) == 0
 
 
+def _extra_of(key: str) -> dict[str, Any]:
+    return {"extra": f"about {key}"} if key.endswith("7") else {"extra": None, "cls": -1}
+
+
+def test_associate_adds_members_by_key_as_webdataset_does(small: list[str]) -> None:
+    by_key = {"sample0000003": {"extra": 3.5}, "sample0000042": {"extra": [4, 2]}}
+    for associator in (_extra_of, by_key):
+
+        def stages(lib: Any, associator: Any = associator) -> list[Any]:
+            return [lib.decode(), lib.associate(associator), lib.map(sorted_sample)]
+
+        ref = list(composable(small, webdataset, *stages(webdataset)))
+        got = list(composable(small, wds, *stages(wds)))
+        assert len(got) == 90 and assert_same(ref, got) is None
+        assert any("extra" in dict(s) for s in got)
+        # The same stage after the fluent chain's native prefix.
+        ref_fluent = webdataset.WebDataset(small, shardshuffle=False).decode()
+        fluent = chute.WebDataset(small, shardshuffle=False).decode()
+        assert_same(
+            [sorted_sample(s) for s in ref_fluent.compose(webdataset.associate(associator))],
+            [sorted_sample(s) for s in fluent.compose(wds.associate(associator))],
+        )
+
+
+def sorted_sample(sample: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A dict sample as (name, value) pairs, in name order, without the
+    ``__local_path__`` that only chute's DataPipeline samples carry."""
+    return sorted((k, v) for k, v in sample.items() if k != "__local_path__")
+
+
 def test_log_keys_writes_webdataset_lines(small: list[str], tmp_path: Path) -> None:
     for module, name in ((webdataset, "ref.log"), (chute, "got.log")):
         list(module.WebDataset(small, shardshuffle=False).log_keys(str(tmp_path / name)))

@@ -25,12 +25,11 @@
 #include "bindings/process_owned.h"
 #include "bindings/registry.h"
 #include "compose/catalog.h"
+#include "compose/indexed_request.h"
 #include "compose/stream_request.h"
 #include "core/error.h"
 #include "hdf5/h5_row_source.h"
 #include "io/fetch_queue.h"
-#include "io/remote_ranges.h"
-#include "io/remote_source.h"
 #include "io/mapped_region.h"
 #include "io/unique_fd.h"
 #include "pipeline/block_sample_source.h"
@@ -116,10 +115,16 @@ std::shared_ptr<MemoryRowSource> make_array_source(const std::string& name, py::
   }
   for (py::ssize_t d = 1; d < array.ndim(); ++d) row_shape.push_back(array.shape(d));
   if (!descr.empty()) row_shape.push_back(array.itemsize());
-  const auto* data = static_cast<const uint8_t*>(array.data());
-  return std::make_shared<MemoryRowSource>(name, data, array.shape(0), array.strides(0), dtype,
-                                           std::move(row_shape), keep_python_alive(array),
-                                           std::move(descr));
+  MemoryRowsRequest request;
+  request.name = name;
+  request.data = static_cast<const uint8_t*>(array.data());
+  request.num_rows = array.shape(0);
+  request.row_stride = array.strides(0);
+  request.dtype = dtype;
+  request.row_shape = std::move(row_shape);
+  request.owner = keep_python_alive(array);
+  request.element_descr = std::move(descr);
+  return compose_memory_rows(std::move(request));
 }
 
 template <typename T>
@@ -152,7 +157,8 @@ std::shared_ptr<IndexedTarSource> make_tar_source(
                   mtimes_ns.size() == urls.size() && versions.size() == urls.size(),
               kUsage,
               "tar index: urls, paths, sizes, modification times and versions differ in length");
-  TarIndex index;
+  TarIndexRequest request;
+  TarIndex& index = request.index;
   for (size_t i = 0; i < urls.size(); ++i) {
     index.shards.push_back({urls[i], paths[i], ShardIdentity{sizes[i], mtimes_ns[i], versions[i]}});
   }
@@ -172,19 +178,12 @@ std::shared_ptr<IndexedTarSource> make_tar_source(
   index.owner = keep_python_alive(py::make_tuple(shard_starts, sample_offsets, key_starts, keys,
                                                  member_starts, member_extensions, member_offsets,
                                                  member_sizes, member_header_offsets));
-  IndexedTarOptions options;
-  options.max_gap = max_gap;
-  options.max_read = max_read;
-  options.max_open = max_open;
-  IndexedTarSource::ReaderFactory open;
-  if (remote && *remote != nullptr) {
-    // Remote urls are read with ranged requests through chute.remote's queue.
-    open = [queue = *remote](const TarIndex::Shard& s) {
-      return is_remote_url(s.path) ? open_remote_range_reader(s.path, queue, s.identity)
-                                   : open_local_range_reader(s.url, s.path, s.identity);
-    };
-  }
-  return std::make_shared<IndexedTarSource>(std::move(index), options, std::move(open));
+  request.options.max_gap = max_gap;
+  request.options.max_read = max_read;
+  request.options.max_open = max_open;
+  // Remote urls are read with ranged requests through chute.remote's queue.
+  if (remote) request.remote = *remote;
+  return compose_tar_index_source(std::move(request));
 }
 
 // Block `block` of `source`: for each of its columns (data, offsets, present):
@@ -376,7 +375,7 @@ void register_indexed(py::module_& m) {
       m, "H5Source", "One HDF5 dataset over one or more files, read natively.")
       .def(py::init([](std::shared_ptr<H5Context> context, const std::string& name,
                        std::vector<H5Layout> layouts) {
-             return std::make_shared<H5RowSource>(std::move(context), name, std::move(layouts));
+             return compose_h5_rows(std::move(context), name, std::move(layouts));
            }),
            py::arg("context"), py::arg("name"), py::arg("layouts"));
 

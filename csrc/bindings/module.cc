@@ -11,6 +11,7 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_tar(m);
   chute::bindings::register_decode(m);
   chute::bindings::register_indexed(m);
+  chute::bindings::register_tokens(m);  // after indexed: its sources are RowSources
   chute::bindings::register_dropin(m);
   chute::bindings::register_image(m);
   chute::bindings::register_elastic(m);

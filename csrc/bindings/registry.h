@@ -15,5 +15,6 @@ void register_dropin(pybind11::module_& m);
 void register_image(pybind11::module_& m);
 void register_remote(pybind11::module_& m);
 void register_elastic(pybind11::module_& m);
+void register_tokens(pybind11::module_& m);
 
 }  // namespace chute::bindings

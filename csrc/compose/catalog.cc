@@ -4,6 +4,8 @@
 #include "decode/image_field.h"
 #include "decode/label_field.h"
 #include "decode/npy_field.h"
+#include "io/remote_ranges.h"
+#include "io/remote_source.h"
 #include "tar/tar_sample_source.h"
 
 namespace chute {
@@ -22,6 +24,28 @@ const SourceEntry kSources[] = {
     {[](const std::string&) { return true; },
      [](const SourceOptions& o) -> std::shared_ptr<const SampleSourceFactory> {
        return std::make_shared<TarSampleSources>(o);
+     }},
+};
+
+struct ShardReaderEntry {
+  bool (*reads)(const TarIndex::Shard& shard, const std::shared_ptr<FetchQueue>& remote);
+  std::unique_ptr<RangeReader> (*open)(const TarIndex::Shard& shard,
+                                       const std::shared_ptr<FetchQueue>& remote);
+};
+
+// First match wins; local files take every shard no entry before them claims.
+const ShardReaderEntry kShardReaders[] = {
+    // remote objects, by ranged requests through chute.remote's queue
+    {[](const TarIndex::Shard& s, const std::shared_ptr<FetchQueue>& remote) {
+       return remote != nullptr && is_remote_url(s.path);
+     },
+     [](const TarIndex::Shard& s, const std::shared_ptr<FetchQueue>& remote) {
+       return open_remote_range_reader(s.path, remote, s.identity);
+     }},
+    // local files, by pread
+    {[](const TarIndex::Shard&, const std::shared_ptr<FetchQueue>&) { return true; },
+     [](const TarIndex::Shard& s, const std::shared_ptr<FetchQueue>&) {
+       return open_local_range_reader(s.url, s.path, s.identity);
      }},
 };
 
@@ -57,6 +81,15 @@ std::shared_ptr<const SampleSourceFactory> sample_sources_for(const std::vector<
   CHUTE_CHECK(false, kUsage, "no one source reads all of these urls (first: '"
                                  << (urls.empty() ? std::string() : urls.front())
                                  << "'); read them in separate pipelines");
+  return nullptr;
+}
+
+std::unique_ptr<RangeReader> shard_reader_for(const TarIndex::Shard& shard,
+                                              const std::shared_ptr<FetchQueue>& remote) {
+  for (const ShardReaderEntry& entry : kShardReaders) {
+    if (entry.reads(shard, remote)) return entry.open(shard, remote);
+  }
+  CHUTE_CHECK(false, kUsage, "no reader opens tar shard '" << shard.url << "'");
   return nullptr;
 }
 

@@ -1,7 +1,9 @@
-// The one place that knows which sample source reads a url and which field
-// decoder a field spec asks for. A new source (an object store, an indexed
-// tar shard) or a new codec is a file pair in its own folder plus one line
-// in a table of catalog.cc; the engines never change.
+// The one place that knows which sample source reads a url, which reader
+// opens an indexed tar shard and which field decoder a field spec asks for.
+// A new source (an object store, a stream format) or a new codec is a file
+// pair in its own folder plus one line in a table of catalog.cc; the
+// engines never change. indexed_request.h builds index-driven sources
+// through these tables.
 #pragma once
 
 #include <memory>
@@ -10,15 +12,26 @@
 
 #include "decode/field_spec.h"
 #include "io/byte_source.h"
+#include "io/range_reader.h"
 #include "pipeline/field_decoder.h"
 #include "pipeline/sample_source.h"
+#include "tar/tar_index.h"
 
 namespace chute {
+
+class FetchQueue;
 
 // The source factory that reads every one of `urls`. Throws kUsage when no
 // registered source reads them all.
 std::shared_ptr<const SampleSourceFactory> sample_sources_for(const std::vector<std::string>& urls,
                                                               const SourceOptions& options);
+
+// The reader of one shard of a tar index: a remote url through `remote`'s
+// ranged requests when a queue is given, else a local file (a remote url
+// without a queue then fails to open, naming the shard). Throws as the
+// reader does when the shard is not the one `shard.identity` describes.
+std::unique_ptr<RangeReader> shard_reader_for(const TarIndex::Shard& shard,
+                                              const std::shared_ptr<FetchQueue>& remote);
 
 // The decoder for `spec`, or null for FieldCodec::kRaw (the engine hands the
 // bytes over undecoded). Throws kUsage naming `field` for a spec that cannot

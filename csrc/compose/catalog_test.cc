@@ -15,6 +15,8 @@
 #include "decode/label_field.h"
 #include "decode/npy_field.h"
 #include "decode/npy_testing.h"
+#include "io/fetch_queue.h"
+#include "io/remote_testing.h"
 #include "pipeline/sample_fields.h"
 #include "pipeline/sample_testing.h"
 #include "pipeline/stream_batch_testing.h"
@@ -73,6 +75,41 @@ TEST(Catalog, TarShardsAreReadByTheTarSource) {
   EXPECT_TRUE(dynamic_cast<const TarSampleSources*>(local.get()) != nullptr);
   const auto piped = sample_sources_for({"pipe:cat /data/a.tar"}, options);
   EXPECT_TRUE(dynamic_cast<const TarSampleSources*>(piped.get()) != nullptr);
+}
+
+std::string read_all(const RangeReader& reader, uint64_t offset, size_t size) {
+  std::string out(size, '\0');
+  reader.read(offset, size, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+TEST(Catalog, IndexedTarShardsAreReadFromFilesOrByRemoteRanges) {
+  test::TempDir dir;
+  const TarIndex::Shard file{"shard.tar", dir.write("shard.tar", "0123456789"),
+                             ShardIdentity{10, -1, ""}};
+  const TarIndex::Shard object{"s3://b/k.tar", "s3://b/k.tar", ShardIdentity{10, -1, "\"t\""}};
+  EXPECT_EQ(read_all(*shard_reader_for(file, nullptr), 2, 3), "234");
+
+  FetchSettings settings;
+  settings.backoff_s = 0.001;
+  settings.max_backoff_s = 0.002;
+  auto queue = std::make_shared<FetchQueue>(settings);
+  test::MemoryStore store(queue, "abcdefghij", "\"t\"");
+  EXPECT_EQ(read_all(*shard_reader_for(object, queue), 2, 3), "cde");
+  const size_t asked = store.seen().size();
+  EXPECT_GE(asked, 2u);  // its HEAD and a range
+  // A local file is read from disk even where remote objects are read too.
+  EXPECT_EQ(read_all(*shard_reader_for(file, queue), 7, 3), "789");
+  EXPECT_EQ(store.seen().size(), asked);
+  // An object that is not the one indexed (another size) is refused.
+  const TarIndex::Shard resized{"s3://b/k.tar", "s3://b/k.tar", ShardIdentity{11, -1, ""}};
+  const std::optional<Error> e = test::error_from([&] { shard_reader_for(resized, queue); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind(), ErrorKind::kData);
+  // Without a queue a url is no file that can be opened.
+  const std::optional<Error> missing = test::error_from([&] { shard_reader_for(object, nullptr); });
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->kind(), ErrorKind::kIo);
 }
 
 // The catalog's npy and label decoders, run the way the stream engine runs

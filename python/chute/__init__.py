@@ -14,6 +14,8 @@ from chute.parquet import ParquetDataset
 from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
+from chute.text_tokens import tokenize_shards
+from chute.tokens import TokenDataset, cu_seqlens
 from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
 from chute.workers.pool import WorkerFallbackWarning
@@ -34,16 +36,19 @@ __all__ = [
     "SkippedSampleWarning",
     "TarDataset",
     "TarIndexError",
+    "TokenDataset",
     "ValidationError",
     "WebDataset",
     "WebLoader",
     "WorkerFallbackWarning",
     "WorkerInitFnWarning",
     "create_loader",
+    "cu_seqlens",
     "get_max_image_pixels",
     "mix",
     "set_epoch",
     "set_max_image_pixels",
+    "tokenize_shards",
     "validate_batch",
     "validate_first_batch",
 ]

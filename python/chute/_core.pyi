@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -1115,6 +1115,71 @@ class IndexedEngine:
     @property
     def num_rows(self) -> int:
         ...
+class TokenFile:
+    """
+    A file of token ids, mapped and checked (raw .bin, .npy, Megatron .bin+.idx).
+    """
+    def __init__(self, path: str, format: str, dtype: str = '', index_path: str = '') -> None:
+        """
+        Maps `path` (format 'raw', 'npy' or 'megatron'; `dtype` names a raw file's element type; `index_path` is a Megatron .bin's .idx). DataError names the file and byte offset of a bad layout.
+        """
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def format(self) -> str:
+        ...
+    @property
+    def index_path(self) -> str:
+        ...
+    @property
+    def num_documents(self) -> int:
+        """
+        Megatron documents (-1 for files whose documents are found by their end token).
+        """
+    @property
+    def num_sequences(self) -> int:
+        ...
+    @property
+    def num_tokens(self) -> int:
+        ...
+    @property
+    def path(self) -> str:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+class TokenPacker:
+    """
+    Sequences of seq_len tokens cut from token files (windows or documents).
+    """
+    def __init__(self, files: collections.abc.Sequence[TokenFile], seq_len: typing.SupportsInt | typing.SupportsIndex, mode: str = 'windows', eod_id: typing.SupportsInt | typing.SupportsIndex = -1, pad_id: typing.SupportsInt | typing.SupportsIndex = 0, vocab_size: typing.SupportsInt | typing.SupportsIndex = 0, out_dtype: str = 'int64') -> None:
+        """
+        Plans the sequences (scanning for eod_id where documents end at it).
+        """
+    def document_lengths(self) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        Tokens of each document, in stream order (documents mode).
+        """
+    def source(self, field: str) -> RowSource:
+        """
+        The row source of one field: 'input_ids', 'labels' or 'position_ids'.
+        """
+    @property
+    def num_documents(self) -> int:
+        ...
+    @property
+    def num_sequences(self) -> int:
+        ...
+    @property
+    def num_tokens(self) -> int:
+        ...
+    @property
+    def pad_tokens(self) -> int:
+        ...
+    @property
+    def unused_tokens(self) -> int:
+        ...
 class _MappedFile:
     """
     A whole file mapped read-only; pages past a new end read as zeros (see check_size).
@@ -1164,6 +1229,10 @@ def _map_file(path: str) -> _MappedFile:
 def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
     """
     Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
+    """
+def _memcpy_windows(file: TokenFile, starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], window_bytes: typing.SupportsInt | typing.SupportsIndex, batch: typing.SupportsInt | typing.SupportsIndex) -> float:
+    """
+    Seconds to memcpy the windows at byte offsets `starts` of `file` into one reused buffer of `batch` windows, on one thread (the token benchmark's limit).
     """
 def _resize(image: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> numpy.typing.NDArray[typing.Any]:
     """

@@ -45,7 +45,12 @@ from chute import _core
 from chute.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import expand_remote_globs, is_remote_glob, merge_options
+from chute.remote.datasets import (
+    cached_copy,
+    expand_remote_globs,
+    is_remote_glob,
+    merge_options,
+)
 
 # 256 MiB holds the decompressed chunks of a typical working set (e.g. 200k
 # rows of 64 float32 is 51 MB) so a shuffled epoch inflates each chunk once;
@@ -235,7 +240,7 @@ class H5Dataset(IndexedDataset):
             context.set_remote(session.queue)
             if self._remote.cache_dir:
                 for url in (p for p in self._paths if is_remote_url(p)):
-                    copy = _cached_copy(session, url, self._remote.cache_dir, held)
+                    copy = cached_copy(session, url, self._remote.cache_dir, held)
                     if copy is not None:
                         local[url] = copy
         sources = [
@@ -390,31 +395,6 @@ def _identity(
         "fields": dict(fields),
         "files": files,
         "layout": digest.hexdigest(),
-    }
-
-
-def _cached_copy(session: Any, url: str, cache_dir: str, held: list[Any]) -> dict[str, Any] | None:
-    """Downloads `url` into the node's cache (once per node: another
-    process's download is followed) and returns the layout fields that point
-    the engine at the local copy; None when the object cannot be cached
-    (larger than the cache, a full disk), and is then read with ranges. The
-    open reader appended to `held` keeps the copy from eviction."""
-    reader = session.open(url)
-    if not reader.in_place:
-        reader.drain()
-        reader.close()
-        reader = session.open(url)  # now a cache hit, unless it could not be cached
-        if not reader.in_place:
-            reader.close()
-            return None
-    held.append(reader)
-    path = os.path.join(cache_dir, _core.tar_cache_file_name(url))
-    st = os.stat(path)
-    return {
-        "path": path,
-        "mtime_ns": int(st.st_mtime_ns),
-        "inode": int(st.st_ino),
-        "version": "",
     }
 
 

@@ -56,10 +56,10 @@ from chute.image_options import image_options
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import expand_remote_globs, merge_options
+from chute.remote.datasets import cached_copy, expand_remote_globs, merge_options
 from chute.shards import expand_urls, local_path, remote_scheme_list
-from chute.wds.compiler import OutputField
 from chute.wds.native import field_plan
+from chute.wds.prefix import OutputField
 
 DEFAULT_CACHE_BYTES = 1 << 30
 # Row groups read ahead of the batches submitted (the pool's queue).
@@ -816,10 +816,8 @@ class _RemoteReader:
         session = get_session(dataset._remote)
         pq = _pyarrow().parquet
         if dataset._remote.cache_dir:
-            from chute.h5 import _cached_copy
-
             held: list[Any] = []
-            copy = _cached_copy(session, f.path, dataset._remote.cache_dir, held)
+            copy = cached_copy(session, f.path, dataset._remote.cache_dir, held)
             if copy is not None:
                 self._held = held
                 self._local = pq.ParquetFile(copy["path"], metadata=f.metadata)

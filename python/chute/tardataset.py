@@ -55,12 +55,12 @@ from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar
 from chute.shards import expand_urls, local_path, remote_scheme_list
 from chute.tarcolumns import concatenate_indexes
 from chute.tarindex import ShardColumns, load_indexes
-from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField, compile_stages, error_handlers
+from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
 from chute.wds.fluent import Fluent
 from chute.wds.native import ErrorHandlers, field_plan
-from chute.wds.pystages import apply_python_stage
-from chute.wds.stages import Stage
+from chute.wds.prefix import MEMBER, OutputField
+from chute.wds.stages import PythonRun, Stage
 
 _GLOB_CHARS = set("*?[")
 
@@ -432,7 +432,7 @@ class TarDataset(IndexedDataset):
         """The samples of an engine batch, as webdataset makes them."""
         rows: Iterator[Any] = (r for r in self._converter.rows(batch) if r is not DROPPED)
         for stage in self._compiled.python_stages:
-            rows = apply_python_stage(stage, rows, lambda n: None)
+            rows = stage.apply(rows, PythonRun())
         if self._names is not None:
             names = self._names
             return [dict(zip(names, row, strict=True)) for row in rows]

@@ -1,5 +1,5 @@
-"""``chute inspect``: what is inside tar shards, HDF5 and Parquet files, and
-what is wrong with them."""
+"""``chute inspect``: what is inside tar shards, HDF5, Parquet and token
+files, and what is wrong with them."""
 
 from __future__ import annotations
 
@@ -447,6 +447,83 @@ def _print_hdf5(r: dict[str, Any], out: TextIO) -> None:
     _print_problems(r["problems"], out)
 
 
+TOKEN_SUFFIXES = (".bin", ".idx", ".npy")
+
+
+def is_token_file(path: str) -> bool:
+    """Token files are told by their name: a local ``.bin`` (raw, or
+    Megatron's with its ``.idx``), an ``.idx``, or a ``.npy``."""
+    return not remote.is_remote(path) and path.endswith(TOKEN_SUFFIXES)
+
+
+def inspect_tokens(path: str, dtype: str | None, eod_id: int | None) -> dict[str, Any]:
+    """A token file's format, dtype and tokens; its documents (Megatron's,
+    or ended by `eod_id`) and their lengths."""
+    from chute import _core
+    from chute.tokens import token_file_spec
+
+    spec = token_file_spec(path)
+    report: dict[str, Any] = {
+        "path": path,
+        "kind": "tokens",
+        "format": spec.format,
+        "index": spec.index_url or None,
+        "size": os.path.getsize(spec.url) if os.path.isfile(spec.url) else None,
+        "dtype": None,
+        "tokens": None,
+        "documents": None,
+        "document_lengths": None,
+        "problems": [],
+    }
+    if spec.format == "raw" and dtype is None:
+        report["problems"].append("a raw token file has no header: give --dtype (e.g. uint16)")
+        return report
+    try:
+        f = _core.TokenFile(spec.url, spec.format, dtype or "", spec.index_url)
+        report.update(dtype=f.dtype, tokens=int(f.num_tokens))
+        if spec.format != "megatron" and eod_id is None:
+            return report
+        # The documents packing would see; the sequence length only matters
+        # to packing, not to the lengths.
+        packer = _core.TokenPacker([f], 1 << 20, "documents", -1 if eod_id is None else eod_id)
+        lengths = packer.document_lengths()
+    except (ValueError, OSError) as exc:  # the file's own fault, reported as found
+        report["problems"].append(str(exc))
+        return report
+    report["documents"] = int(lengths.size)
+    if lengths.size:
+        import numpy as np
+
+        report["document_lengths"] = {
+            "min": int(lengths.min()),
+            "median": float(np.median(lengths)),
+            "mean": float(lengths.mean()),
+            "p90": float(np.percentile(lengths, 90)),
+            "p99": float(np.percentile(lengths, 99)),
+            "max": int(lengths.max()),
+        }
+    return report
+
+
+def _print_tokens(r: dict[str, Any], out: TextIO) -> None:
+    size = "" if r["size"] is None else f", {human_size(r['size'])}"
+    print(f"{r['path']}: token file ({r['format']}){size}", file=out)
+    if r["tokens"] is not None:
+        print(f"  {r['tokens']:,} {r['dtype']} tokens", file=out)
+    if r["documents"] is not None:
+        print(f"  {r['documents']:,} documents", file=out)
+        d = r["document_lengths"]
+        if d is not None:
+            print(
+                f"  document lengths: min {d['min']:,}, median {d['median']:,.0f}, mean"
+                f" {d['mean']:,.1f}, p90 {d['p90']:,.0f}, p99 {d['p99']:,.0f}, max {d['max']:,}",
+                file=out,
+            )
+    elif r["tokens"] is not None:
+        print("  documents: give --eod-id to count them", file=out)
+    _print_problems(r["problems"], out)
+
+
 def _print_problems(problems: list[str], out: TextIO) -> None:
     if not problems:
         print("  problems: none", file=out)
@@ -464,6 +541,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     reports: list[dict[str, Any]] = []
     status = EXIT_OK
     for path in paths:
+        if is_token_file(path) and os.path.exists(path):
+            reports.append(inspect_tokens(path, args.dtype, args.eod_id))
+            if not args.json:
+                _print_tokens(reports[-1], out)
+            if reports[-1]["problems"]:
+                status = EXIT_PROBLEMS
+            continue
         # A path that is missing or of no known kind is a finding about that
         # path: the others are still reported.
         try:
@@ -499,13 +583,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def register(sub: Any) -> None:
     """Adds the ``inspect`` command to the subparsers `sub`."""
-    p = sub.add_parser("inspect", help="what is inside tar shards, HDF5 or Parquet files")
+    p = sub.add_parser("inspect", help="what is inside tar shards, HDF5, Parquet or token files")
     p.add_argument(
         "paths",
         nargs="+",
         metavar="PATH",
         help="tar shards (brace patterns ok), HDF5 or Parquet files: paths or urls "
-        "(s3://, https://, ...)",
+        "(s3://, https://, ...); local token files (.bin, .idx, .npy)",
     )
     p.add_argument(
         "--first", type=int, default=3, help="samples (Parquet: images) to probe and show per file"
@@ -515,6 +599,10 @@ def register(sub: Any) -> None:
         "--scan",
         action="store_true",
         help="read tar shards even where a current sidecar index could give the counts",
+    )
+    p.add_argument("--dtype", help="the element type of raw token files (.bin), e.g. uint16")
+    p.add_argument(
+        "--eod-id", type=int, help="the token ending each document of raw and .npy token files"
     )
     remote.add_arguments(p)
     p.set_defaults(func=run)

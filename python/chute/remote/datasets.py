@@ -114,7 +114,7 @@ def build_remote_index(url: str, session: RemoteSession, version: str) -> dict[s
 
 
 def remote_tar_index(
-    url: str, options: RemoteOptions, index_dir: str | None = None
+    url: str, options: RemoteOptions, index_dir: str | None = None, *, bound: bool = False
 ) -> dict[str, Any]:
     """The index of a remote tar shard: from `index_dir` (a local directory)
     when given, else from ``<url>.idx.json`` beside the shard, when there is
@@ -122,31 +122,74 @@ def remote_tar_index(
     recorded one: one uploaded beside the object after a local ``chute
     index`` records none); else built by reading the shard once (and saved
     in `index_dir` when given). The document returned holds the version the
-    shard has now, which its reads then require."""
-    from chute.tarindex import INDEX_SUFFIX, _problem, index_path
+    shard has now, which its reads then require.
+
+    With `bound` (sample counts for streams, ``chute.wds.sample_counts``),
+    `index_dir` is looked in first and the sidecar beside the shard after
+    it, and an index counts only when it names the version (ETag) the shard
+    has now: a stream reads members without checking them against an
+    index, as indexed reads do, so an index that records no version (its
+    size alone cannot tell a replaced shard) is rebuilt rather than trusted.
+    """
+    from chute.tarindex import INDEX_SUFFIX, _problem, _write_document, index_path
 
     session = get_session(options)
     ranges = session.ranges(url)
     size = int(ranges.size)
     version = str(ranges.version)
     local = index_path(url, index_dir) if index_dir is not None else None
+
+    def usable(document: Any, exact: bool) -> bool:
+        if document is None or _problem(document, url, None, exact=exact) is not None:
+            return False
+        recorded = document["shard_version"]
+        matches = recorded == version != "" if bound else recorded in ("", version)
+        return bool(document["shard_size"] == size and matches)
+
+    def read(where: str) -> Any:
+        try:
+            if where == "local" and local is not None:
+                return json.loads(local.read_text(encoding="utf-8"))
+            return json.loads(session.read_bytes(url + INDEX_SUFFIX))
+        except (OSError, ValueError):
+            return None  # none there (a ReadError is an OSError), or not JSON
+
+    places = ["local"] if local is not None else []
+    if local is None or bound:
+        places.append("beside")
     document: Any = None
-    try:
-        if local is not None:
-            document = json.loads(local.read_text(encoding="utf-8"))
-        else:
-            document = json.loads(session.read_bytes(url + INDEX_SUFFIX))
-    except (OSError, ValueError):
-        document = None  # none there (a ReadError is an OSError), or not JSON
-    if (
-        document is None
-        or _problem(document, url, None, exact=local is not None)
-        or document["shard_size"] != size
-        or document["shard_version"] not in ("", version)
-    ):
+    for place in places:
+        document = read(place)
+        if usable(document, exact=place == "local"):
+            break
+    else:
         document = build_remote_index(url, session, version)
         if local is not None:
-            local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_text(json.dumps(document, separators=(",", ":")), encoding="utf-8")
+            _write_document(document, local)
     result: dict[str, Any] = dict(document, shard_version=version)
     return result
+
+
+def cached_copy(session: Any, url: str, cache_dir: str, held: list[Any]) -> dict[str, Any] | None:
+    """Downloads `url` into the node's cache (once per node: another
+    process's download is followed) and returns the layout fields that point
+    the engine at the local copy; None when the object cannot be cached
+    (larger than the cache, a full disk), and is then read with ranges. The
+    open reader appended to `held` keeps the copy from eviction."""
+    reader = session.open(url)
+    if not reader.in_place:
+        reader.drain()
+        reader.close()
+        reader = session.open(url)  # now a cache hit, unless it could not be cached
+        if not reader.in_place:
+            reader.close()
+            return None
+    held.append(reader)
+    path = os.path.join(cache_dir, _core.tar_cache_file_name(url))
+    st = os.stat(path)
+    return {
+        "path": path,
+        "mtime_ns": int(st.st_mtime_ns),
+        "inode": int(st.st_ino),
+        "version": "",
+    }

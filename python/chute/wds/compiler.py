@@ -4,8 +4,10 @@ The longest prefix of the chain that the engine understands (a shuffle of
 encoded samples, one decode with an image spec, renames, ``to_tuple``, a
 ``batched`` with the default collation) becomes output fields with their
 member extensions and decoders; the rest stays as Python stages, the slow
-path. A pure function of the stages and the first sample's extensions: it
-opens no shard and starts no engine.
+path. Each stage says whether it joins the prefix (``Stage.compile``); the
+compiler asks them in order and finishes the fields. A pure function of the
+stages and the first sample's extensions: it opens no shard and starts no
+engine.
 """
 
 from __future__ import annotations
@@ -15,27 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute.collate import default_collate
 from chute.decoders import NativeDecode, native_decode_for
-from chute.extensions import SAMPLE_FIELDS
 from chute.handlers import Handler, reraise_exception
 from chute.wds.native import ErrorHandlers
+from chute.wds.prefix import MEMBER, NativePrefix, OutputField
 from chute.wds.stages import Stage
-
-# A field decoded under the name of whichever member it holds (dict samples,
-# and names no rename touched), as webdataset's Decoder sees each member.
-MEMBER = "@member"
-
-
-@dataclass
-class OutputField:
-    """One field of the native part's output, and where it comes from."""
-
-    name: str
-    extensions: list[str]  # member extensions, alternatives in order
-    decode_name: str | None  # the name webdataset's decoder would see; None: not decoded
-    required: bool = True  # False: a dict sample's member that later samples may lack
-    native: NativeDecode | None = None
 
 
 @dataclass
@@ -76,102 +62,36 @@ def compile_stages(
     `seed` seeds a shuffle without its own seed or rng; `shuffle_seed`
     overrides every shuffle seed (a resumed iteration replays its order). A
     shuffle with an ``rng`` draws its seed from it."""
+    prefix = NativePrefix(seed=seed, shuffle_seed=shuffle_seed)
     position = 0
-    shuffle: tuple[int, int, int] | None = None
-    image_spec: str | None = None
-    decode_opts: dict[str, Any] = {}
-    decoded = False
-    fields: list[OutputField] | None = None  # None: no stage has named fields yet
-    renamed_away: set[str] = set()
-    tuple_output = False
-    batch_size: int | None = None
-    partial = True
-    decode_only: set[str] | None = None
-    while position < len(stages):
-        stage = stages[position]
-        if stage.kind == "shuffle" and not decoded and fields is None and shuffle is None:
-            size = int(stage.args[0])
-            initial = min(int(stage.kwargs["initial"]), size)
-            rng = stage.kwargs["rng"]
-            if shuffle_seed is not None:
-                chosen = shuffle_seed
-            elif rng is not None:
-                chosen = rng.getrandbits(63)
-            elif stage.kwargs["seed"] is not None:
-                chosen = int(stage.kwargs["seed"])
-            else:
-                chosen = seed
-            shuffle = (size, initial, chosen)
-        elif (
-            stage.kind == "decode"
-            and not decoded
-            and batch_size is None
-            and not tuple_output
-            and all(isinstance(s, str) for s in stage.args)
-            and len(stage.args) <= 1
-            and stage.kwargs.get("pre") is None
-            and stage.kwargs.get("post") is None
-        ):
-            decoded = True
-            image_spec = stage.args[0].lower() if stage.args else None
-            decode_opts = stage.kwargs
-            decode_only = stage.kwargs.get("only")
-            # Fields renamed before decoding are decoded under their new name,
-            # as webdataset's Decoder sees it (often: not at all).
-            for f in fields or []:
-                f.decode_name = f.name
-        elif (
-            stage.kind == "rename"
-            and batch_size is None
-            and not tuple_output
-            and stage.kwargs["keep"]
-        ):
-            fields = rename_fields(fields or [], stage.kwargs["names"], decoded, renamed_away)
-        elif (
-            stage.kind == "to_tuple"
-            and batch_size is None
-            and not tuple_output
-            and stage.kwargs.get("missing_is_error", True)
-            and stage.kwargs.get("none_is_error") in (None, True)
-        ):
-            fields = [resolve_field(spec, fields or [], decoded) for spec in stage.args]
-            tuple_output = True
-        elif (
-            stage.kind == "batched"
-            and batch_size is None
-            and stage.kwargs["collation_fn"] is default_collate
-        ):
-            batch_size = int(stage.args[0])
-            partial = bool(stage.kwargs["partial"])
-        else:
-            break
+    while position < len(stages) and stages[position].compile(prefix):
         position += 1
 
-    if not tuple_output:
+    fields = prefix.fields or []
+    if not prefix.tuple_output:
         # Dict samples: members nobody renamed keep their extension as name.
-        present = {e for f in fields or [] for e in f.extensions}
+        present = {e for f in fields for e in f.extensions}
         extra = [e for e in first_sample_extensions() if e not in present]
-        fields = (fields or []) + [
-            OutputField(e, [e], MEMBER if decoded else None, required=False) for e in extra
+        fields = fields + [
+            OutputField(e, [e], MEMBER if prefix.decoded else None, required=False) for e in extra
         ]
-    assert fields is not None
     for f in fields:
-        if decode_only is not None:
-            restrict_to_only(f, decode_only)
-        f.native = native_decoder(f, image_spec)
+        if prefix.decode_only is not None:
+            restrict_to_only(f, prefix.decode_only)
+        f.native = native_decoder(f, prefix.image_spec)
     return CompiledPipeline(
         fields=fields,
-        tuple_output=tuple_output,
-        keep_others=not tuple_output,
-        renamed_away=renamed_away,
-        decoded=decoded,
-        image_spec=image_spec if decoded else None,
-        batch_size=batch_size,
-        partial=partial,
+        tuple_output=prefix.tuple_output,
+        keep_others=not prefix.tuple_output,
+        renamed_away=prefix.renamed_away,
+        decoded=prefix.decoded,
+        image_spec=prefix.image_spec if prefix.decoded else None,
+        batch_size=prefix.batch_size,
+        partial=prefix.partial,
         python_stages=list(stages[position:]),
-        shuffle=shuffle,
-        decode_opts=dict(decode_opts),
-        decode_only=decode_only,
+        shuffle=prefix.shuffle,
+        decode_opts=dict(prefix.decode_opts),
+        decode_only=prefix.decode_only,
         native_stages=list(stages[:position]),
     )
 
@@ -189,43 +109,6 @@ def restrict_to_only(f: OutputField, only: set[str]) -> None:
             f"field {f.name!r}: decode(only=...) names some of its alternatives "
             f"({';'.join(f.extensions)}) but not all; list them separately"
         )
-
-
-def resolve_field(spec: str, fields: list[OutputField], decoded: bool) -> OutputField:
-    """The output field for `spec` ("a;b" alternatives), built from earlier
-    fields or, for names no stage has touched, from member extensions."""
-    if spec in SAMPLE_FIELDS:
-        return OutputField(spec, [], None)
-    known = {f.name: f for f in fields}
-    alternatives: list[str] = []
-    decode_names: set[str | None] = set()
-    for alt in spec.split(";"):
-        if alt in known:
-            alternatives.extend(known[alt].extensions)
-            decode_names.add(known[alt].decode_name)
-        else:
-            alternatives.append(alt)
-            decode_names.add(MEMBER if decoded else None)
-    if len(decode_names) != 1:
-        raise ValueError(f"alternatives in {spec!r} were decoded differently; list them separately")
-    return OutputField(spec, alternatives, decode_names.pop())
-
-
-def rename_fields(
-    fields: list[OutputField],
-    names: dict[str, str],
-    decoded: bool,
-    renamed_away: set[str],
-) -> list[OutputField]:
-    """The fields after ``rename(**names)``; adds the extensions it consumes
-    to `renamed_away`."""
-    renamed = []
-    for new_name, spec in names.items():
-        field_ = resolve_field(spec, fields, decoded)
-        renamed.append(OutputField(new_name, field_.extensions, field_.decode_name))
-        renamed_away.update(field_.extensions)
-    consumed = {alt for spec in names.values() for alt in spec.split(";")}
-    return [f for f in fields if f.name not in consumed and f.name not in names] + renamed
 
 
 def native_decoder(f: OutputField, image_spec: str | None) -> NativeDecode | None:
@@ -262,14 +145,7 @@ def error_handlers(native_stages: Sequence[Stage], default: Handler) -> ErrorHan
     leaves them to the dataset's handler: chute's rule, documented); a
     ``to_tuple``/``rename`` stage's own handler for samples that lack a
     field, which raise, as webdataset's do, where that stage has none."""
-    member = default
-    field_: Handler = reraise_exception
+    handlers = ErrorHandlers(read=default, member=default, field=reraise_exception)
     for stage in native_stages:
-        own = stage.kwargs.get("handler", reraise_exception)
-        if own is reraise_exception:
-            continue
-        if stage.kind == "decode" and member is default:
-            member = own
-        elif stage.kind in ("to_tuple", "rename") and field_ is reraise_exception:
-            field_ = own
-    return ErrorHandlers(read=default, member=member, field=field_)
+        handlers = stage.take_failures(handlers, default)
+    return handlers

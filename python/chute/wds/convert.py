@@ -26,7 +26,8 @@ from chute.extensions import (
 )
 from chute.image_options import has_transforms
 from chute.shards import local_path
-from chute.wds.compiler import MEMBER, CompiledPipeline, OutputField
+from chute.wds.compiler import CompiledPipeline
+from chute.wds.prefix import MEMBER, OutputField
 
 # Told of a member that failed to decode in Python: True skips its sample,
 # False ends the iteration after this batch; it may raise instead.

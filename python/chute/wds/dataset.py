@@ -59,13 +59,13 @@ from chute.wds.native import (
     UNBATCHED_BATCH_BYTES,
     EngineSettings,
     ErrorHandlers,
+    engine_seed,
     field_plan,
 )
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
-from chute.wds.pystages import apply_python_stage
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import EMPTY_MESSAGE, EpochIteration, EpochRun, as_torch_loader
-from chute.wds.stages import Stage
+from chute.wds.stages import PythonRun, Stage
 from chute.wds.tarread import tar_samples
 
 if TYPE_CHECKING:
@@ -79,14 +79,6 @@ NATIVE_MEMBER_EXTENSIONS = [
     NPY_EXTENSION,
     *sorted(INT_EXTENSIONS),
 ]
-
-
-def engine_seed(base_seed: int, rank: int, worker: int, pass_index: int = 0) -> int:
-    """The engine's seed for a rank's torch worker in one pass of an epoch:
-    ranks and workers read different shards, and the passes of an epoch are
-    shuffled anew, so their shuffles and per-image draws (crops, flips)
-    differ too."""
-    return (base_seed * 1_000_003 + rank * 1009 + worker + pass_index * 7_919_009) & ((1 << 63) - 1)
 
 
 class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
@@ -131,8 +123,9 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       epoch), dealt to the ranks (world size from torch.distributed or
       RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
       ``state_dict()`` then holds the global position and resumes on any
-      world size (``chute.wds.elastic``). Needs a current sidecar index per
-      shard (built and saved beside it when missing), local shards, the same
+      world size (``chute.wds.elastic``). Needs each shard's sample count
+      (``chute.wds.sample_counts``: a tar shard's sidecar index, built when
+      missing; local or remote shards, not ``pipe:``), the same
       ``seed`` on every rank, a native batch size, ``streams=1`` and one pass
       per epoch; ``nodesplitter``, ``workersplitter`` and ``even_batches``
       are not used.
@@ -514,6 +507,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         def count(n: int) -> None:
             figures["python_items"] += n
 
+        in_python = PythonRun(count, self.handler)
+
         def passes() -> Iterator[Any]:
             if not urls and self.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
@@ -533,7 +528,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
                     )
                 )
                 for stage in self.stages:
-                    items = apply_python_stage(stage, items, count, self.handler)
+                    items = stage.apply(items, in_python)
                 yielded = 0
                 for item in items:
                     yielded += 1

@@ -3,9 +3,10 @@
 The epoch's global order depends only on (seed, epoch): the shards in one
 order (a permutation drawn from (seed, epoch) with ``shardshuffle``, else the
 list's), and within each shard its samples in archive order. Global sample
-g is the g-th of that sequence; the shards' sidecar indexes (``chute index``;
-built and saved on first use when missing) give every shard's sample count,
-so every rank knows the sequence without reading a shard.
+g is the g-th of that sequence; each shard's format gives its sample count
+(``chute.wds.sample_counts``; tar: the sidecar index, local or remote,
+built on first use when missing), so every rank knows the sequence without
+reading a shard.
 
 A run delivers a *segment*: the samples of the epoch not yet consumed when
 it started (all of them for a fresh epoch), dealt to the W ranks in
@@ -40,7 +41,8 @@ delivered once, except the pads above (and, with ``partial=False``, the
 dropped tail).
 
 What the guarantee assumes: the shards are those the indexes describe
-(checked by size and modification time, and by the state's fingerprint),
+(checked by size and modification time, for a remote shard by size and
+ETag, and by the state's fingerprint),
 and no sample is dropped before batching (a malformed archive skipped by a
 handler, or a sample whose fields do not fit the batch under a skipping
 handler, shifts what follows on that rank). Samples whose decoding fails
@@ -51,19 +53,17 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from chute import _core
-from chute.shards import local_path, rank_and_world_size, worker_and_num_workers
-from chute.tarindex import ShardColumns, load_indexes
+from chute.shards import rank_and_world_size, worker_and_num_workers
 from chute.wds.compiler import CompiledPipeline
-
-if TYPE_CHECKING:
-    from chute.wds.dataset import WebDataset
+from chute.wds.native import engine_seed
+from chute.wds.runnable import RunnableDataset
+from chute.wds.sample_counts import CountSettings, shard_layouts
 
 Intervals = np.ndarray  # int64 (m, 2): [begin, end) of global samples, sorted, disjoint
 
@@ -71,7 +71,7 @@ Intervals = np.ndarray  # int64 (m, 2): [begin, end) of global samples, sorted, 
 @dataclass(frozen=True)
 class ShardLayout:
     """Sample counts and per-sample encoded sizes of a shard list, from the
-    shards' indexes."""
+    shards' formats (``chute.wds.sample_counts``)."""
 
     urls: tuple[str, ...]
     counts: np.ndarray  # int64 per shard, in list order
@@ -81,50 +81,14 @@ class ShardLayout:
         return hashlib.sha256(self.counts.astype("<i8").tobytes()).hexdigest()[:16]
 
 
-_LAYOUTS: dict[tuple[tuple[str, int, int], ...], ShardLayout] = {}
-
-
-def shard_layout(urls: list[str]) -> ShardLayout:
-    """The layout of `urls` (local shards), from their indexes, built and
-    saved beside the shards when missing or stale. Cached per shard list
-    (paths, sizes, modification times)."""
-    paths: list[str] = []
-    for url in urls:
-        path = local_path(url)
-        if path is None:
-            raise ValueError(
-                f"elastic=True reads every shard's sample count from its index; {url!r} is not "
-                "a local file (remote shards are not supported in elastic mode yet)"
-            )
-        paths.append(path)
-    key = tuple((p, (st := os.stat(p)).st_size, st.st_mtime_ns) for p in paths)
-    layout = _LAYOUTS.get(key)
-    if layout is None:
-        columns = load_indexes(paths)
-        layout = ShardLayout(
-            urls=tuple(urls),
-            counts=np.array([c.num_samples for c in columns], dtype=np.int64),
-            sizes=tuple(_encoded_sizes(c) for c in columns),
-        )
-        _LAYOUTS[key] = layout
-    return layout
-
-
-def _encoded_sizes(columns: ShardColumns) -> np.ndarray:
-    """Per sample, what the engine's shuffle buffer charges for holding it
-    (``EncodedSample::encoded_bytes``: payloads, key, 64 per member)."""
-    counts = columns.member_counts
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    payload = (
-        np.add.reduceat(columns.member_sizes, starts)
-        if columns.member_sizes.size
-        else np.zeros(0, np.int64)
+def shard_layout(urls: list[str], where: CountSettings) -> ShardLayout:
+    """The layout of `urls`, from their formats' counters."""
+    shards = shard_layouts(urls, where)
+    return ShardLayout(
+        urls=tuple(urls),
+        counts=np.array([s.count for s in shards], dtype=np.int64),
+        sizes=tuple(s.encoded_sizes for s in shards),
     )
-    keys = np.array(
-        [len(k.encode("utf-8", "surrogateescape")) for k in columns.keys], dtype=np.int64
-    )
-    sizes: np.ndarray = (payload + keys + 64 * counts).astype(np.uint64)
-    return sizes
 
 
 class EpochOrder:
@@ -344,7 +308,7 @@ class ElasticRun:
 
     def __init__(
         self,
-        dataset: WebDataset,
+        dataset: RunnableDataset,
         compiled: CompiledPipeline,
         epoch: int,
         recorded: dict[str, Any] | None,
@@ -354,7 +318,10 @@ class ElasticRun:
         assert compiled.batch_size is not None
         self.rank, self.world_size = rank_and_world_size()
         self.epoch = epoch
-        self.layout = shard_layout(dataset.urls)
+        self.layout = shard_layout(
+            dataset.urls,
+            CountSettings(dataset.remote, dataset.cache_dir or "", dataset.pipe_timeout),
+        )
         self.order_key = {"seed": dataset.seed, "shardshuffle": dataset.shardshuffle}
         self.order = EpochOrder(self.layout, dataset.seed, epoch, dataset.shardshuffle)
         shuffle = compiled.shuffle
@@ -423,8 +390,6 @@ class ElasticRun:
                 )
 
     def plan_seeds(self, world_size: int) -> list[int]:
-        from chute.wds.dataset import engine_seed
-
         return [engine_seed(self.base_seed, rank, 0) for rank in range(world_size)]
 
     def configure(self, plan: Any) -> None:
@@ -454,7 +419,7 @@ class ElasticRun:
         }
 
 
-def _check_pipeline(dataset: WebDataset, compiled: CompiledPipeline) -> None:
+def _check_pipeline(dataset: RunnableDataset, compiled: CompiledPipeline) -> None:
     """ValueError when `dataset` cannot run elastically."""
     problems = []
     if compiled.batch_size is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,8 +23,31 @@ from chute.decoders import IMAGE_SPECS
 from chute.handlers import Handler, reraise_exception
 from chute.image_options import image_options
 from chute.wds.autodecode import unknown_imagespec
-from chute.wds.pystages import XDECODE_DEFAULTS, getfirst, python_shuffle
-from chute.wds.stages import Stage
+from chute.wds.stages import (
+    Associate,
+    Batched,
+    Decode,
+    ExtractKeys,
+    Info,
+    LogKeys,
+    Map,
+    MapDict,
+    MapTuple,
+    Rename,
+    RenameKeys,
+    RSample,
+    Select,
+    Shuffle,
+    Slice,
+    Stage,
+    ToTuple,
+    Unbatched,
+    Unlisted,
+    XDecode,
+)
+from chute.wds.stages.fields import getfirst
+from chute.wds.stages.patterns import XDECODE_DEFAULTS
+from chute.wds.stages.shuffle import python_shuffle
 
 default_collation_fn = default_collate
 
@@ -39,7 +62,7 @@ def shuffle(
     """A shuffle buffer of `bufsize` items that starts yielding at `initial`."""
     if seed is not None and rng is not None:
         raise ValueError("shuffle: give seed= or rng=, not both")
-    return Stage("shuffle", (bufsize,), {"initial": initial, "rng": rng, "seed": seed})
+    return Shuffle(bufsize, initial=initial, rng=rng, seed=seed)
 
 
 def decode(
@@ -88,23 +111,20 @@ def decode(
     )
     if isinstance(only, str):
         only = only.split()
-    return Stage(
-        "decode",
+    return Decode(
         args,
-        {
-            "handler": handler,
-            **opts,
-            "pre": list(pre) if pre is not None else None,
-            "post": list(post) if post is not None else None,
-            "only": set(only) if only is not None else None,
-            "partial": partial,
-        },
+        handler=handler,
+        image_options=opts,
+        pre=list(pre) if pre is not None else None,
+        post=list(post) if post is not None else None,
+        only=set(only) if only is not None else None,
+        partial=partial,
     )
 
 
 def rename(keep: bool = True, handler: Handler = reraise_exception, **kw: str) -> Stage:
     """Rename members: ``rename(image="jpg;png")``; `keep` keeps the others."""
-    return Stage("rename", (), {"keep": keep, "handler": handler, "names": kw})
+    return Rename(kw, keep=keep, handler=handler)
 
 
 def to_tuple(
@@ -117,15 +137,13 @@ def to_tuple(
     present); one string with spaces names several."""
     if len(args) == 1 and isinstance(args[0], str) and " " in args[0]:
         args = tuple(args[0].split())
-    return Stage(
-        "to_tuple",
-        args,
-        {"handler": handler, "missing_is_error": missing_is_error, "none_is_error": none_is_error},
+    return ToTuple(
+        args, handler=handler, missing_is_error=missing_is_error, none_is_error=none_is_error
     )
 
 
 def map(f: Callable[[Any], Any], handler: Handler = reraise_exception) -> Stage:  # noqa: A001
-    return Stage("map", (f,), {"handler": handler})
+    return Map(f, handler=handler)
 
 
 def map_dict(handler: Handler = reraise_exception, **kw: Callable[[Any], Any]) -> Stage:
@@ -134,15 +152,24 @@ def map_dict(handler: Handler = reraise_exception, **kw: Callable[[Any], Any]) -
     for key, f in kw.items():
         if not callable(f):
             raise TypeError(f"map_dict: {key}= is not callable")
-    return Stage("map_dict", (), {"handler": handler, "fns": kw})
+    return MapDict(kw, handler=handler)
 
 
 def map_tuple(*args: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Stage:
-    return Stage("map_tuple", args, {"handler": handler})
+    return MapTuple(args, handler=handler)
+
+
+def associate(
+    associator: Callable[[str], dict[str, Any]] | Mapping[str, dict[str, Any]], **kw: Any
+) -> Stage:
+    """Adds to each dict sample the members `associator` gives its key:
+    ``associator(key)``, or ``associator.get(key, {})`` for a mapping.
+    Keywords are accepted and unused, as in webdataset."""
+    return Associate(associator)
 
 
 def select(predicate: Callable[[Any], bool]) -> Stage:
-    return Stage("select", (predicate,))
+    return Select(predicate)
 
 
 def batched(
@@ -153,32 +180,32 @@ def batched(
     """Batches of `batchsize` items, collated by `collation_fn` (None: lists)."""
     if batchsize < 1:
         raise ValueError(f"batchsize must be >= 1, got {batchsize}")
-    return Stage("batched", (batchsize,), {"collation_fn": collation_fn, "partial": partial})
+    return Batched(batchsize, collation_fn=collation_fn, partial=partial)
 
 
 def unbatched() -> Stage:
-    return Stage("unbatched")
+    return Unbatched()
 
 
 def unlisted() -> Stage:
-    return Stage("unlisted")
+    return Unlisted()
 
 
 def slice(*args: int | None) -> Stage:  # noqa: A001
     """``itertools.islice`` over the items: ``slice(10)``, ``slice(2, 20, 2)``."""
-    return Stage("slice", args)
+    return Slice(args)
 
 
 def rsample(p: float = 0.5) -> Stage:
     """Keep each item with probability `p`."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"rsample: p must be in [0, 1], got {p}")
-    return Stage("rsample", (p,))
+    return RSample(p)
 
 
 def log_keys(logfile: str | None = None) -> Stage:
     """Append each sample's index, worker, rank and key to `logfile`."""
-    return Stage("log_keys", (logfile,))
+    return LogKeys(logfile)
 
 
 def rename_keys(
@@ -189,15 +216,12 @@ def rename_keys(
     **kw: str,
 ) -> Stage:
     """Rename members by file-name patterns: ``rename_keys(image="*.jpg")``."""
-    return Stage(
-        "rename_keys",
+    return RenameKeys(
         args,
-        {
-            "keep_unselected": keep_unselected,
-            "must_match": must_match,
-            "duplicate_is_error": duplicate_is_error,
-            **kw,
-        },
+        kw,
+        keep_unselected=keep_unselected,
+        must_match=must_match,
+        duplicate_is_error=duplicate_is_error,
     )
 
 
@@ -205,10 +229,8 @@ def extract_keys(
     *patterns: str | Sequence[str], duplicate_is_error: bool = True, ignore_missing: bool = False
 ) -> Stage:
     """Tuples of the members matching each pattern (``"*.jpg;*.png"``)."""
-    return Stage(
-        "extract_keys",
-        patterns,
-        {"duplicate_is_error": duplicate_is_error, "ignore_missing": ignore_missing},
+    return ExtractKeys(
+        patterns, duplicate_is_error=duplicate_is_error, ignore_missing=ignore_missing
     )
 
 
@@ -220,7 +242,7 @@ def xdecode(
 ) -> Stage:
     """Decode members by file-name pattern with stream decoders:
     ``xdecode(png=imread, cls=lambda s: int(s.read()))``."""
-    return Stage("xdecode", args, {"must_decode": must_decode, "defaults": defaults, **kw})
+    return XDecode(args, kw, must_decode=must_decode, defaults=defaults)
 
 
 def info(
@@ -232,11 +254,7 @@ def info(
     name: str = "",
 ) -> Stage:
     """Print the first `n` samples (and every `every`-th) to `stream`."""
-    return Stage(
-        "info",
-        (),
-        {"fmt": fmt, "n": n, "every": every, "width": width, "stream": stream, "name": name},
-    )
+    return Info(fmt, n=n, every=every, width=width, stream=stream, name=name)
 
 
 class _Curried:
@@ -279,7 +297,7 @@ class detshuffle:  # noqa: N801 (webdataset's name)
     def run(self, src: Iterable[Any]) -> Iterator[Any]:
         self.epoch += 1
         rng = random.Random(self.seed + self.epoch)
-        return python_shuffle(iter(src), self.bufsize, {"initial": self.initial, "rng": rng})
+        return python_shuffle(iter(src), self.bufsize, self.initial, rng)
 
     def __call__(self, src: Iterable[Any]) -> Iterator[Any]:
         return self.run(src)
@@ -336,6 +354,7 @@ def transform_with(sample: Sequence[Any], transformers: Sequence[Any] | None) ->
 __all__ = [
     "Cached",
     "LMDBCached",
+    "associate",
     "batched",
     "decode",
     "default_collation_fn",

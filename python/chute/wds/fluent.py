@@ -18,7 +18,7 @@ from typing_extensions import Self
 from chute.collate import default_collate
 from chute.handlers import Handler, reraise_exception
 from chute.wds import filters
-from chute.wds.stages import Stage
+from chute.wds.stages import Compose, Stage
 
 
 class Fluent:
@@ -45,9 +45,7 @@ class Fluent:
     def compose(self, *fns: Stage | Callable[[Iterator[Any]], Iterator[Any]]) -> Self:
         """Append stages: recorded stages (``wds.map(f)``...) as they are,
         other callables (iterator in, iterator out) to run in Python."""
-        return self._compose(
-            *(fn if isinstance(fn, Stage) else Stage("compose", (fn,)) for fn in fns)
-        )
+        return self._compose(*(fn if isinstance(fn, Stage) else Compose(fn) for fn in fns))
 
     def shuffle(self, size: int, **kw: Any) -> Self:
         if size < 1:

@@ -1,11 +1,11 @@
 """The stream engine's side of a WebDataset iteration: field plans for the
-compiled fields, error policy, batch pinning and skipped samples."""
+compiled fields, seeds, error policy, batch pinning and skipped samples."""
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -21,9 +21,15 @@ from chute.handlers import (
 )
 from chute.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.pinning import pin_hooks
+from chute.wds.prefix import OutputField
 
-if TYPE_CHECKING:
-    from chute.wds.compiler import OutputField
+
+def engine_seed(base_seed: int, rank: int, worker: int, pass_index: int = 0) -> int:
+    """The engine's seed for a rank's torch worker in one pass of an epoch:
+    ranks and workers read different shards, and the passes of an epoch are
+    shuffled anew, so their shuffles and per-image draws (crops, flips)
+    differ too."""
+    return (base_seed * 1_000_003 + rank * 1009 + worker + pass_index * 7_919_009) & ((1 << 63) - 1)
 
 
 @dataclass(frozen=True)

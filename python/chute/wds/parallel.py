@@ -31,33 +31,17 @@ from chute.stats import add_figures
 from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter
 from chute.wds.native import EngineSettings, report_skips
-from chute.wds.pystages import apply_python_stage
 from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
+from chute.wds.runnable import RunnableDataset
+from chute.wds.stages import PythonRun, Stage
 from chute.workers.failures import Failure, caught_warnings
+from chute.workers.main import Outgoing
 from chute.workers.transport import default_collate, pack
 
 if TYPE_CHECKING:
-    from chute.wds.dataset import WebDataset
-    from chute.workers.main import Outgoing, WorkerContext
+    from chute.workers.main import WorkerContext
     from chute.workers.pool import WorkerPool
-
-# Python stages that take one item and give at most one, keeping nothing
-# across items: the same whether they see a whole epoch or batch by batch.
-ITEMWISE_STAGES = frozenset(
-    {
-        "map",
-        "map_dict",
-        "map_tuple",
-        "select",
-        "decode",
-        "rename",
-        "to_tuple",
-        "rename_keys",
-        "extract_keys",
-        "xdecode",
-    }
-)
 
 # What every worker's plan takes from the loader's rather than working out
 # on its own: the DDP batch count the ranks agreed on, an elastic resume's
@@ -89,10 +73,12 @@ _EVERY_WORKER = frozenset(
 
 
 def worker_stage_count(compiled: CompiledPipeline) -> int:
-    """How many of the Python stages, from the first, workers run."""
+    """How many of the Python stages, from the first, workers run: those
+    that take one item and give at most one, keeping nothing across items,
+    are the same whether they see a whole epoch or batch by batch."""
     count = 0
     for stage in compiled.python_stages:
-        if stage.kind not in ITEMWISE_STAGES:
+        if not stage.itemwise:
             break
         count += 1
     return count
@@ -131,7 +117,7 @@ class WorkerEpochRun(EpochRun):
 
     def __init__(
         self,
-        dataset: WebDataset,
+        dataset: RunnableDataset,
         epoch: int,
         settings: EngineSettings,
         loader: LoaderSettings | None,
@@ -249,7 +235,7 @@ class WorkerEpochRun(EpochRun):
 
 
 def stream_task(
-    dataset: WebDataset, task: StreamTask, context: WorkerContext
+    dataset: RunnableDataset, task: StreamTask, context: WorkerContext
 ) -> Iterator[Outgoing]:
     """A worker's part of one pass: for each of its engine batches, the
     items the loader would make of it after the worker's Python stages."""
@@ -336,12 +322,12 @@ def stream_task(
             }
             counts = dict.fromkeys(counts, 0)
             if end:
-                yield _outgoing(("end", context.tag, body))
+                yield Outgoing(("end", context.tag, body))
                 return
             packed, fd = pack(items, context.arenas)
             del items
             body.update(items=packed, rows=rows, stop=stop)
-            yield _outgoing(
+            yield Outgoing(
                 ("chunk", context.tag, body), fd, functools.partial(_item_origin, origin, rows)
             )
             if error is not None or stop:
@@ -349,14 +335,6 @@ def stream_task(
             absolute += context.num_workers
     finally:
         engine.close()
-
-
-def _outgoing(
-    message: tuple[Any, ...], fd: int = -1, origin: Callable[[int], str] | None = None
-) -> Outgoing:
-    from chute.workers.main import Outgoing
-
-    return Outgoing(message, fd, origin)
 
 
 def _item_origin(origin: Callable[[int | None], str], rows: list[int | None], item: int) -> str:
@@ -401,7 +379,7 @@ def _inputs(
 
 def _run_stages(
     inputs: Iterator[tuple[int | None, Any]],
-    stages: list[Any],
+    stages: list[Stage],
     count: Callable[[int], None],
     handler: Handler,
     rows: list[int | None],
@@ -420,8 +398,9 @@ def _run_stages(
         exhausted[0] = True
 
     out: Iterator[Any] = source()
+    in_python = PythonRun(count, handler)
     for stage in stages:
-        out = apply_python_stage(stage, out, count, handler)
+        out = stage.apply(out, in_python)
     # Each stage takes one item and gives at most one: an item comes from
     # the row the source gave last.
     for item in out:

@@ -28,10 +28,10 @@ from chute.loading import EngineDataset, LoaderSettings
 from chute.stats import empty_stats
 from chute.wds.dataset import WebDataset
 from chute.wds.fluent import Fluent
-from chute.wds.pystages import python_batched
 from chute.wds.run import converted_items
 from chute.wds.shardlists import ResampledShards, SimpleShardList
-from chute.wds.stages import Stage
+from chute.wds.stages import Compose, Stage
+from chute.wds.stages.batching import python_batched
 
 if TYPE_CHECKING:
     from chute.workers.pool import WorkerPool
@@ -149,7 +149,7 @@ class DataPipeline(Fluent, IterableDataset[Any], EngineDataset):
         result = copy.copy(self)
         result.pipeline = list(self.pipeline)
         for stage in stages:
-            result.append(stage.args[0] if stage.kind == "compose" else stage)
+            result.append(stage.function if isinstance(stage, Compose) else stage)
         return result
 
     def append(self, f: Any) -> None:
@@ -322,7 +322,7 @@ def _is_tar_stage(p: Any) -> bool:
 
 
 def _as_stage(p: Any) -> Stage:
-    return p if isinstance(p, Stage) else Stage("compose", (p,))
+    return p if isinstance(p, Stage) else Compose(p)
 
 
 class FluidWrapper(DataPipeline):

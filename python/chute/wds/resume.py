@@ -19,15 +19,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from chute.wds.elastic import ElasticRun
 from chute.wds.stages import Stage
 
 # The layout of the state dicts this module writes and reads.
 STATE_VERSION = 1
-
-if TYPE_CHECKING:
-    from chute.wds.elastic import ElasticRun
 
 
 @dataclass
@@ -66,15 +64,6 @@ class StreamPosition:
         return state
 
 
-def describe_stage(stage: Stage) -> str:
-    if stage.kind == "batched":
-        partial = "" if stage.kwargs.get("partial", True) else ", partial=False"
-        return f"batched({stage.args[0]}{partial})"
-    if stage.kind == "shuffle":
-        return f"shuffle({stage.args[0]}, initial={stage.kwargs.get('initial')})"
-    return stage.kind
-
-
 def fingerprint(
     urls: Sequence[str],
     stages: Sequence[Stage],
@@ -88,7 +77,7 @@ def fingerprint(
     out: dict[str, Any] = {
         "num_shards": len(urls),
         "shards": digest[:16],
-        "stages": [describe_stage(s) for s in stages],
+        "stages": [s.describe() for s in stages],
         "order": dict(order or {}),
     }
     if elastic:

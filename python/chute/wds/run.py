@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import default_convert
@@ -20,9 +20,8 @@ from chute.errors import engine_errors
 from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
 from chute.intraop import one_intraop_thread
 from chute.loading import LoaderSettings
-from chute.shards import local_path, rank_and_world_size
+from chute.shards import rank_and_world_size
 from chute.stats import add_figures, empty_stats, with_running
-from chute.tarindex import indexed_sample_count
 from chute.wds.compiler import (
     CompiledPipeline,
     compile_stages,
@@ -32,12 +31,11 @@ from chute.wds.compiler import (
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy
 from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
-from chute.wds.pystages import apply_python_stage, python_batched
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
-from chute.wds.stages import STATEFUL_PYTHON_STAGES
-
-if TYPE_CHECKING:
-    from chute.wds.dataset import WebDataset
+from chute.wds.runnable import RunnableDataset
+from chute.wds.sample_counts import sample_counter
+from chute.wds.stages import PythonRun
+from chute.wds.stages.batching import python_batched
 
 # torch ships default_convert without annotations.
 _default_convert: Callable[[Any], Any] = default_convert
@@ -119,7 +117,7 @@ class EpochRun:
 
     def __init__(
         self,
-        dataset: WebDataset,
+        dataset: RunnableDataset,
         epoch: int,
         settings: EngineSettings,
         loader: LoaderSettings | None,
@@ -211,8 +209,7 @@ class EpochRun:
             return None
         samples = 0
         for url in self.urls:
-            path = local_path(url)
-            count = indexed_sample_count(path) if path is not None else None
+            count = sample_counter(url).indexed_count(url)
             if count is None:
                 return None
             samples += count
@@ -233,7 +230,7 @@ class EpochRun:
         return out
 
     def state(self) -> dict[str, Any]:
-        stateful = [s.kind for s in self.compiled.python_stages if s.kind in STATEFUL_PYTHON_STAGES]
+        stateful = [s.kind for s in self.compiled.python_stages if s.keeps_state]
         if stateful:
             raise ValueError(
                 f"cannot checkpoint mid-epoch: stages {stateful} run in Python and keep state; "
@@ -258,13 +255,14 @@ class EpochRun:
             if dataset.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
             return
+        in_python = PythonRun(self._count, dataset.handler)
         for pass_index in range(start.pass_index, dataset.repetitions):
             resumed = pass_index == start.pass_index
             items: Iterator[Any] = self._native_items(
                 pass_index, start.batches if resumed else 0, start.rows if resumed else 0
             )
             for stage in self.local_stages:
-                items = apply_python_stage(stage, items, self._count, dataset.handler)
+                items = stage.apply(items, in_python)
             self.pass_samples = None
             count = 0
             for item in items:

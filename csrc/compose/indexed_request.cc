@@ -1,0 +1,29 @@
+#include "compose/indexed_request.h"
+
+#include <utility>
+
+#include "compose/catalog.h"
+
+namespace chute {
+
+std::shared_ptr<IndexedTarSource> compose_tar_index_source(TarIndexRequest request) {
+  IndexedTarSource::ReaderFactory open = [remote = std::move(request.remote)](
+                                             const TarIndex::Shard& shard) {
+    return shard_reader_for(shard, remote);
+  };
+  return std::make_shared<IndexedTarSource>(std::move(request.index), request.options,
+                                            std::move(open));
+}
+
+std::shared_ptr<H5RowSource> compose_h5_rows(std::shared_ptr<H5Context> context,
+                                             std::string name, std::vector<H5Layout> layouts) {
+  return std::make_shared<H5RowSource>(std::move(context), std::move(name), std::move(layouts));
+}
+
+std::shared_ptr<MemoryRowSource> compose_memory_rows(MemoryRowsRequest request) {
+  return std::make_shared<MemoryRowSource>(
+      std::move(request.name), request.data, request.num_rows, request.row_stride, request.dtype,
+      std::move(request.row_shape), std::move(request.owner), std::move(request.element_descr));
+}
+
+}  // namespace chute

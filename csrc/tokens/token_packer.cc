@@ -1,0 +1,269 @@
+#include "tokens/token_packer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace chute {
+
+namespace {
+
+template <typename Src, typename Out>
+void convert(const uint8_t* bytes, int64_t n, Out* out) {
+  // memcpy per element: the source may sit at any alignment (a .npy header
+  // of odd length, a Megatron pointer); the compiler turns this into
+  // vector loads.
+  for (int64_t j = 0; j < n; ++j) {
+    Src v;
+    std::memcpy(&v, bytes + j * static_cast<int64_t>(sizeof(Src)), sizeof(Src));
+    out[j] = static_cast<Out>(v);
+  }
+}
+
+template <typename Out>
+void convert_from(DType src, const uint8_t* bytes, int64_t n, Out* out) {
+  switch (src) {
+    case DType::kU8: return convert<uint8_t>(bytes, n, out);
+    case DType::kI8: return convert<int8_t>(bytes, n, out);
+    case DType::kU16: return convert<uint16_t>(bytes, n, out);
+    case DType::kI16: return convert<int16_t>(bytes, n, out);
+    case DType::kU32: return convert<uint32_t>(bytes, n, out);
+    case DType::kI32: return convert<int32_t>(bytes, n, out);
+    case DType::kI64: return convert<int64_t>(bytes, n, out);
+    default: CHUTE_CHECK(false, kUsage, "token dtype " << dtype_name(src) << " is not an integer");
+  }
+}
+
+// Reads the token at `index` of a span as int64 (for messages and the
+// end-of-document scan).
+int64_t token_at(DType src, const uint8_t* bytes, int64_t index) {
+  int64_t v = 0;
+  convert_from<int64_t>(src, bytes + index * static_cast<int64_t>(dtype_size(src)), 1, &v);
+  return v;
+}
+
+template <typename Src>
+void scan_for(const uint8_t* bytes, int64_t n, int64_t eod, std::vector<int64_t>* ends) {
+  for (int64_t j = 0; j < n; ++j) {
+    Src v;
+    std::memcpy(&v, bytes + j * static_cast<int64_t>(sizeof(Src)), sizeof(Src));
+    if (static_cast<int64_t>(v) == eod) ends->push_back(j + 1);
+  }
+}
+
+// Positions just after each `eod` among a span's n tokens.
+std::vector<int64_t> document_ends(DType src, const uint8_t* bytes, int64_t n, int64_t eod) {
+  std::vector<int64_t> ends;
+  switch (src) {
+    case DType::kU8: scan_for<uint8_t>(bytes, n, eod, &ends); break;
+    case DType::kI8: scan_for<int8_t>(bytes, n, eod, &ends); break;
+    case DType::kU16: scan_for<uint16_t>(bytes, n, eod, &ends); break;
+    case DType::kI16: scan_for<int16_t>(bytes, n, eod, &ends); break;
+    case DType::kU32: scan_for<uint32_t>(bytes, n, eod, &ends); break;
+    case DType::kI32: scan_for<int32_t>(bytes, n, eod, &ends); break;
+    case DType::kI64: scan_for<int64_t>(bytes, n, eod, &ends); break;
+    default: break;
+  }
+  return ends;
+}
+
+}  // namespace
+
+TokenPacker::TokenPacker(std::vector<std::shared_ptr<const TokenFile>> files, PackOptions options)
+    : files_(std::move(files)), options_(options) {
+  CHUTE_CHECK(options_.seq_len > 0, kUsage, "seq_len must be positive, not " << options_.seq_len);
+  CHUTE_CHECK(options_.out_dtype == DType::kI64 || options_.out_dtype == DType::kI32, kUsage,
+              "token batches are int64 or int32, not " << dtype_name(options_.out_dtype));
+  for (const auto& file : files_) add_file(*file);
+  if (options_.mode == PackMode::kWindows) {
+    num_sequences_ = total_tokens_ > options_.seq_len ? (total_tokens_ - 1) / options_.seq_len : 0;
+  } else {
+    pack_documents();
+  }
+}
+
+void TokenPacker::add_file(const TokenFile& file) {
+  const bool by_eod = options_.mode == PackMode::kDocuments && file.document_starts().empty();
+  CHUTE_CHECK(!by_eod || options_.eod_id >= 0, kUsage,
+              "'" << file.path() << "': packing documents needs eod_id, the token that ends "
+                     "each document (or a Megatron .idx beside the .bin)");
+  const size_t first_span = spans_.size();
+  std::vector<int64_t> sequence_starts;  // in the stream, Megatron's documents need them
+  const uint64_t item = dtype_size(file.dtype());
+  for (const TokenSpan& s : file.sequences()) {
+    sequence_starts.push_back(total_tokens_);
+    if (s.tokens == 0) continue;
+    Span* last = spans_.size() > first_span ? &spans_.back() : nullptr;
+    if (last != nullptr &&
+        last->byte_offset + static_cast<uint64_t>(last->tokens) * item == s.byte_offset) {
+      last->tokens += s.tokens;  // the next sequence lies right after: one span
+    } else {
+      spans_.push_back(
+          {total_tokens_, s.tokens, file.data() + s.byte_offset, s.byte_offset, &file});
+    }
+    total_tokens_ += s.tokens;
+  }
+  sequence_starts.push_back(total_tokens_);
+  if (options_.mode != PackMode::kDocuments) return;
+  if (by_eod) {
+    for (size_t i = first_span; i < spans_.size(); ++i) find_documents(spans_[i]);
+    return;
+  }
+  const std::vector<int64_t>& docs = file.document_starts();
+  for (size_t d = 0; d + 1 < docs.size(); ++d) {
+    const int64_t start = sequence_starts[static_cast<size_t>(docs[d])];
+    const int64_t end = sequence_starts[static_cast<size_t>(docs[d + 1])];
+    if (end > start) documents_.push_back({start, end - start});
+  }
+}
+
+void TokenPacker::find_documents(const Span& span) {
+  int64_t begin = 0;
+  for (int64_t end : document_ends(span.file->dtype(), span.data, span.tokens, options_.eod_id)) {
+    documents_.push_back({span.start + begin, end - begin});
+    begin = end;
+  }
+  if (begin < span.tokens) documents_.push_back({span.start + begin, span.tokens - begin});
+}
+
+void TokenPacker::pack_documents() {
+  const int64_t S = options_.seq_len;
+  int64_t fill = 0;
+  sequence_pieces_.push_back(0);
+  auto close = [&] {
+    if (fill == 0) return;
+    pad_tokens_ += S - fill;
+    sequence_pieces_.push_back(static_cast<int64_t>(pieces_.size()));
+    fill = 0;
+  };
+  for (const Document& doc : documents_) {
+    int64_t offset = 0;
+    if (doc.length > S) {
+      close();
+      for (; doc.length - offset > S; offset += S) {
+        pieces_.push_back({doc.start + offset, S, true});
+        fill = S;
+        close();
+      }
+    } else if (fill + doc.length > S) {
+      close();
+    }
+    pieces_.push_back({doc.start + offset, doc.length - offset, false});
+    fill += doc.length - offset;
+  }
+  close();
+  num_sequences_ = static_cast<int64_t>(sequence_pieces_.size()) - 1;
+}
+
+int64_t TokenPacker::unused_tokens() const {
+  return options_.mode == PackMode::kWindows ? total_tokens_ - num_sequences_ * options_.seq_len
+                                             : 0;
+}
+
+std::vector<int64_t> TokenPacker::document_lengths() const {
+  std::vector<int64_t> out;
+  out.reserve(documents_.size());
+  for (const Document& d : documents_) out.push_back(d.length);
+  return out;
+}
+
+void TokenPacker::bad_token(const Span& span, int64_t index, int64_t value) const {
+  const uint64_t at =
+      span.byte_offset + static_cast<uint64_t>(index) * dtype_size(span.file->dtype());
+  CHUTE_CHECK(false, kData,
+              "'" << span.file->path() << "': token id " << value << " at byte offset " << at
+                  << " is outside the vocabulary (vocab_size " << options_.vocab_size << ")");
+}
+
+template <typename Out>
+void TokenPacker::copy_stream(int64_t start, int64_t n, Out* out) const {
+  auto it = std::upper_bound(spans_.begin(), spans_.end(), start,
+                             [](int64_t s, const Span& span) { return s < span.start; });
+  CHUTE_CHECK(it != spans_.begin(), kUsage, "token " << start << " is before the stream");
+  --it;
+  const auto vocab = static_cast<uint64_t>(options_.vocab_size);
+  while (n > 0) {
+    CHUTE_CHECK(it != spans_.end(), kUsage, "token " << start << " is past the stream");
+    const Span& span = *it;
+    const int64_t skip = start - span.start;
+    const int64_t take = std::min(n, span.tokens - skip);
+    const DType src = span.file->dtype();
+    convert_from(src, span.data + skip * static_cast<int64_t>(dtype_size(src)), take, out);
+    if (vocab > 0) {
+      bool bad = false;
+      for (int64_t j = 0; j < take; ++j) bad |= static_cast<uint64_t>(out[j]) >= vocab;
+      if (bad) {
+        for (int64_t j = 0; j < take; ++j) {
+          const int64_t v = token_at(src, span.data, skip + j);
+          if (static_cast<uint64_t>(v) >= vocab) bad_token(span, skip + j, v);
+        }
+      }
+    }
+    out += take;
+    n -= take;
+    start += take;
+    ++it;
+  }
+}
+
+template <typename Out>
+void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
+  const int64_t S = options_.seq_len;
+  if (options_.mode == PackMode::kWindows) {
+    switch (field) {
+      case TokenField::kInputIds: return copy_stream(seq * S, S, out);
+      case TokenField::kLabels: return copy_stream(seq * S + 1, S, out);
+      case TokenField::kPositionIds:
+        for (int64_t j = 0; j < S; ++j) out[j] = static_cast<Out>(j);
+        return;
+    }
+  }
+  int64_t at = 0;
+  const auto first = static_cast<size_t>(sequence_pieces_[static_cast<size_t>(seq)]);
+  const auto last = static_cast<size_t>(sequence_pieces_[static_cast<size_t>(seq) + 1]);
+  for (size_t p = first; p < last; ++p) {
+    const Piece& piece = pieces_[p];
+    Out* row = out + at;
+    switch (field) {
+      case TokenField::kInputIds:
+        copy_stream(piece.start, piece.length, row);
+        break;
+      case TokenField::kLabels:
+        if (piece.continues) {
+          copy_stream(piece.start + 1, piece.length, row);
+        } else {
+          copy_stream(piece.start + 1, piece.length - 1, row);
+          row[piece.length - 1] = static_cast<Out>(kIgnoreLabel);
+        }
+        break;
+      case TokenField::kPositionIds:
+        for (int64_t j = 0; j < piece.length; ++j) row[j] = static_cast<Out>(j);
+        break;
+    }
+    at += piece.length;
+  }
+  const int64_t pad = S - at;
+  Out* rest = out + at;
+  switch (field) {
+    case TokenField::kInputIds:
+      std::fill(rest, rest + pad, static_cast<Out>(options_.pad_id));
+      break;
+    case TokenField::kLabels: std::fill(rest, rest + pad, static_cast<Out>(kIgnoreLabel)); break;
+    case TokenField::kPositionIds:
+      for (int64_t j = 0; j < pad; ++j) rest[j] = static_cast<Out>(j);
+      break;
+  }
+}
+
+void TokenPacker::write(TokenField field, int64_t seq, uint8_t* out) const {
+  CHUTE_CHECK(seq >= 0 && seq < num_sequences_, kUsage,
+              "sequence " << seq << " is out of range for " << num_sequences_ << " sequences");
+  if (options_.out_dtype == DType::kI64) {
+    write_as(field, seq, reinterpret_cast<int64_t*>(out));
+  } else {
+    write_as(field, seq, reinterpret_cast<int32_t*>(out));
+  }
+}
+
+}  // namespace chute

@@ -1,0 +1,106 @@
+// Sequences of seq_len tokens cut from token files, written straight into a
+// batch's rows by the engine's threads (through TokenFieldSource).
+//
+// The files are read as one stream of tokens: each file's sequences in
+// order, the files in the order given.
+//
+// - Windows (nanoGPT's): sequence i is the stream's tokens
+//   [i * seq_len, (i + 1) * seq_len + 1): input_ids are the first seq_len,
+//   labels the last seq_len. Windows cross document and file boundaries;
+//   the tail that does not fill a window is left out.
+// - Documents: documents (ended by the end-of-document token, which belongs
+//   to the document it ends, or Megatron's sequences) are packed in stream
+//   order, next-fit: a document that does not fit in what is left of the
+//   current sequence starts the next one, and the rest of the current one
+//   is padding (input pad_id, label -100). A document longer than seq_len
+//   starts a sequence of its own and is cut into pieces of seq_len (the
+//   last piece, shorter, is packed like a document). Within a piece
+//   labels[j] = tokens[j + 1]; a piece's last label is the document's next
+//   token, or -100 where the document ends. position_ids count from 0 in
+//   each piece and in the padding, so the positions where they are 0 are
+//   the boundaries of variable-length attention (cu_seqlens).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "tokens/token_file.h"
+
+namespace chute {
+
+enum class PackMode { kWindows, kDocuments };
+enum class TokenField { kInputIds, kLabels, kPositionIds };
+
+struct PackOptions {
+  int64_t seq_len = 2048;
+  PackMode mode = PackMode::kWindows;
+  int64_t eod_id = -1;      // documents of raw and .npy files end with it; -1: none
+  int64_t pad_id = 0;
+  int64_t vocab_size = 0;   // > 0: a token id outside [0, vocab_size) is an error
+  DType out_dtype = DType::kI64;  // kI64 or kI32
+};
+
+class TokenPacker {
+ public:
+  static constexpr int64_t kIgnoreLabel = -100;
+
+  TokenPacker(std::vector<std::shared_ptr<const TokenFile>> files, PackOptions options);
+
+  const PackOptions& options() const { return options_; }
+  int64_t num_sequences() const { return num_sequences_; }
+  int64_t num_tokens() const { return total_tokens_; }
+  int64_t num_documents() const { return static_cast<int64_t>(documents_.size()); }
+  // Padding slots over all sequences (documents mode), and the stream's
+  // tokens that are in no sequence's input_ids (windows: the tail).
+  int64_t pad_tokens() const { return pad_tokens_; }
+  int64_t unused_tokens() const;
+  // Tokens of each document, in stream order (documents mode; empty for windows).
+  std::vector<int64_t> document_lengths() const;
+
+  // Writes row `seq` of `field` (seq_len elements of out_dtype) to `out`.
+  // Thread-safe. kData naming the file and byte offset for a token id
+  // outside the vocabulary.
+  void write(TokenField field, int64_t seq, uint8_t* out) const;
+
+ private:
+  struct Span {
+    int64_t start;  // in the stream
+    int64_t tokens;
+    const uint8_t* data;
+    uint64_t byte_offset;
+    const TokenFile* file;
+  };
+  struct Document {
+    int64_t start;
+    int64_t length;
+  };
+  struct Piece {
+    int64_t start;
+    int64_t length;
+    bool continues;  // the document goes on after the piece
+  };
+
+  void add_file(const TokenFile& file);
+  void find_documents(const Span& span);
+  void pack_documents();
+  // Converts the stream's tokens [start, start + n) into out[0..n).
+  template <typename Out>
+  void copy_stream(int64_t start, int64_t n, Out* out) const;
+  template <typename Out>
+  void write_as(TokenField field, int64_t seq, Out* out) const;
+  [[noreturn]] void bad_token(const Span& span, int64_t index, int64_t value) const;
+
+  std::vector<std::shared_ptr<const TokenFile>> files_;
+  PackOptions options_;
+  std::vector<Span> spans_;
+  int64_t total_tokens_ = 0;
+  std::vector<Document> documents_;
+  std::vector<Piece> pieces_;
+  std::vector<int64_t> sequence_pieces_;  // sequence i: pieces [s[i], s[i + 1])
+  int64_t num_sequences_ = 0;
+  int64_t pad_tokens_ = 0;
+};
+
+}  // namespace chute

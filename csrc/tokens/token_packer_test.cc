@@ -1,0 +1,128 @@
+#include "tokens/token_packer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/testing.h"
+#include "tokens/token_file.h"
+
+namespace chute {
+namespace {
+
+template <typename T>
+std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+std::vector<int64_t> row(const TokenPacker& p, TokenField f, int64_t seq) {
+  std::vector<int64_t> out(static_cast<size_t>(p.options().seq_len));
+  p.write(f, seq, reinterpret_cast<uint8_t*>(out.data()));
+  return out;
+}
+
+// A Megatron index for sequences of `lengths` tokens (uint16), contiguous,
+// with documents starting at `docs` (ending with the sequence count).
+std::string megatron_index(const std::vector<int32_t>& lengths, const std::vector<int64_t>& docs) {
+  std::string out("MMIDIDX\0\0", 9);
+  const uint64_t version = 1;
+  out += bytes_of(std::vector<uint64_t>{version});
+  out += std::string(1, '\x08');
+  out += bytes_of(std::vector<uint64_t>{lengths.size(), docs.size()});
+  out += bytes_of(lengths);
+  std::vector<int64_t> pointers;
+  int64_t at = 0;
+  for (int32_t n : lengths) {
+    pointers.push_back(at);
+    at += n * 2;
+  }
+  out += bytes_of(pointers);
+  out += bytes_of(docs);
+  return out;
+}
+
+TEST(TokenPacker, WindowsAreShiftedByOneAndCrossFiles) {
+  test::TempDir dir;
+  std::vector<uint16_t> a{0, 1, 2, 3, 4}, b{5, 6, 7, 8, 9, 10};
+  auto fa = TokenFile::open(dir.write("a.bin", bytes_of(a)), TokenFormat::kRaw, DType::kU16);
+  auto fb = TokenFile::open(dir.write("b.bin", bytes_of(b)), TokenFormat::kRaw, DType::kU16);
+  PackOptions o;
+  o.seq_len = 4;
+  TokenPacker p({fa, fb}, o);
+  ASSERT_EQ(p.num_sequences(), 2);  // 11 tokens: windows of 5 at 0 and 4
+  EXPECT_EQ(row(p, TokenField::kInputIds, 1), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_EQ(row(p, TokenField::kLabels, 1), (std::vector<int64_t>{5, 6, 7, 8}));
+  EXPECT_EQ(p.unused_tokens(), 3);
+}
+
+TEST(TokenPacker, DocumentsPackWholeAndSplitOnlyLongOnes) {
+  test::TempDir dir;
+  // documents (eod 0): [1 2 0] [3 0] [4 5 6 7 8 9 0] [11]
+  std::vector<uint32_t> t{1, 2, 0, 3, 0, 4, 5, 6, 7, 8, 9, 0, 11};
+  auto f = TokenFile::open(dir.write("t.bin", bytes_of(t)), TokenFormat::kRaw, DType::kU32);
+  PackOptions o;
+  o.seq_len = 4;
+  o.mode = PackMode::kDocuments;
+  o.eod_id = 0;
+  o.pad_id = 99;
+  TokenPacker p({f}, o);
+  EXPECT_EQ(p.num_documents(), 4);
+  ASSERT_EQ(p.num_sequences(), 4);
+  const int64_t I = TokenPacker::kIgnoreLabel;
+  EXPECT_EQ(row(p, TokenField::kInputIds, 0), (std::vector<int64_t>{1, 2, 0, 99}));
+  EXPECT_EQ(row(p, TokenField::kLabels, 0), (std::vector<int64_t>{2, 0, I, I}));
+  // [3 0] does not fit after [1 2 0]; the long document starts its own.
+  EXPECT_EQ(row(p, TokenField::kInputIds, 1), (std::vector<int64_t>{3, 0, 99, 99}));
+  EXPECT_EQ(row(p, TokenField::kInputIds, 2), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_EQ(row(p, TokenField::kLabels, 2), (std::vector<int64_t>{5, 6, 7, 8}));
+  EXPECT_EQ(row(p, TokenField::kInputIds, 3), (std::vector<int64_t>{8, 9, 0, 11}));
+  EXPECT_EQ(row(p, TokenField::kLabels, 3), (std::vector<int64_t>{9, 0, I, I}));
+  EXPECT_EQ(row(p, TokenField::kPositionIds, 3), (std::vector<int64_t>{0, 1, 2, 0}));
+  EXPECT_EQ(p.pad_tokens(), 3);
+}
+
+TEST(TokenPacker, MegatronDocumentsComeFromTheIndex) {
+  test::TempDir dir;
+  std::vector<uint16_t> t{1, 2, 3, 4, 5, 6};
+  const std::string bin = dir.write("m.bin", bytes_of(t));
+  const std::string idx = dir.write("m.idx", megatron_index({2, 1, 3}, {0, 2, 3}));
+  auto f = TokenFile::open(bin, TokenFormat::kMegatron, DType::kU16, idx);
+  EXPECT_EQ(f->dtype(), DType::kU16);
+  PackOptions o;
+  o.seq_len = 3;
+  o.mode = PackMode::kDocuments;
+  TokenPacker p({f}, o);
+  EXPECT_EQ(p.document_lengths(), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(row(p, TokenField::kInputIds, 1), (std::vector<int64_t>{4, 5, 6}));
+}
+
+TEST(TokenFile, BadInputsNameFileAndOffset) {
+  test::TempDir dir;
+  auto e = test::error_from([&] {
+    TokenFile::open(dir.write("odd.bin", std::string(7, '\0')), TokenFormat::kRaw, DType::kU16);
+  });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("odd.bin"), std::string::npos);
+  EXPECT_NE(e->message().find("byte offset 6"), std::string::npos);
+
+  std::vector<uint16_t> t{1, 2, 3};
+  const std::string bin = dir.write("m.bin", bytes_of(t));
+  const std::string idx = dir.write("m.idx", megatron_index({2, 5}, {0, 2}));
+  e = test::error_from([&] { TokenFile::open(bin, TokenFormat::kMegatron, DType::kU16, idx); });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("sequence 1"), std::string::npos);
+
+  auto f = TokenFile::open(bin, TokenFormat::kRaw, DType::kU16);
+  PackOptions o;
+  o.seq_len = 2;
+  o.vocab_size = 3;
+  TokenPacker p({f}, o);
+  e = test::error_from([&] { row(p, TokenField::kLabels, 0); });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("token id 3 at byte offset 4"), std::string::npos) << e->message();
+}
+
+}  // namespace
+}  // namespace chute
