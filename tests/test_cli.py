@@ -157,7 +157,7 @@ def test_index_bad_input(
     text = tmp_path / "notes.txt"
     text.write_text("hello" * 200)
     code, _, err = run(capsys, "index", str(text))
-    assert code == 2 and "neither a tar shard nor an HDF5 file" in err
+    assert code == 2 and "neither a tar shard, an HDF5 file nor a Parquet file" in err
     truncated = tmp_path / "cut.tar"
     truncated.write_bytes(Path(tiny_shards[0]).read_bytes()[:5000])
     code, _, err = run(capsys, "index", str(truncated))
@@ -305,7 +305,8 @@ def test_inspect_bad_paths(
     junk = tmp_path / "junk.h5"
     junk.write_bytes(b"\0" * 100)
     code, out, _ = run(capsys, "inspect", "--json", str(junk))
-    assert code == 1 and "neither a tar shard nor an HDF5 file" in json.loads(out)[0]["problems"][0]
+    problem = json.loads(out)[0]["problems"][0]
+    assert code == 1 and "neither a tar shard, an HDF5 file nor a Parquet file" in problem
     code, _, err = run(capsys, "inspect")
     assert code == 2
     code, _, err = run(capsys, "frobnicate")

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bindings/engine_face.h"
@@ -31,6 +32,7 @@
 #include "io/fetch_queue.h"
 #include "io/mapped_region.h"
 #include "io/unique_fd.h"
+#include "pipeline/block_sample_source.h"
 #include "pipeline/indexed_engine.h"
 #include "pipeline/memory_row_source.h"
 #include "tar/indexed_tar_source.h"
@@ -215,6 +217,40 @@ std::string tar_headers_digest(const std::string& url, const Column<int64_t>& he
     digest = header_digest(samples, *shard_reader_for(shard, remote ? *remote : nullptr));
   }
   return digest_hex(digest);
+}
+
+// Block `block` of `source`: for each of its columns (data, offsets, present):
+// a buffer (a pyarrow Buffer, held without a copy), int64 offsets (rows + 1)
+// into it, and None or one uint8 per row (0 where the value is null).
+using BlockColumnArgs = std::tuple<py::buffer, Column<int64_t>, std::optional<Column<uint8_t>>>;
+
+void put_block(BlockSampleSource& source, size_t block, const std::vector<BlockColumnArgs>& columns) {
+  const int64_t rows = source.block_rows(block);
+  std::vector<BlockColumn> out;
+  py::list held;
+  for (const auto& [data, offsets, present] : columns) {
+    const py::buffer_info info = data.request();
+    CHUTE_CHECK(offsets.ndim() == 1 && offsets.size() == rows + 1, kUsage,
+                "block " << block << " has " << rows << " rows: its offsets need " << rows + 1
+                         << " entries, not " << offsets.size());
+    BlockColumn c;
+    c.data = static_cast<const uint8_t*>(info.ptr);
+    c.data_size = static_cast<size_t>(info.size * info.itemsize);
+    c.offsets = offsets.data();
+    held.append(data);
+    held.append(offsets);
+    if (present) {
+      CHUTE_CHECK(present->ndim() == 1 && present->size() == rows, kUsage,
+                  "block " << block << " has " << rows << " rows, its null mask "
+                           << present->size());
+      c.present = present->data();
+      held.append(*present);
+    }
+    out.push_back(c);
+  }
+  std::shared_ptr<void> owner = keep_python_alive(std::move(held));
+  py::gil_scoped_release release;
+  source.put(block, std::move(out), std::move(owner));
 }
 
 py::tuple scan_tar_index_py(const std::string& path) {
@@ -410,6 +446,23 @@ void register_indexed(py::module_& m) {
       .def_property_readonly("reads", &IndexedTarSource::reads, "Range reads made so far.")
       .def_property_readonly("bytes_read", &IndexedTarSource::bytes_read,
                              "Bytes those reads brought in.");
+
+  py::class_<BlockSampleSource, IndexedSampleSource, std::shared_ptr<BlockSampleSource>>(
+      m, "BlockSampleSource",
+      "Samples whose members lie in blocks of memory handed over by their owner (Parquet row "
+      "groups read by pyarrow): put a block before submitting a batch that reads it, drop it "
+      "once no batch in flight does.")
+      .def(py::init<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
+                    std::vector<std::string>>(),
+           py::arg("extensions"), py::arg("column_names"), py::arg("block_starts"),
+           py::arg("block_names"))
+      .def("put", &put_block, py::arg("block"), py::arg("columns"),
+           "Block `block`'s columns, one (data buffer, int64 offsets, uint8 present or None) "
+           "per extension; the buffers are used in place and kept alive.")
+      .def("drop", &BlockSampleSource::drop, py::arg("block"), py::call_guard<ReleasedGil>())
+      .def_property_readonly("blocks_held", &BlockSampleSource::blocks_held)
+      .def_property_readonly("bytes_read", &BlockSampleSource::bytes_read,
+                             "Payload bytes handed to the decoders so far.");
 
   py::class_<IndexedPlan>(m, "IndexedPlan", "What an IndexedEngine reads and how.")
       .def(py::init<>())

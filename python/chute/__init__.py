@@ -10,6 +10,7 @@ from chute.indexed import IndexedDataset
 from chute.limits import get_max_image_pixels, set_max_image_pixels
 from chute.mix import MixedDataset, mix
 from chute.mix_stream import MixedStream
+from chute.parquet import ParquetDataset
 from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.tarindex import ChuteIndexWarning, TarIndexError
@@ -30,6 +31,7 @@ __all__ = [
     "IndexedDataset",
     "MixedDataset",
     "MixedStream",
+    "ParquetDataset",
     "ReadError",
     "SkippedSampleWarning",
     "TarDataset",

@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -996,6 +996,26 @@ class TarIndexSource(IndexedSampleSource):
     def reads(self) -> int:
         """
         Range reads made so far.
+        """
+class BlockSampleSource(IndexedSampleSource):
+    """
+    Samples whose members lie in blocks of memory handed over by their owner (Parquet row groups read by pyarrow): put a block before submitting a batch that reads it, drop it once no batch in flight does.
+    """
+    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], block_starts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], block_names: collections.abc.Sequence[str]) -> None:
+        ...
+    def drop(self, block: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def put(self, block: typing.SupportsInt | typing.SupportsIndex, columns: collections.abc.Sequence[tuple[typing_extensions.Buffer, typing.Annotated[numpy.typing.ArrayLike, numpy.int64], typing.Annotated[numpy.typing.ArrayLike, numpy.uint8] | None]]) -> None:
+        """
+        Block `block`'s columns, one (data buffer, int64 offsets, uint8 present or None) per extension; the buffers are used in place and kept alive.
+        """
+    @property
+    def blocks_held(self) -> int:
+        ...
+    @property
+    def bytes_read(self) -> int:
+        """
+        Payload bytes handed to the decoders so far.
         """
 class IndexedPlan:
     """

@@ -1,6 +1,7 @@
 """``chute bench``: streams tar shards with chute (and, to compare, torch's
-DataLoader over webdataset), each in a fresh interpreter, and reports
-samples/s, MB/s, time to the first batch and peak RSS."""
+DataLoader over webdataset), or reads Parquet files with chute's
+ParquetDataset, each in a fresh interpreter, and reports samples/s, MB/s,
+time to the first batch and peak RSS."""
 
 from __future__ import annotations
 
@@ -92,6 +93,16 @@ def _known_sample_count(paths: list[str]) -> int | None:
     return total
 
 
+def _parquet_rows(paths: list[str]) -> int | None:
+    """The rows of Parquet files, from their footers (for the bar's total)."""
+    import chute
+
+    try:
+        return len(chute.ParquetDataset(paths, remote=remote.options()))
+    except (OSError, ValueError):
+        return None
+
+
 class ResizeCrop:
     """What ``decode(spec, size=(h, w))`` does in chute, for the webdataset
     side of ``--compare``: each decoded image (a torch CHW or numpy HWC
@@ -148,13 +159,31 @@ def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
     return ds.batched(config["batch_size"])
 
 
+def _parquet_loader(config: dict[str, Any]) -> Any:
+    """chute.DataLoader over a ParquetDataset of the files, in order."""
+    import chute
+
+    decode = config["decode"]
+    ds = chute.ParquetDataset(
+        config["paths"],
+        columns=config["columns"] or None,
+        decode=decode if decode not in ("", "raw") else None,
+        storage_options=config["storage_options"] or None,
+        cache_dir=config["cache_dir"],
+        **config["image_options"],
+    )
+    return chute.DataLoader(ds, batch_size=config["batch_size"], num_workers=config["workers"])
+
+
 def _run_one(config: dict[str, Any]) -> dict[str, Any]:
     """Streams the shards once with one loader and measures it (in this process)."""
     import torch.utils.data
 
     module: Any
     loader_cls: Any
-    if config["loader"] == "chute":
+    if config.get("kind") == "parquet":
+        loader, label = _parquet_loader(config), "chute (parquet)"
+    elif config["loader"] == "chute":
         import chute
         import chute.wds
 
@@ -163,9 +192,10 @@ def _run_one(config: dict[str, Any]) -> dict[str, Any]:
         import webdataset
 
         module, loader_cls, label = webdataset, torch.utils.data.DataLoader, "torch+webdataset"
-    loader: Any = loader_cls(
-        _build_pipeline(module, config), batch_size=None, num_workers=config["workers"]
-    )
+    if config.get("kind") != "parquet":
+        loader = loader_cls(
+            _build_pipeline(module, config), batch_size=None, num_workers=config["workers"]
+        )
     progress = _Progress(label, config["total"], config["progress"])
     samples = 0
     first: float | None = None
@@ -294,14 +324,25 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             "give the shard paths before --size"
         )
     if not args.paths:
-        raise UsageError("bench needs at least one tar shard")
+        raise UsageError("bench needs at least one tar shard or Parquet file")
     from chute.decoders import IMAGE_SPECS
 
     remote.configure(args)
     paths = expand(args.paths)
+    kind = kind_of(paths[0])
     for p in paths:
-        if kind_of(p) != "tar":
-            raise UsageError(f"{p}: bench streams tar shards; this is not one")
+        if kind_of(p) != kind or kind not in ("tar", "parquet"):
+            raise UsageError(
+                f"{p}: bench streams tar shards or reads Parquet files, all of one kind "
+                f"(the first is {kind}); this is not one"
+            )
+    if kind == "parquet" and args.compare:
+        raise UsageError(
+            "--compare runs webdataset over tar shards; benchmarks/bench_parquet.py compares "
+            "Parquet with Hugging Face datasets"
+        )
+    if kind != "parquet" and args.columns:
+        raise UsageError("--columns goes with Parquet files (tar shards take --to-tuple)")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, not {args.batch_size}")
     if args.workers < 0:
@@ -330,6 +371,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     to_tuple = args.to_tuple.replace(",", " ").split()
     image_opts = _image_options(args, decode.lower())
     config: dict[str, Any] = {
+        "kind": kind,
+        "columns": args.columns.replace(",", " ").split(),
         "image_options": image_opts,
         "paths": [p if remote.is_remote(p) else str(Path(p).resolve()) for p in paths],
         "bytes": sum(remote.size_of(p) for p in paths),
@@ -340,7 +383,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         "decode": decode.lower(),
         "to_tuple": to_tuple,
         "limit": args.limit,
-        "total": _known_sample_count(paths),
+        "total": _parquet_rows(paths) if kind == "parquet" else _known_sample_count(paths),
         "progress": not args.no_progress,
     }
     loaders = ["chute", "torch"] if args.compare else ["chute"]
@@ -385,11 +428,14 @@ def register(sub: Any) -> None:
     """Adds the ``bench`` command to the subparsers `sub`."""
     p = sub.add_parser(
         "bench",
-        help="stream tar shards with chute (and torch) and time it",
+        help="stream tar shards with chute (and torch), or read Parquet files, and time it",
         formatter_class=_HelpFormatter,
     )
     p.add_argument(
-        "paths", nargs="*", metavar="PATH", help="tar shards: files, pipe: commands or urls"
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="tar shards (files, pipe: commands or urls) or Parquet files (files or urls)",
     )
     p.add_argument(
         "--batch-size", type=int, default=64, metavar="N", help="samples per batch (default 64)"
@@ -412,6 +458,13 @@ def register(sub: Any) -> None:
         default="",
         metavar="KEYS",
         help="fields, space- or comma-separated ('jpg;png cls' or jpg,cls)",
+    )
+    p.add_argument(
+        "--columns",
+        default="",
+        metavar="NAMES",
+        help="Parquet: the columns to read, space- or comma-separated (default: all); "
+        "--decode SPEC decodes the image columns among them",
     )
     p.add_argument(
         "--size",

@@ -14,17 +14,23 @@ class UsageError(Exception):
     """A bad path or argument: reported as ``chute: error: ...`` with exit 2."""
 
 
+# Parquet files start (and end) with this magic.
+PARQUET_MAGIC = b"PAR1"
+
+
 def kind_of(path: str) -> str:
-    """'tar' or 'hdf5' by content (extensions lie), else UsageError."""
+    """'tar', 'hdf5' or 'parquet' by content (extensions lie), else UsageError."""
     from chute.cli import remote
 
     if remote.is_remote(path):
         head = remote.head_bytes(path, 512)
         if head.startswith(b"\x89HDF\r\n\x1a\n"):
             return "hdf5"
+        if head.startswith(PARQUET_MAGIC):
+            return "parquet"
         if len(head) == 512 and (head[257:262] == b"ustar" or head == bytes(512)):
             return "tar"
-        raise UsageError(f"{path}: neither a tar shard nor an HDF5 file")
+        raise UsageError(f"{path}: neither a tar shard, an HDF5 file nor a Parquet file")
     if not os.path.exists(path):
         raise UsageError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -33,6 +39,8 @@ def kind_of(path: str) -> str:
         head = f.read(512)
     if head.startswith(b"\x89HDF\r\n\x1a\n"):
         return "hdf5"
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
     # ustar magic at 257 ("ustar\0" POSIX, "ustar  " GNU); also accept an empty
     # archive (all-zero first block), which tar writes for zero members.
     if len(head) == 512 and (head[257:262] == b"ustar" or head == bytes(512)):
@@ -43,7 +51,7 @@ def kind_of(path: str) -> str:
 
         if h5py.is_hdf5(path):
             return "hdf5"
-    raise UsageError(f"{path}: neither a tar shard nor an HDF5 file")
+    raise UsageError(f"{path}: neither a tar shard, an HDF5 file nor a Parquet file")
 
 
 def expand(paths: Sequence[str]) -> list[str]:

@@ -1,5 +1,5 @@
-"""``chute inspect``: what is inside tar shards, HDF5 files and token files,
-and what is wrong with them."""
+"""``chute inspect``: what is inside tar shards, HDF5, Parquet and token
+files, and what is wrong with them."""
 
 from __future__ import annotations
 
@@ -300,6 +300,97 @@ def inspect_hdf5(path: str) -> dict[str, Any]:
     }
 
 
+def inspect_parquet(path: str, first: int) -> dict[str, Any]:
+    """A Parquet file's rows, row groups and columns (each one's type, what
+    ParquetDataset makes of it and its stored bytes), and the image columns'
+    first `first` images probed (format and size)."""
+    from chute import _core
+    from chute.parquet import ParquetDataset, column_kind
+
+    report: dict[str, Any] = {"path": path, "kind": "parquet", "problems": []}
+    try:
+        ds = ParquetDataset(path, remote=remote.options())
+    except Exception as exc:  # an unreadable footer is a finding, not a crash
+        report.update(size=remote.size_of(path), problems=[str(translate(exc))])
+        return report
+    f = ds._files[0]
+    metadata = f.metadata
+    group_rows = f.group_rows
+    stored: dict[str, int] = {}
+    for g in range(metadata.num_row_groups):
+        row_group = metadata.row_group(g)
+        for j in range(row_group.num_columns):
+            chunk = row_group.column(j)
+            top = chunk.path_in_schema.split(".")[0]
+            stored[top] = stored.get(top, 0) + int(chunk.total_compressed_size)
+    columns = [
+        {
+            "name": name,
+            "type": str(ds._types[name]),
+            "read_as": column_kind(ds._types[name]),
+            "stored_bytes": stored.get(name, 0),
+        }
+        for name in ds.columns
+    ]
+    report.update(
+        size=f.size,
+        rows=len(ds),
+        row_groups=len(group_rows),
+        row_group_rows=[min(group_rows, default=0), max(group_rows, default=0)],
+        created_by=metadata.created_by,
+        columns=columns,
+        first_images=[],
+    )
+    images = [str(c["name"]) for c in columns if c["read_as"] == "image"]
+    if images and len(ds):
+        plain = ParquetDataset(path, images, remote=remote.options())
+        for row in range(min(first, len(ds))):
+            try:
+                values = plain[row]
+            except Exception as exc:
+                report["problems"].append(f"row {row}: {translate(exc)}")
+                break
+            for name in images:
+                data = (values[name] or {}).get("bytes")
+                where = f"{path}: row {row}, column {name!r}"
+                if data is None:
+                    report["first_images"].append({"row": row, "column": name, "null": True})
+                    continue
+                try:
+                    fmt, width, height = _core.probe_image(data, where)
+                except Exception as exc:
+                    message = str(translate(exc))
+                    report["problems"].append(f"row {row}, column {name!r}: {message}")
+                    continue
+                report["first_images"].append(
+                    {"row": row, "column": name, "format": fmt, "width": width, "height": height}
+                )
+    return report
+
+
+def _print_parquet(r: dict[str, Any], out: TextIO) -> None:
+    print(f"{r['path']}: Parquet file, {human_size(r['size'])}", file=out)
+    if "rows" in r:
+        low, high = r["row_group_rows"]
+        print(
+            f"  rows: {r['rows']}   row groups: {r['row_groups']} ({low}..{high} rows each)",
+            file=out,
+        )
+        for c in r["columns"]:
+            print(
+                f"    {c['name']}: {c['type']} -> {c['read_as']}, {human_size(c['stored_bytes'])}",
+                file=out,
+            )
+        for image in r["first_images"]:
+            what = (
+                "null"
+                if image.get("null")
+                else (f"{image['format']} {image['width']}x{image['height']}")
+            )
+            print(f"  row {image['row']} {image['column']}: {what}", file=out)
+    _print_problems(r["problems"], out)
+
+
 def _print_tar(r: TarReport, out: TextIO) -> None:
     print(f"{r.path}: tar shard, {human_size(r.size)}", file=out)
     print(f"  samples: {r.samples}   members: {r.members}", file=out)
@@ -473,6 +564,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             reports.append(tar.as_json())
             if not args.json:
                 _print_tar(tar, out)
+        elif kind == "parquet":
+            reports.append(inspect_parquet(path, first=args.first))
+            if not args.json:
+                _print_parquet(reports[-1], out)
         else:
             h5 = inspect_hdf5(path)
             reports.append(h5)
@@ -488,15 +583,17 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def register(sub: Any) -> None:
     """Adds the ``inspect`` command to the subparsers `sub`."""
-    p = sub.add_parser("inspect", help="what is inside tar shards, HDF5 files or token files")
+    p = sub.add_parser("inspect", help="what is inside tar shards, HDF5, Parquet or token files")
     p.add_argument(
         "paths",
         nargs="+",
         metavar="PATH",
-        help="tar shards (brace patterns ok) or HDF5 files: paths or urls (s3://, https://, ...);"
-        " local token files (.bin, .idx, .npy)",
+        help="tar shards (brace patterns ok), HDF5 or Parquet files: paths or urls "
+        "(s3://, https://, ...); local token files (.bin, .idx, .npy)",
     )
-    p.add_argument("--first", type=int, default=3, help="samples to decode and show per shard")
+    p.add_argument(
+        "--first", type=int, default=3, help="samples (Parquet: images) to probe and show per file"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--scan",

@@ -3,8 +3,8 @@
 
 Exit codes: 0 success; 1 the command ran but found problems (a corrupt shard,
 an incomplete sample, a file it could not index or stream); 2 bad usage (an
-unknown option, a path that does not exist or is neither a tar shard nor an
-HDF5 file), as argparse reports it.
+unknown option, a path that does not exist or is neither a tar shard, an
+HDF5 file nor a Parquet file), as argparse reports it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from chute.cli.common import EXIT_USAGE, UsageError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chute",
-        description="Inspect, index and benchmark tar shards and HDF5 files.",
+        description="Inspect, index and benchmark tar shards, HDF5 and Parquet files.",
         epilog="Exit status: 0 ok, 1 problems found, 2 bad usage.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,0 +1,272 @@
+"""Parquet (the Hugging Face hub's format) against tar shards and against
+Hugging Face ``datasets``, and over S3 against local files.
+
+Data: bench_transforms.py's seeded 500x375 JPEGs (quality 90) + labels, as
+tar shards (webdataset's TarWriter) and as the same images in Parquet
+written as the hub writes them: ``datasets.Dataset.from_dict`` with an
+``Image()`` feature (a ``struct<bytes: binary, path: string>`` column) and
+``to_parquet``, 4 files, row groups of 250 rows.
+
+(a) Train job, batches of 128 float16 CHW tensors: RandomResizedCrop(224) +
+RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
+  - chute, Parquet: ``ParquetDataset(files, ["image", "label"],
+    decode="torchrgb8", size=(224, 224), crop="random_resized", flip=True,
+    normalize=..., dtype=torch.float16)`` on ``chute.DataLoader(shuffle=True,
+    num_workers=cores)`` (threads);
+  - chute, tar: ``TarDataset`` over the shards, the same options and loader;
+  - Hugging Face datasets: ``Dataset.from_parquet(files).with_transform(...)``
+    (Pillow decodes; bench_transforms.py's torchvision transforms written
+    with Pillow and torch), torch's DataLoader(shuffle=True), the best of
+    num_workers 0, 1, 2.
+  Each runs two epochs in its own process; the second is timed.
+(b) The chute Parquet run over ``s3://`` urls of a local S3 server (moto)
+    through bench_remote.py's latency proxy (+20 ms per request), against
+    the same run over the local files. Here the first epoch is timed, in
+    which every row group is read once (the second is served from the row
+    group cache).
+
+Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x datasets;
+(b) >= 90% of local.
+
+    python benchmarks/bench_parquet.py            # 1,000 images
+    python benchmarks/bench_parquet.py --quick    # 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_remote import BUCKET, CREDENTIALS, serve  # noqa: E402
+from bench_transforms import MEAN, STD, shards, train_transform  # noqa: E402
+from common import DATA, run_config, save, table  # noqa: E402
+
+BATCH = 128
+FILES = 4
+ROW_GROUP = 250
+LATENCY = "0.02"  # the bench_remote proxy used
+
+
+def parquet_files(tar_shards: list[str], n: int) -> list[str]:
+    """The tar shards' images and labels as hub-style Parquet (written once)."""
+    import datasets
+    import webdataset
+
+    directory = DATA / f"parquet-{n}"
+    marker = directory / "done.json"
+    if marker.exists():
+        return list(json.loads(marker.read_text()))
+    directory.mkdir(parents=True, exist_ok=True)
+    samples = list(webdataset.WebDataset(tar_shards, shardshuffle=False))
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    per_file = -(-len(samples) // FILES)
+    paths = []
+    for k in range(FILES):
+        part = samples[k * per_file : (k + 1) * per_file]
+        table_ = datasets.Dataset.from_dict(
+            {
+                "image": [{"bytes": s["jpg"], "path": f"{s['__key__']}.jpg"} for s in part],
+                "label": [int(s["cls"]) for s in part],
+            },
+            features=features,
+        )
+        path = directory / f"train-{k:05d}-of-{FILES:05d}.parquet"
+        table_.to_parquet(str(path), batch_size=ROW_GROUP)
+        paths.append(str(path))
+    marker.write_text(json.dumps(paths))
+    return paths
+
+
+# ---------------------------------------------------------------- one configuration (subprocess)
+
+
+def _hf_transform(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {"image": [train_transform(img) for img in batch["image"]], "label": batch["label"]}
+
+
+def worker(config: dict[str, Any]) -> None:
+    import torch
+
+    kind, workers = config["kind"], config["workers"]
+    opts: dict[str, Any] = {
+        "size": (224, 224),
+        "crop": "random_resized",
+        "flip": True,
+        "normalize": (MEAN, STD),
+        "dtype": torch.float16,
+    }
+    generator = torch.Generator().manual_seed(0)
+    loader: Any
+    if kind == "parquet":
+        import chute
+
+        ds: Any = chute.ParquetDataset(
+            config["urls"],
+            ["image", "label"],
+            decode="torchrgb8",
+            storage_options=config.get("storage_options"),
+            **opts,
+        )
+        loader = chute.DataLoader(
+            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
+        )
+    elif kind == "tar":
+        import chute
+
+        ds = chute.TarDataset(config["urls"], "torchrgb8", ("jpg", "cls"), **opts)
+        loader = chute.DataLoader(
+            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
+        )
+    else:
+        import datasets
+
+        datasets.disable_progress_bars()
+        ds = datasets.Dataset.from_parquet(
+            config["urls"], cache_dir=str(DATA / "hf-cache")
+        ).with_transform(_hf_transform)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
+        )
+    gc.collect()
+    epochs = []
+    first = None
+    for _ in range(2):
+        start = time.perf_counter()
+        samples = 0
+        for batch in loader:
+            images = batch["image"] if isinstance(batch, dict) else batch[0]
+            if first is None:
+                first = time.perf_counter() - start
+                assert images.dtype == torch.float16 and tuple(images.shape[1:]) == (3, 224, 224)
+            samples += len(images)
+        epochs.append({"samples": samples, "seconds": time.perf_counter() - start})
+    print(json.dumps({"epochs": epochs, "first_batch_seconds": first}))
+
+
+# ---------------------------------------------------------------- the parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="500 images instead of 1,000")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+    if args.serve:
+        serve(json.loads(args.serve))
+        return
+    n = 500 if args.quick else 1000
+    tar = shards(n)
+    files = parquet_files(tar, n)
+    script = str(Path(__file__).resolve())
+    cores = os.cpu_count() or 1
+    rows: list[dict[str, Any]] = []
+
+    def measure(label: str, config: dict[str, Any], timed_epoch: int) -> dict[str, Any]:
+        report = run_config(script, config)
+        epoch = report["epochs"][timed_epoch]
+        row = {
+            "config": label,
+            "workers": config["workers"],
+            "timed_epoch": timed_epoch + 1,
+            "samples": epoch["samples"],
+            "samples_per_s": epoch["samples"] / epoch["seconds"],
+            "first_batch_s": report["first_batch_seconds"],
+            "peak_rss_mib": report["peak_tree_rss"] / 2**20,
+            "load_average": os.getloadavg()[0],
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        return row
+
+    # (a) the train job.
+    chute_parquet = measure(
+        "chute, Parquet", {"kind": "parquet", "urls": files, "workers": cores}, 1
+    )
+    chute_tar = measure(
+        "chute, tar (TarDataset)", {"kind": "tar", "urls": tar, "workers": cores}, 1
+    )
+    hf = [
+        measure("datasets + torch DataLoader", {"kind": "hf", "urls": files, "workers": w}, 1)
+        for w in (0, 1, 2)
+    ]
+    best_hf = max(hf, key=lambda r: r["samples_per_s"])
+    # (b) Parquet over S3 behind the +20 ms proxy, against local files.
+    servers = subprocess.Popen(
+        [sys.executable, script, "--serve", json.dumps({"parquet": files})],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert servers.stdout is not None
+        endpoints = json.loads(servers.stdout.readline())
+        urls = [f"s3://{BUCKET}/parquet/{Path(p).name}" for p in files]
+        storage = {"endpoint": endpoints["proxies"][LATENCY], **CREDENTIALS}
+        local_cold = measure(
+            "chute, Parquet, local (epoch 1)",
+            {"kind": "parquet", "urls": files, "workers": cores},
+            0,
+        )
+        s3 = measure(
+            "chute, Parquet, s3 +20 ms (epoch 1)",
+            {"kind": "parquet", "urls": urls, "workers": cores, "storage_options": storage},
+            0,
+        )
+    finally:
+        assert servers.stdin is not None
+        servers.stdin.close()
+        servers.wait(timeout=60)
+    summary = {
+        "images": n,
+        "parquet_over_tar": chute_parquet["samples_per_s"] / chute_tar["samples_per_s"],
+        "parquet_over_best_datasets": chute_parquet["samples_per_s"] / best_hf["samples_per_s"],
+        "best_datasets_workers": best_hf["workers"],
+        "s3_over_local": s3["samples_per_s"] / local_cold["samples_per_s"],
+        "targets": {
+            "parquet_over_tar": 0.95,
+            "parquet_over_best_datasets": 3.0,
+            "s3_over_local": 0.9,
+        },
+    }
+    print()
+    print(
+        table(
+            rows,
+            [
+                ("config", "configuration"),
+                ("workers", "workers"),
+                ("timed_epoch", "epoch"),
+                ("samples_per_s", "samples/s"),
+                ("first_batch_s", "first batch s"),
+                ("peak_rss_mib", "peak RSS MiB"),
+                ("load_average", "load"),
+            ],
+        )
+    )
+    print()
+    print(json.dumps(summary, indent=2))
+    load = os.getloadavg()
+    path = save(
+        "parquet",
+        {"quick": args.quick, "load_average_at_end": list(load), "rows": rows, "summary": summary},
+    )
+    print(f"saved {path} (load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+
+
+if __name__ == "__main__":
+    main()
