@@ -187,13 +187,10 @@ std::unique_ptr<ByteSource> open_stored_source(const std::string& url,
     const size_t scheme_end = url.find("://");
     const size_t slash = url.find('/');
     if (scheme_end != std::string::npos && scheme_end != 0 && slash > scheme_end) {
-      std::string schemes;
-      for (const std::string& scheme : remote_schemes()) {
-        schemes += (schemes.empty() ? "" : ", ") + scheme + "://";
-      }
       CHUTE_CHECK(false, kUsage,
                   "unsupported url '" << url << "': chute reads local files, pipe: commands and "
-                                      << schemes << " urls; for others use a pipe, e.g. "
+                                      << remote_scheme_list()
+                                      << " urls; for others use a pipe, e.g. "
                                       << "'pipe:curl -sf " << url << "'");
     }
   }

@@ -567,21 +567,40 @@ class RemoteSource final : public ByteSource {
 
 }  // namespace
 
-const std::vector<std::string>& remote_schemes() {
-  static const std::vector<std::string> schemes = {"http",  "https", "s3",    "s3a",
-                                                   "gs",    "az",    "azure", "abfs",
-                                                   "abfss", "adl",   "hf"};
+const std::vector<RemoteScheme>& remote_schemes() {
+  static const std::vector<RemoteScheme> schemes = {
+      {"http", {}, "http"},
+      {"https", {}, "http"},
+      {"s3", {"s3a"}, "s3"},
+      {"gs", {}, "gcs"},
+      {"az", {"azure", "abfs", "abfss", "adl"}, "azure"},
+      {"hf", {}, "hf"},
+  };
   return schemes;
+}
+
+std::string remote_scheme_list() {
+  std::string list;
+  for (const RemoteScheme& scheme : remote_schemes()) {
+    list += (list.empty() ? "" : ", ") + scheme.name + "://";
+    for (const std::string& alias : scheme.aliases) list += ", " + alias + "://";
+  }
+  return list;
 }
 
 bool is_remote_url(const std::string& url) {
   const size_t colon = url.find("://");
   if (colon == std::string::npos) return false;
-  std::string scheme = url.substr(0, colon);
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+  std::string name = url.substr(0, colon);
+  std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const auto& all = remote_schemes();
-  return std::find(all.begin(), all.end(), scheme) != all.end();
+  for (const RemoteScheme& scheme : remote_schemes()) {
+    if (name == scheme.name ||
+        std::find(scheme.aliases.begin(), scheme.aliases.end(), name) != scheme.aliases.end()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::unique_ptr<ByteSource> open_remote_source(const std::string& url,
