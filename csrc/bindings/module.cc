@@ -12,7 +12,6 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_decode(m);
   chute::bindings::register_indexed(m);
   chute::bindings::register_dropin(m);
-  chute::bindings::register_image(m);
   chute::bindings::register_elastic(m);
   chute::bindings::register_exit(m);
 }
