@@ -38,14 +38,6 @@ uint64_t file_size(int fd) {
   return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
-int open_cloexec(const std::string& path, int flags, mode_t mode = 0) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-  } while (fd < 0 && errno == EINTR);
-  return fd;
-}
-
 bool write_all_at(int fd, const uint8_t* p, size_t n, uint64_t offset) {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
@@ -130,17 +122,9 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
                   const FetchFailure& failure) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    std::ostringstream os;
-    os << "cannot read '" << url_ << "'";
-    if (op == FetchOp::kRange) {
-      os << " (bytes " << offset << "-" << offset + length - 1 << " of " << size_ << ")";
-    }
-    os << ": ";
-    if (failure.status != 0) os << "HTTP " << failure.status << ": ";
-    os << failure.message;
-    if (failure.attempts > 1) os << " (gave up after " << failure.attempts << " attempts)";
+    const std::string message = fetch_failure_message(url_, op, offset, length, size_, failure);
     if (op == FetchOp::kHead) {
-      fail_locked(failure.kind, os.str());
+      fail_locked(failure.kind, message);
     } else {
       // The bytes before this range are still good: the reader gets them,
       // then this error where the range begins.
@@ -148,7 +132,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
       if (it != chunks_.end()) {
         it->second.failed = true;
         it->second.kind = failure.kind;
-        it->second.error = os.str();
+        it->second.error = message;
       }
       range_failed_ = true;  // nothing past it will be read: request no more
       if (mode_ == Mode::kDownload) abandon_download_locked();

@@ -759,10 +759,6 @@ class StreamEngine:
         """
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def take_skipped(self) -> list[typing.Any]:
-        """
-        Exceptions of the samples skipped since the last call (DataError, ReadError, ...), oldest first.
-        """
 class RowSource:
     """
     Rows of fixed shape, gathered by index.
@@ -1146,7 +1142,7 @@ def _map_file(path: str) -> _MappedFile:
     """
 def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
     """
-    StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
+    The errors of the samples the engine skipped since the last call, oldest first, as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
     """
 def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> dict[str, typing.Any]:
     """
