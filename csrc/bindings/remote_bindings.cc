@@ -371,8 +371,8 @@ void register_remote(py::module_& m) {
       .def_readonly("name", &RemoteScheme::name, "As urls spell it, lower case.")
       .def_readonly("aliases", &RemoteScheme::aliases, "Other names read the same way.")
       .def_readonly("store", &RemoteScheme::store,
-                    "The kind of store chute.remote opens for it: 'http', 's3', 'gcs', 'azure' "
-                    "or 'hf'.");
+                    "The kind of store chute.remote opens for it, one of "
+                    "chute.remote._stores.STORES ('s3', 'http', ...).");
   m.def("remote_schemes", &remote_schemes, py::return_value_policy::copy,
         "The url schemes read through a FetchQueue: the one list of them.");
 }

@@ -50,8 +50,8 @@ namespace chute {
 struct RemoteScheme {
   std::string name;                  // as urls spell it, lower case ("s3")
   std::vector<std::string> aliases;  // other names read the same way ("s3a")
-  // The kind of store chute.remote opens for it: "http", "s3", "gcs",
-  // "azure" or "hf" (chute/remote/_stores.py).
+  // The kind of store chute.remote opens for it, one of the STORES of
+  // python/chute/remote/_stores.py ("s3", "http", ...).
   std::string store;
 };
 const std::vector<RemoteScheme>& remote_schemes();
