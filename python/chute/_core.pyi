@@ -203,7 +203,7 @@ class RemoteScheme:
     @property
     def store(self) -> str:
         """
-        The kind of store chute.remote opens for it: 'http', 's3', 'gcs', 'azure' or 'hf'.
+        The kind of store chute.remote opens for it, one of chute.remote._stores.STORES ('s3', 'http', ...).
         """
 class Batch:
     """
