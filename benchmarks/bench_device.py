@@ -549,10 +549,10 @@ def main() -> None:
     if "stages" in parts:
         # Per-image stage costs on one thread, the resize at each SIMD level
         # this CPU runs: what the eval resize costs here, and why.
-        from chute import _core
+        import chute_testing
 
         payloads = bench_transforms.jpeg_payloads(urls["train"])[: bench_transforms.LIMIT_IMAGES]
-        results["simd_level"] = str(_core._simd_level())
+        results["simd_level"] = str(chute_testing.simd_level())
         results["stage_costs_us"] = bench_transforms.stage_costs(payloads)
         full = results["stage_costs_us"]["full-size decode"]
         print(f"\nper image on one thread (resampler SIMD level: {results['simd_level']}):")

@@ -23,7 +23,7 @@ the best of num_workers 0, 1, 2. Both loaders run two epochs in one
 process; the second is timed (the first batch is the first epoch's).
 
 The decode limit is libjpeg-turbo decoding the same files at full size
-(``chute._core._decode_loop``, a C++ loop from memory into one buffer) on
+(``chute_testing.decode_loop``, a C++ loop from memory into one buffer) on
 one thread, times the cores; it is measured before the first chute run and
 after each, and each run is compared with the mean of the rounds on its two
 sides (as in bench_wds.py). Region and DCT-scaled decoding do less work than
@@ -552,18 +552,18 @@ def stage_costs(payloads: list[bytes], rounds: int = 3) -> dict[str, float]:
     and a region decode still pays it for the rows above the crop). The
     stages past the decode loops are single calls from Python, so each
     includes a call's overhead (a few microseconds)."""
-    from chute import _core
+    import chute_testing
 
     def loop_us(entropy_only: bool) -> float:
-        rate = _core._decode_loop(payloads, 1.0, entropy_only=entropy_only)
+        rate = chute_testing.decode_loop(payloads, 1.0, entropy_only=entropy_only)
         return 1e6 / float(rate)
 
     crops = [
         tuple(int(v) for v in c)
-        for c in _core._rrc_params(HEIGHT, WIDTH, SCALE, RATIO, 7, len(payloads))
+        for c in chute_testing.rrc_params(HEIGHT, WIDTH, SCALE, RATIO, 7, len(payloads))
     ]
-    whole, box = _core._center_crop_area(HEIGHT, WIDTH, RESIZE, CROP, CROP)
-    _, _, window = _core._decode_resampled(payloads[0], CROP, CROP, crop=whole, box=box)
+    whole, box = chute_testing.center_crop_area(HEIGHT, WIDTH, RESIZE, CROP, CROP)
+    _, _, window = chute_testing.decode_resampled(payloads[0], CROP, CROP, crop=whole, box=box)
     norm = {
         "layout": "CHW",
         "dtype": "float16",
@@ -581,49 +581,51 @@ def stage_costs(payloads: list[bytes], rounds: int = 3) -> dict[str, float]:
         "full-size decode": lambda: loop_us(False),
         "entropy decoding alone": lambda: loop_us(True),
         "train: crop window decoded, no resize": lambda: per_image(
-            lambda i, b: _core._decode_resampled(
+            lambda i, b: chute_testing.decode_resampled(
                 b, crops[i][2], crops[i][3], crop=crops[i], region="crop"
             )
         ),
         "train: + resize to 224x224 (uint8 HWC)": lambda: per_image(
-            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=crops[i])
+            lambda i, b: chute_testing.decode_resampled(b, CROP, CROP, crop=crops[i])
         ),
         "train: + flip, normalise, float16 CHW": lambda: per_image(
-            lambda i, b: _core._decode_resampled(
+            lambda i, b: chute_testing.decode_resampled(
                 b, CROP, CROP, crop=crops[i], flip=bool(i % 2), **norm
             )
         ),
         "eval: window decoded, no resize": lambda: per_image(
-            lambda i, b: _core._decode_resampled(b, window[2], window[3], crop=window)
+            lambda i, b: chute_testing.decode_resampled(b, window[2], window[3], crop=window)
         ),
         "eval: + resize, centre crop (uint8 HWC)": lambda: per_image(
-            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=whole, box=box)
+            lambda i, b: chute_testing.decode_resampled(b, CROP, CROP, crop=whole, box=box)
         ),
         "eval: + normalise, float16 CHW": lambda: per_image(
-            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=whole, box=box, **norm)
+            lambda i, b: chute_testing.decode_resampled(b, CROP, CROP, crop=whole, box=box, **norm)
         ),
     }
     # The resize stages again at each SIMD level this CPU runs (the level the
-    # resampler picks itself is _core._simd_level()): a CPU that resizes slowly
+    # resampler picks itself is chute_testing.simd_level()): a CPU that resizes slowly
     # shows here whether its level or its speed at a level is the cause.
     for level in ("scalar", "sse4.1", "avx2"):
         try:
-            _core._decode_resampled(payloads[0], CROP, CROP, crop=crops[0], simd=level)
+            chute_testing.decode_resampled(payloads[0], CROP, CROP, crop=crops[0], simd=level)
         except Exception:  # this CPU lacks the level
             continue
         stages[f"train: + resize, simd={level}"] = lambda level=level: per_image(
-            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=crops[i], simd=level)
+            lambda i, b: chute_testing.decode_resampled(b, CROP, CROP, crop=crops[i], simd=level)
         )
         stages[f"eval: + resize, centre crop, simd={level}"] = lambda level=level: per_image(
-            lambda i, b: _core._decode_resampled(b, CROP, CROP, crop=whole, box=box, simd=level)
+            lambda i, b: chute_testing.decode_resampled(
+                b, CROP, CROP, crop=whole, box=box, simd=level
+            )
         )
     return {name: min(measure() for _ in range(rounds)) for name, measure in stages.items()}
 
 
-def _core_simd_level() -> str:
-    from chute import _core
+def resampler_simd_level() -> str:
+    import chute_testing
 
-    return str(_core._simd_level())
+    return str(chute_testing.simd_level())
 
 
 def image_jobs_run(
@@ -703,7 +705,7 @@ def image_jobs_run(
         }
     results.update(
         stage_costs_us=stage_costs(payloads),
-        simd_level=_core_simd_level(),
+        simd_level=resampler_simd_level(),
         image_size=[HEIGHT, WIDTH],
         mean_jpeg_bytes=float(np.mean([len(p) for p in every_payload])),
         summary=summary,

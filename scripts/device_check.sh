@@ -214,8 +214,9 @@ if [[ -z $built ]]; then
       note "WARNING: the prebuilt extension was built from other native sources than this tree's"
     unpack_debs || note "unpacking the carried packages failed"
     export LD_LIBRARY_PATH=$sysroot/runtime${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    rm -f python/chute/_core*.so
+    rm -f python/chute/_core*.so python/chute_testing*.so
     cp "$prebuilt" python/chute/
+    cp "$carried/prebuilt/chute_testing$suffix" python/ || note "no prebuilt chute_testing"
     built="prebuilt"
   else
     note "no prebuilt extension for $suffix in .device/prebuilt"

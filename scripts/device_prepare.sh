@@ -79,14 +79,14 @@ if [[ -n $py312 ]] && "$py312" -c 'import sys; assert sys.version_info[:2] == (3
   mkdir -p "$dest/python-include"
   cp -r "$include" "$dest/python-include/python3.12"
 
-  echo "== prebuilt extension for CPython 3.12 (a full build)"
+  echo "== prebuilt extension (and chute_testing, which the tests import) for CPython 3.12"
   build=$(mktemp -d "${TMPDIR:-/tmp}/chute-prebuilt.XXXXXX")
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHUTE_TESTING_MODULE=ON \
     -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \
     -DPython_EXECUTABLE="$py312" -DPython_INCLUDE_DIR="$include" >/dev/null
-  cmake --build "$build" -j "$(nproc)" --target _core
+  cmake --build "$build" -j "$(nproc)" --target _core chute_testing
   mkdir -p "$dest/prebuilt"
-  cp "$build"/_core*.so "$dest/prebuilt/"
+  cp "$build"/_core*.so "$build"/chute_testing*.so "$dest/prebuilt/"
   rm -rf "$build"
   so=$(ls "$dest"/prebuilt/_core*.so)
   echo "$(basename "$so"): needs $(objdump -p "$so" | awk '/NEEDED/ {printf "%s ", $2}')"

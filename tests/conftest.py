@@ -15,6 +15,19 @@ import pytest
 import torch
 from remote_servers import moto_s3, object_server  # noqa: F401  (fixtures)
 
+# chute_testing holds the test-only entry points, in a module that the wheel
+# does not ship: scripts/dev_build.sh links it into python/ (beside the
+# package), scripts/sanitize.sh into build/<variant>/pkg/, and scripts/test.sh
+# builds it and puts it alone on PYTHONPATH beside the installed wheel.
+try:
+    import chute_testing  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        "the tests need chute_testing, chute's test-only extension module: build it with "
+        "scripts/dev_build.sh and run with PYTHONPATH=python (scripts/test.sh and "
+        "scripts/sanitize.sh build and find their own)"
+    ) from exc
+
 os.environ.setdefault("WDS_SEED", "0")  # webdataset's own seed, for reproducible references
 
 # Under AddressSanitizer (scripts/sanitize.sh), a process forked while

@@ -4,11 +4,12 @@ import threading
 import time
 import weakref
 
+import chute_testing
 import h5py
 import numpy as np
 import pytest
 import torch
-from chute import DataError, ReadError, _core
+from chute import DataError, ReadError
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
@@ -467,11 +468,11 @@ def test_mapped_range_past_the_end_of_the_file_raises_instead_of_crashing(tmp_pa
     # is the race it cannot see, driven directly.)
     path = tmp_path / "short.bin"
     path.write_bytes(bytes(range(256)) * 32)  # 8 KiB
-    assert _core._mapped_read(str(path), 100, 50) == (bytes(range(256)) * 32)[100:150]
+    assert chute_testing.mapped_read(str(path), 100, 50) == (bytes(range(256)) * 32)[100:150]
     with pytest.raises(ReadError, match=r"short\.bin.*ends inside"):
-        _core._mapped_read(str(path), 0, 64 << 10)
+        chute_testing.mapped_read(str(path), 0, 64 << 10)
     # the process is fine and so is the next copy
-    assert _core._mapped_read(str(path), 8000, 192) == (bytes(range(256)) * 32)[8000:]
+    assert chute_testing.mapped_read(str(path), 8000, 192) == (bytes(range(256)) * 32)[8000:]
 
 
 def test_file_truncated_after_open_while_mapped(tmp_path):

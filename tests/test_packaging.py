@@ -53,6 +53,34 @@ def test_package_ships_typing_markers():
     )
 
 
+def test_test_only_entry_points_stay_out_of_the_package():
+    # They live in chute_testing, a module of its own that the wheel does not
+    # ship (scripts/test.sh builds it beside the installed wheel).
+    import chute_testing
+    from chute import _core
+
+    test_only = [name for name in dir(chute_testing) if not name.startswith("_")]
+    assert "resize" in test_only and "mapped_read" in test_only
+    for name in test_only:
+        assert not hasattr(_core, name) and not hasattr(_core, "_" + name), name
+    testing_file = Path(chute_testing.__file__).resolve()
+    assert PACKAGE not in testing_file.parents
+    assert not list(PACKAGE.rglob("chute_testing*"))
+    # Nor compiled into _core: the error macro records its files' names.
+    compiled = Path(_core.__file__).resolve().read_bytes()
+    assert b"testing_module.cc" in testing_file.read_bytes()
+    assert b"testing_module.cc" not in compiled and b"testing_image.cc" not in compiled
+
+
+@pytest.mark.skipif(not INSTALLED, reason="CI mode only: the files the wheel installed")
+def test_wheel_records_no_test_module():
+    from importlib.metadata import files
+
+    installed = [str(f) for f in files("chute") or []]
+    assert any(name.startswith("chute/_core") for name in installed), installed
+    assert not [name for name in installed if "chute_testing" in name]
+
+
 @pytest.mark.skipif(not INSTALLED, reason="CI mode only (scripts/test.sh)")
 def test_suite_runs_against_the_installed_package():
     site = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}

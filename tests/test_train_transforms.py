@@ -1,6 +1,6 @@
 """Training and evaluation transforms on ``decode`` through the public API:
 each output row against Pillow applied to the crop window the engine drew
-for it (recovered with the ``_core._image_placement`` diagnostic from the
+for it (recovered with the ``chute_testing.image_placement`` diagnostic from the
 row's seed, epoch, batch and position), torchvision's Resize + CenterCrop
 rebuilt with Pillow, normalisation and dtypes against torch's own
 conversions, flips, layouts, PNG and gray images, reproducibility, and the
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
+import chute_testing
 import numpy as np
 import pytest
 import torch
@@ -114,7 +115,7 @@ def placement(
     """The region, box and flip the engine drew for row r of batch b."""
     opts = image_options(spec, **decode)
     color = _core.ColorMode.GRAY if spec in ("torchl8", "l8") else _core.ColorMode.RGB
-    return _core._image_placement(
+    return chute_testing.image_placement(
         image_output_spec(spec, opts),
         color,
         *shape,
@@ -418,7 +419,7 @@ def test_no_resize_keeps_pillow_pixels(tmp_path: Path) -> None:
     opts = image_options("torchrgb8", flip=True, dtype=torch.bfloat16, normalize=(MEAN, STD))
     flips = 0
     for r, p in enumerate(pixels):
-        _, _, flip = _core._image_placement(
+        _, _, flip = chute_testing.image_placement(
             image_output_spec("torchrgb8", opts),
             _core.ColorMode.RGB,
             45,

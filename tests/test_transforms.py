@@ -26,6 +26,7 @@ import random
 import threading
 from typing import Any
 
+import chute_testing
 import numpy as np
 import pytest
 import torch
@@ -74,7 +75,7 @@ def pil_decode(data: bytes, mode: str = "RGB") -> np.ndarray:
 
 def simd_levels() -> list[str]:
     order = ["scalar", "sse4.1", "avx2"]
-    return order[: order.index(_core._simd_level()) + 1]
+    return order[: order.index(chute_testing.simd_level()) + 1]
 
 
 def diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -174,7 +175,7 @@ RESIZES = [
 def test_resize_close_to_pillow(channels: int, src: tuple[int, int], dst: tuple[int, int]) -> None:
     for seed, make in enumerate((noise, photo)):
         img = make(*src, channels, seed)
-        got = _core._resize(img, *dst)
+        got = chute_testing.resize(img, *dst)
         assert got.shape == pil_resize(img, *dst).shape
         d = diff(got, pil_resize(img, *dst))
         assert d.max() <= 1
@@ -192,10 +193,10 @@ def test_resize_is_the_integer_algorithm(
     expected = {o: model_resample(img, *dst, (0, 0, h, w), (0, 0, h, w), o) for o in ORDERS}
     for simd in simd_levels():
         for order in ORDERS:
-            got = _core._resize(img, *dst, simd=simd, order=order)
+            got = chute_testing.resize(img, *dst, simd=simd, order=order)
             assert np.array_equal(got, expected[order]), (simd, order)
     # The automatic choice is one of the two.
-    auto = _core._resize(img, *dst)
+    auto = chute_testing.resize(img, *dst)
     assert any(np.array_equal(auto, e) for e in expected.values())
 
 
@@ -220,7 +221,7 @@ def test_simd_levels_agree_on_random_geometry() -> None:
             if y1 - y0 > 1e-3 and x1 - x0 > 1e-3:
                 box = (float(y0), float(x0), float(y1), float(x1))
         results = [
-            _core._resize(
+            chute_testing.resize(
                 img, out_h, out_w, crop=(y, x, ch, cw), box=box, flip=flip, simd=s, order=order
             )
             for s in levels
@@ -243,13 +244,13 @@ def test_crop_then_resize_close_to_pillow(channels: int) -> None:
         (33, 0, 87, 160, (224, 224)),
     ]:
         expected = pil_resize(np.ascontiguousarray(img[y : y + h, x : x + w]), *out)
-        got = _core._resize(img, *out, crop=(y, x, h, w))
+        got = chute_testing.resize(img, *out, crop=(y, x, h, w))
         assert diff(got, expected).max() <= 1
         # The crop's edges clamp the filter: the pixels outside do not leak in.
         poisoned = img.copy()
         poisoned[:y] = poisoned[y + h :] = 0
         poisoned[:, :x] = poisoned[:, x + w :] = 255
-        assert np.array_equal(_core._resize(poisoned, *out, crop=(y, x, h, w)), got)
+        assert np.array_equal(chute_testing.resize(poisoned, *out, crop=(y, x, h, w)), got)
 
 
 def test_box_close_to_pillow_box() -> None:
@@ -262,7 +263,7 @@ def test_box_close_to_pillow_box() -> None:
         (44.0, 60.0, 45.0, 61.0, (5, 5)),
     ]:
         expected = pil_resize(img, *out, box=(x0, y0, x1, y1))
-        got = _core._resize(img, *out, box=(y0, x0, y1, x1))
+        got = chute_testing.resize(img, *out, box=(y0, x0, y1, x1))
         assert diff(got, expected).max() <= 1
 
 
@@ -271,17 +272,19 @@ def test_flip_mirrors_the_output() -> None:
         img = noise(37, 53, c, seed=c)
         for out in [(37, 53), (20, 31), (80, 90), (30, 41)]:
             for order in ORDERS:
-                plain = _core._resize(img, *out, crop=(2, 3, 30, 41), order=order)
-                flipped = _core._resize(img, *out, crop=(2, 3, 30, 41), flip=True, order=order)
+                plain = chute_testing.resize(img, *out, crop=(2, 3, 30, 41), order=order)
+                flipped = chute_testing.resize(
+                    img, *out, crop=(2, 3, 30, 41), flip=True, order=order
+                )
                 assert np.array_equal(flipped, plain[:, ::-1])
 
 
 def test_pure_crop_copies_pixels() -> None:
     img = noise(40, 50, 3, seed=8)
     for order in ("auto", *ORDERS):
-        got = _core._resize(img, 20, 30, crop=(5, 6, 20, 30), order=order)
+        got = chute_testing.resize(img, 20, 30, crop=(5, 6, 20, 30), order=order)
         assert np.array_equal(got, img[5:25, 6:36])
-        got = _core._resize(img, 20, 30, crop=(5, 6, 20, 30), flip=True, order=order)
+        got = chute_testing.resize(img, 20, 30, crop=(5, 6, 20, 30), flip=True, order=order)
         assert np.array_equal(got, img[5:25, 6:36][:, ::-1])
 
 
@@ -290,22 +293,22 @@ def test_taps_cache_keeps_results() -> None:
     # rebuilt tables must give the same pixels.
     img = noise(97, 89, 3, seed=9)
     sizes = [(a, b) for a in (13, 50, 97, 150) for b in (7, 89, 200)]
-    first = [_core._resize(img, *s) for s in sizes]
+    first = [chute_testing.resize(img, *s) for s in sizes]
     for _ in range(2):
         for s, expected in zip(sizes, first, strict=True):
-            assert np.array_equal(_core._resize(img, *s), expected)
+            assert np.array_equal(chute_testing.resize(img, *s), expected)
 
 
 def test_threads_agree() -> None:
     img = photo(200, 300, 3, seed=10)
     sizes = [(224, 224), (64, 96), (300, 17), (13, 400)]
-    expected = {s: _core._resize(img, *s) for s in sizes}
+    expected = {s: chute_testing.resize(img, *s) for s in sizes}
     failures: list[tuple[int, int]] = []
 
     def work() -> None:
         for _ in range(5):
             for s in sizes:
-                if not np.array_equal(_core._resize(img, *s), expected[s]):
+                if not np.array_equal(chute_testing.resize(img, *s), expected[s]):
                     failures.append(s)
 
     threads = [threading.Thread(target=work) for _ in range(4)]
@@ -337,8 +340,8 @@ def torch_float(hwc: np.ndarray, normalize: bool) -> torch.Tensor:
 def test_chw_is_hwc_transposed() -> None:
     img = noise(45, 67, 3, seed=12)
     for dtype in ("uint8", "float32", "float16", "bfloat16"):
-        hwc = _core._resize(img, 31, 47, dtype=dtype)
-        chw = _core._resize(img, 31, 47, layout="CHW", dtype=dtype)
+        hwc = chute_testing.resize(img, 31, 47, dtype=dtype)
+        chw = chute_testing.resize(img, 31, 47, layout="CHW", dtype=dtype)
         assert chw.shape == (3, 31, 47)
         assert np.array_equal(chw, hwc.transpose(2, 0, 1))
 
@@ -346,16 +349,16 @@ def test_chw_is_hwc_transposed() -> None:
 @pytest.mark.parametrize("normalize", [False, True])
 def test_float_outputs_equal_torch(normalize: bool) -> None:
     img = photo(60, 80, 3, seed=13)
-    u8 = _core._resize(img, 33, 41, flip=True)
+    u8 = chute_testing.resize(img, 33, 41, flip=True)
     ref = torch_float(u8, normalize)
     kw: dict[str, Any] = {"mean": MEAN, "std": STD} if normalize else {}
-    f32 = _core._resize(img, 33, 41, flip=True, layout="CHW", dtype="float32", **kw)
+    f32 = chute_testing.resize(img, 33, 41, flip=True, layout="CHW", dtype="float32", **kw)
     assert f32.dtype == np.float32
     assert np.array_equal(f32.view(np.uint32), ref.numpy().view(np.uint32))
-    f16 = _core._resize(img, 33, 41, flip=True, layout="CHW", dtype="float16", **kw)
+    f16 = chute_testing.resize(img, 33, 41, flip=True, layout="CHW", dtype="float16", **kw)
     assert f16.dtype == np.float16
     assert np.array_equal(f16.view(np.uint16), ref.to(torch.float16).numpy().view(np.uint16))
-    bf16 = _core._resize(img, 33, 41, flip=True, layout="CHW", dtype="bfloat16", **kw)
+    bf16 = chute_testing.resize(img, 33, 41, flip=True, layout="CHW", dtype="bfloat16", **kw)
     assert bf16.dtype == np.uint16
     expected = ref.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     assert np.array_equal(bf16, expected)
@@ -374,9 +377,9 @@ def test_every_byte_value_converts_like_torch(shape: tuple[int, int]) -> None:
             ("float32", torch.float32, np.uint32),
             ("float16", torch.float16, np.uint16),
         ):
-            got = _core._resize(img, h, w, layout="CHW", dtype=dtype, **kw)
+            got = chute_testing.resize(img, h, w, layout="CHW", dtype=dtype, **kw)
             assert np.array_equal(got.view(view), ref.to(torch_dtype).numpy().view(view))
-        got = _core._resize(img, h, w, layout="CHW", dtype="bfloat16", **kw)
+        got = chute_testing.resize(img, h, w, layout="CHW", dtype="bfloat16", **kw)
         assert np.array_equal(got, ref.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))
 
 
@@ -389,16 +392,16 @@ def test_float_writes_equal_the_per_value_loop(dtype: str, channels: int) -> Non
     for width in (1, 63, 64, 65, 200):
         img = noise(5, width, channels, seed=width)
         kw: dict[str, Any] = {"mean": MEAN[:channels], "std": STD[:channels]}
-        got = _core._resize(img, 5, width, layout="CHW", dtype=dtype, **kw)
-        plain = _core._resize(img, 5, width, layout="CHW", dtype=dtype, simd="scalar", **kw)
+        got = chute_testing.resize(img, 5, width, layout="CHW", dtype=dtype, **kw)
+        plain = chute_testing.resize(img, 5, width, layout="CHW", dtype=dtype, simd="scalar", **kw)
         bits = np.uint32 if dtype == "float32" else np.uint16
         assert np.array_equal(got.view(bits), plain.view(bits)), width
 
 
 def test_gray_float_and_normalisation() -> None:
     img = noise(20, 30, 1, seed=14)
-    u8 = _core._resize(img, 10, 15)
-    got = _core._resize(img, 10, 15, dtype="float32", mean=[0.5], std=[0.25], layout="CHW")
+    u8 = chute_testing.resize(img, 10, 15)
+    got = chute_testing.resize(img, 10, 15, dtype="float32", mean=[0.5], std=[0.25], layout="CHW")
     assert got.shape == (10, 15)
     expected = (torch.from_numpy(u8).float().div(255) - 0.5) / 0.25
     assert np.array_equal(got.view(np.uint32), expected.numpy().view(np.uint32))
@@ -407,23 +410,23 @@ def test_gray_float_and_normalisation() -> None:
 def test_bad_arguments() -> None:
     img = noise(10, 10, 3, seed=15)
     with pytest.raises(ValueError, match="float output"):
-        _core._resize(img, 5, 5, mean=MEAN, std=STD)
+        chute_testing.resize(img, 5, 5, mean=MEAN, std=STD)
     with pytest.raises(ValueError, match="one value per channel"):
-        _core._resize(img, 5, 5, dtype="float32", mean=[0.5], std=[0.5])
+        chute_testing.resize(img, 5, 5, dtype="float32", mean=[0.5], std=[0.5])
     with pytest.raises(ValueError, match="non-zero"):
-        _core._resize(img, 5, 5, dtype="float32", mean=MEAN, std=[1.0, 0.0, 1.0])
+        chute_testing.resize(img, 5, 5, dtype="float32", mean=MEAN, std=[1.0, 0.0, 1.0])
     with pytest.raises(ValueError, match="does not fit"):
-        _core._resize(img, 5, 5, crop=(5, 5, 6, 5))
+        chute_testing.resize(img, 5, 5, crop=(5, 5, 6, 5))
     with pytest.raises(ValueError, match="not inside"):
-        _core._resize(img, 5, 5, box=(0.0, 0.0, 10.5, 10.0))
+        chute_testing.resize(img, 5, 5, box=(0.0, 0.0, 10.5, 10.0))
     with pytest.raises(ValueError, match="resample to"):
-        _core._resize(img, 0, 5)
+        chute_testing.resize(img, 0, 5)
     with pytest.raises(ValueError, match="layout"):
-        _core._resize(img, 5, 5, layout="NCHW")
+        chute_testing.resize(img, 5, 5, layout="NCHW")
     with pytest.raises(ValueError, match="dtype"):
-        _core._resize(img, 5, 5, dtype="float64")
+        chute_testing.resize(img, 5, 5, dtype="float64")
     with pytest.raises(ValueError, match="HWC"):
-        _core._resize(np.zeros((4, 4, 2), np.uint8), 5, 5)
+        chute_testing.resize(np.zeros((4, 4, 2), np.uint8), 5, 5)
 
 
 # ------------------------------------------------------- RandomResizedCrop
@@ -478,7 +481,7 @@ def test_rrc_distribution_matches_torchvision(
     height: int, width: int, scale: Any, ratio: Any
 ) -> None:
     n = 20000
-    ours = _core._rrc_params(height, width, scale, ratio, seed=1234, count=n)
+    ours = chute_testing.rrc_params(height, width, scale, ratio, seed=1234, count=n)
     rng = random.Random(99)
     ref = np.array([torchvision_get_params(rng, height, width, scale, ratio) for _ in range(n)])
     assert ours.shape == (n, 4)
@@ -520,7 +523,7 @@ def test_rrc_distribution_matches_torchvision(
     ],
 )
 def test_rrc_degenerate_cases_are_exact(height: int, width: int, scale: Any, ratio: Any) -> None:
-    ours = _core._rrc_params(height, width, scale, ratio, seed=5, count=200)
+    ours = chute_testing.rrc_params(height, width, scale, ratio, seed=5, count=200)
     rng = random.Random(5)
     expected = {torchvision_get_params(rng, height, width, scale, ratio) for _ in range(200)}
     assert len(expected) == 1  # deterministic outcome
@@ -529,23 +532,23 @@ def test_rrc_degenerate_cases_are_exact(height: int, width: int, scale: Any, rat
 
 def test_rrc_fallback_side_is_at_least_one_pixel() -> None:
     # torchvision would return an empty crop here (round(1 / 3) == 0).
-    got = _core._rrc_params(10, 1, (0.0, 0.0), (3.0, 4.0), seed=0, count=1)
+    got = chute_testing.rrc_params(10, 1, (0.0, 0.0), (3.0, 4.0), seed=0, count=1)
     assert got.tolist() == [[4, 0, 1, 1]]
 
 
 def test_rrc_is_reproducible() -> None:
-    a = _core._rrc_params(375, 500, seed=7, count=100)
-    assert np.array_equal(a, _core._rrc_params(375, 500, seed=7, count=100))
-    assert not np.array_equal(a, _core._rrc_params(375, 500, seed=8, count=100))
+    a = chute_testing.rrc_params(375, 500, seed=7, count=100)
+    assert np.array_equal(a, chute_testing.rrc_params(375, 500, seed=7, count=100))
+    assert not np.array_equal(a, chute_testing.rrc_params(375, 500, seed=8, count=100))
 
 
 def test_rrc_rejects_bad_ranges() -> None:
     with pytest.raises(ValueError, match="scale"):
-        _core._rrc_params(10, 10, (1.0, 0.5), (0.75, 1.33))
+        chute_testing.rrc_params(10, 10, (1.0, 0.5), (0.75, 1.33))
     with pytest.raises(ValueError, match="ratio"):
-        _core._rrc_params(10, 10, (0.08, 1.0), (0.0, 1.0))
+        chute_testing.rrc_params(10, 10, (0.08, 1.0), (0.0, 1.0))
     with pytest.raises(ValueError, match="ratio"):
-        _core._rrc_params(10, 10, (0.08, 1.0), (2.0, 1.0))
+        chute_testing.rrc_params(10, 10, (0.08, 1.0), (2.0, 1.0))
 
 
 # ------------------------------------------------- Resize + CenterCrop (eval)
@@ -582,24 +585,24 @@ def test_eval_area_matches_resize_then_center_crop(
     shape: tuple[int, int], size: int, crop: int
 ) -> None:
     img = photo(*shape, 3, seed=16)
-    region, box = _core._center_crop_area(*shape, size, crop, crop)
+    region, box = chute_testing.center_crop_area(*shape, size, crop, crop)
     assert region == (0, 0, *shape)
-    got = _core._resize(img, crop, crop, box=box)
+    got = chute_testing.resize(img, crop, crop, box=box)
     expected = torchvision_resize_center_crop(img, size, crop)
     assert diff(got, expected).max() <= 1
 
 
 def test_eval_crop_offset_rounds_half_to_even() -> None:
     # 100x177 -> Resize(64) is 64x113; the crop starts at round(24.5) == 24.
-    _, box = _core._center_crop_area(100, 177, 64, 64, 64)
+    _, box = chute_testing.center_crop_area(100, 177, 64, 64, 64)
     assert box[1] == pytest.approx(24 * 177 / 113)
-    _, box = _core._center_crop_area(100, 179, 64, 64, 64)
+    _, box = chute_testing.center_crop_area(100, 179, 64, 64, 64)
     assert box[1] == pytest.approx(25 * 179 / 114)
 
 
 def test_eval_crop_larger_than_resized_is_refused() -> None:
     with pytest.raises(ValueError, match="pad"):
-        _core._center_crop_area(100, 100, 200, 224, 224)
+        chute_testing.center_crop_area(100, 100, 200, 224, 224)
 
 
 # --------------------------------------------------------- region decoding
@@ -635,10 +638,10 @@ def test_streamed_rows_equal_whole_image(order: str) -> None:
             decoded = pil_decode(data, pil_mode)
             for crop in random_crops(203, 301, n=5, seed=25):
                 for out in [(17, 29), (150, 150), (crop[2], max(1, crop[3] // 3))]:
-                    got, _, _ = _core._decode_resampled(
+                    got, _, _ = chute_testing.decode_resampled(
                         data, *out, crop=crop, region="full", mode=mode, order=order
                     )
-                    expected = _core._resize(decoded, *out, crop=crop, order=order)
+                    expected = chute_testing.resize(decoded, *out, crop=crop, order=order)
                     assert np.array_equal(got, expected), (name, mode, crop, out)
 
 
@@ -649,11 +652,11 @@ def test_region_decode_equals_full_decode(shape: tuple[int, int]) -> None:
         for crop in random_crops(*shape, n=6, seed=shape[0]):
             for out in [(crop[2], crop[3]), (24, 31)]:
                 for mode in ("rgb", "l"):
-                    full, m, window = _core._decode_resampled(
+                    full, m, window = chute_testing.decode_resampled(
                         data, *out, crop=crop, region="full", mode=mode
                     )
                     assert m == 8 and window == (0, 0, *shape)
-                    part, m, _ = _core._decode_resampled(
+                    part, m, _ = chute_testing.decode_resampled(
                         data, *out, crop=crop, region="crop", mode=mode
                     )
                     assert m == 8
@@ -666,7 +669,7 @@ def test_full_size_path_is_pillow_identical() -> None:
         for mode, pil_mode in (("rgb", "RGB"), ("l", "L")):
             ref = pil_decode(data, pil_mode)
             for region in ("full", "crop", "scaled"):
-                got, m, _ = _core._decode_resampled(data, 75, 101, region=region, mode=mode)
+                got, m, _ = chute_testing.decode_resampled(data, 75, 101, region=region, mode=mode)
                 assert m == 8
                 assert np.array_equal(got, ref), (name, mode, region)
 
@@ -675,12 +678,12 @@ def test_region_decode_reads_only_what_it_keeps() -> None:
     img = photo(400, 600, 3, seed=19)
     data = encode(img, quality=90)
     # A crop in the top-left: rows below it and iMCU columns right of it stay undecoded.
-    _, m, (y, x, h, w) = _core._decode_resampled(
+    _, m, (y, x, h, w) = chute_testing.decode_resampled(
         data, 50, 50, crop=(30, 40, 100, 120), region="crop"
     )
     assert m == 8 and y == 30 and h == 100 and x <= 36 and x % 16 == 0 and x + w < 600
     # At 1/8 scale the crop of the whole image is 50x75 pixels, still >= 40x60.
-    _, m, window = _core._decode_resampled(data, 40, 60, region="scaled")
+    _, m, window = chute_testing.decode_resampled(data, 40, 60, region="scaled")
     assert m == 1 and window == (0, 0, 50, 75)
 
 
@@ -691,10 +694,12 @@ def test_scaled_region_decode_close_to_full_decode() -> None:
         for sub in (0, 2):
             data = encode(img, quality=90, subsampling=sub)
             full = pil_decode(data)
-            crops = _core._rrc_params(*shape, seed=sub, count=12).tolist()
+            crops = chute_testing.rrc_params(*shape, seed=sub, count=12).tolist()
             crops.append([0, 0, *shape])
             for y, x, h, w in crops:
-                got, m, _ = _core._decode_resampled(data, *out, crop=(y, x, h, w), region="scaled")
+                got, m, _ = chute_testing.decode_resampled(
+                    data, *out, crop=(y, x, h, w), region="scaled"
+                )
                 ref = pil_resize(np.ascontiguousarray(full[y : y + h, x : x + w]), *out)
                 d = diff(got, ref)
                 assert d.mean() <= 2.0 and d.max() <= 16, (shape, sub, (y, x, h, w), m)
@@ -707,12 +712,16 @@ def test_scaled_eval_decode_close_to_resize_center_crop() -> None:
     # The crop's preimage is 656 pixels square: decoded at 4/8.
     img = photo(750, 1000, 3, seed=20)
     data = encode(img, quality=90)
-    region, box = _core._center_crop_area(750, 1000, 256, 224, 224)
-    got, m, _ = _core._decode_resampled(data, 224, 224, crop=region, box=box, region="scaled")
+    region, box = chute_testing.center_crop_area(750, 1000, 256, 224, 224)
+    got, m, _ = chute_testing.decode_resampled(
+        data, 224, 224, crop=region, box=box, region="scaled"
+    )
     assert m == 4
     d = diff(got, torchvision_resize_center_crop(pil_decode(data), 256, 224))
     assert d.mean() <= 2.0 and d.max() <= 16
-    exact, _, _ = _core._decode_resampled(data, 224, 224, crop=region, box=box, region="crop")
+    exact, _, _ = chute_testing.decode_resampled(
+        data, 224, 224, crop=region, box=box, region="crop"
+    )
     assert diff(exact, torchvision_resize_center_crop(pil_decode(data), 256, 224)).max() <= 1
 
 
@@ -726,19 +735,21 @@ def test_decode_options_are_the_resample_options() -> None:
             {"flip": True, "dtype": "float16"},
             {"layout": "CHW", "dtype": "bfloat16"},
         ):
-            got, _, _ = _core._decode_resampled(
+            got, _, _ = chute_testing.decode_resampled(
                 data, 50, 40, crop=(10, 5, 100, 70), region=region, **kw
             )
-            expected = _core._resize(decoded, 50, 40, crop=(10, 5, 100, 70), **kw)
+            expected = chute_testing.resize(decoded, 50, 40, crop=(10, 5, 100, 70), **kw)
             assert got.dtype == expected.dtype and np.array_equal(got, expected)
 
 
 def test_png_decodes_whole_then_resamples() -> None:
     img = noise(40, 60, 3, seed=22)
     data = encode(img, fmt="PNG")
-    expected = _core._resize(img, 20, 25, crop=(3, 4, 30, 50))
+    expected = chute_testing.resize(img, 20, 25, crop=(3, 4, 30, 50))
     for region in ("full", "crop", "scaled"):
-        got, m, window = _core._decode_resampled(data, 20, 25, crop=(3, 4, 30, 50), region=region)
+        got, m, window = chute_testing.decode_resampled(
+            data, 20, 25, crop=(3, 4, 30, 50), region=region
+        )
         assert m == 8 and window == (0, 0, 40, 60)
         assert np.array_equal(got, expected)
 
@@ -748,11 +759,11 @@ def test_region_decode_errors() -> None:
     data = encode(img, quality=90)
     for region in ("full", "crop", "scaled"):
         with pytest.raises(ValueError, match="does not fit"):
-            _core._decode_resampled(data, 10, 10, crop=(60, 0, 10, 10), region=region)
+            chute_testing.decode_resampled(data, 10, 10, crop=(60, 0, 10, 10), region=region)
     # Cut inside the rows the crop needs: a data error in every mode.
     cut = data[: len(data) // 3]
     for region in ("full", "crop", "scaled"):
         with pytest.raises(_core.DataError, match="<bytes>"):
-            _core._decode_resampled(cut, 10, 10, crop=(40, 0, 24, 64), region=region)
+            chute_testing.decode_resampled(cut, 10, 10, crop=(40, 0, 24, 64), region=region)
     with pytest.raises(_core.DataError, match="not a JPEG, PNG or WebP"):
-        _core._decode_resampled(b"GIF89a....", 10, 10)
+        chute_testing.decode_resampled(b"GIF89a....", 10, 10)

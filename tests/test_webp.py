@@ -19,6 +19,7 @@ from typing import Any
 
 import chute
 import chute.decoders
+import chute_testing
 import numpy as np
 import pytest
 import torch
@@ -169,7 +170,7 @@ def test_region_decode_is_pillow_decode_then_crop(lossless: bool) -> None:
                 ch, cw = (int(v) for v in rng.integers(1, (91, 118)))
                 y, x = int(rng.integers(0, 91 - ch)), int(rng.integers(0, 118 - cw))
                 # Output the crop's own size: the resample is a copy.
-                got, scale, decoded = _core._decode_resampled(
+                got, scale, decoded = chute_testing.decode_resampled(
                     data, ch, cw, crop=(y, x, ch, cw), region="crop", mode=mode
                 )
                 expected = whole[y : y + ch, x : x + cw]
@@ -181,7 +182,7 @@ def test_region_decode_is_pillow_decode_then_crop(lossless: bool) -> None:
                 assert dy <= y and dx <= x and y + ch <= dy + dh and x + cw <= dx + dw
                 assert dh <= ch + 9 and dw <= cw + 9
                 # The same pixels as a whole decode resampled there, exactly.
-                full, _, _ = _core._decode_resampled(
+                full, _, _ = chute_testing.decode_resampled(
                     data, ch, cw, crop=(y, x, ch, cw), region="full", mode=mode
                 )
                 assert np.array_equal(got, full)

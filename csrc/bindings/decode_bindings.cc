@@ -4,19 +4,17 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "bindings/image_arguments.h"
 #include "bindings/numpy_convert.h"
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "decode/image_decoder.h"
-#include "decode/jpeg_decoder.h"
 #include "decode/label.h"
 #include "decode/npy.h"
 #include "image/output_spec.h"
@@ -27,27 +25,6 @@ namespace py = pybind11;
 
 namespace chute::bindings {
 namespace {
-
-// The bytes object stays referenced by the caller's argument for the whole
-// call and is immutable, so its buffer is safe to read without the GIL.
-struct Bytes {
-  const uint8_t* data;
-  size_t size;
-};
-
-Bytes view(const py::bytes& b) {
-  char* data = nullptr;
-  Py_ssize_t size = 0;
-  if (PyBytes_AsStringAndSize(b.ptr(), &data, &size) != 0) throw py::error_already_set();
-  return {reinterpret_cast<const uint8_t*>(data), static_cast<size_t>(size)};
-}
-
-ColorMode parse_mode(const std::string& mode) {
-  if (mode == "rgb" || mode == "RGB") return ColorMode::kRgb;
-  if (mode == "l" || mode == "L") return ColorMode::kGray;
-  CHUTE_CHECK(false, kUsage, "image mode must be 'rgb' or 'l', not '" << mode << "'");
-  return ColorMode::kRgb;
-}
 
 py::array decode_image_py(const py::bytes& data, const std::string& mode_name,
                           const std::string& where) {
@@ -154,47 +131,6 @@ py::array transform_image_py(
   return out;
 }
 
-// Decodes the images in turn, again and again, into one reused buffer until
-// `seconds` have passed; returns images per second. The benchmarks' decode
-// limit: libjpeg-turbo's own rate on one thread, with no Python and no
-// allocation between images.
-double decode_loop_py(const py::list& images, double seconds, const std::string& mode_name,
-                      bool entropy_only) {
-  const ColorMode mode = parse_mode(mode_name);
-  // Our own references: the list may change while the GIL is released.
-  std::vector<py::bytes> held;
-  std::vector<Bytes> inputs;
-  for (const py::handle& item : images) {
-    held.push_back(item.cast<py::bytes>());
-    inputs.push_back(view(held.back()));
-  }
-  CHUTE_CHECK(!inputs.empty(), kUsage, "_decode_loop needs at least one image");
-  py::gil_scoped_release release;
-  std::vector<uint8_t> out;
-  for (const Bytes& in : inputs) {
-    const ImageInfo info = probe_image(in.data, in.size, "<bytes>");
-    CHUTE_CHECK(!entropy_only || std::strcmp(info.format, "jpeg") == 0, kUsage,
-                "_decode_loop(entropy_only=True) takes JPEGs only");
-    const size_t bytes = static_cast<size_t>(info.height) * info.width * 3;
-    if (bytes > out.size()) out.resize(bytes);
-  }
-  const auto start = std::chrono::steady_clock::now();
-  double elapsed = 0;
-  uint64_t done = 0;
-  do {
-    for (const Bytes& in : inputs) {
-      if (entropy_only) {
-        detail::entropy_decode_jpeg(in.data, in.size, "<bytes>");
-      } else {
-        decode_image(in.data, in.size, mode, out.data(), "<bytes>");
-      }
-    }
-    done += inputs.size();
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  } while (elapsed < seconds);
-  return static_cast<double>(done) / elapsed;
-}
-
 }  // namespace
 
 void register_decode(py::module_& m) {
@@ -231,11 +167,6 @@ void register_decode(py::module_& m) {
         py::arg("out_w"), py::arg("crop") = "center", py::arg("flip") = false,
         py::arg("chw") = false, py::arg("to_float") = false,
         "Resize/crop/flip/layout one uint8 image as the engine does.");
-  m.def("_decode_loop", &decode_loop_py, py::arg("images"), py::arg("seconds"),
-        py::arg("mode") = "rgb", py::arg("entropy_only") = false,
-        "Benchmark: decode the images in turn into one buffer, on this thread with the GIL "
-        "released, until `seconds` pass; images per second. entropy_only (JPEGs): decode "
-        "the coefficients only, the part of a decode that region decoding cannot skip.");
 }
 
 }  // namespace chute::bindings

@@ -90,8 +90,9 @@ void register_dropin(py::module_& m) {
         }
         return out;
       },
-      "StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', "
-      "'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.");
+      "The errors of the samples the engine skipped since the last call, oldest first, as "
+      "(kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray "
+      "bytes of tar names in a message shown as \\xNN.");
 
   py::class_<MappedFile, std::shared_ptr<MappedFile>>(
       m, "_MappedFile", py::buffer_protocol(),

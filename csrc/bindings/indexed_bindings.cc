@@ -7,11 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <fcntl.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,8 +26,6 @@
 #include "core/error.h"
 #include "hdf5/h5_row_source.h"
 #include "io/fetch_queue.h"
-#include "io/mapped_region.h"
-#include "io/unique_fd.h"
 #include "pipeline/block_sample_source.h"
 #include "pipeline/indexed_engine.h"
 #include "pipeline/memory_row_source.h"
@@ -328,29 +322,6 @@ void register_indexed(py::module_& m) {
         d["open_files"] = c.files().open_count();
         return d;
       });
-
-  m.def(
-      "_mapped_read",
-      [](const std::string& path, uint64_t offset, size_t size) {
-        UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-        CHUTE_CHECK(fd.valid(), kIo, "cannot open '" << path << "': " << std::strerror(errno));
-        std::string out(size, '\0');
-        size_t done = 0;
-        {
-          py::gil_scoped_release release;
-          MappedRegion region(fd.get(), offset, size, path);
-          CopySpan span{reinterpret_cast<uint8_t*>(out.data()), region.data(), size};
-          done = copy_from_mapping(&span, 1);
-        }
-        CHUTE_CHECK(done == 1, kIo,
-                    "'" << path << "' ends inside bytes [" << offset << ", " << offset + size
-                        << ") of the mapping");
-        return py::bytes(out);
-      },
-      py::arg("path"), py::arg("offset"), py::arg("size"),
-      "Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping "
-      "path that contiguous HDF5 rows take; a range past the end of the file raises ReadError "
-      "instead of killing the process with SIGBUS.");
 
   py::enum_<H5Layout::Kind>(m, "H5LayoutKind")
       .value("CONTIGUOUS", H5Layout::Kind::kContiguous)

@@ -13,7 +13,6 @@ PYBIND11_MODULE(_core, m) {
   chute::bindings::register_indexed(m);
   chute::bindings::register_tokens(m);  // after indexed: its sources are RowSources
   chute::bindings::register_dropin(m);
-  chute::bindings::register_image(m);
   chute::bindings::register_elastic(m);
   chute::bindings::register_exit(m);
 }

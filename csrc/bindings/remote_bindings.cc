@@ -366,7 +366,15 @@ void register_remote(py::module_& m) {
   m.def("read_remote_tar", &read_remote_tar, py::arg("url"), py::arg("queue"),
         py::arg("cache_dir") = "", py::arg("cache_limit_bytes") = 0, py::arg("in_place") = false,
         "The samples of a remote tar shard, as read_tar_samples returns them.");
-  m.def("remote_schemes", &remote_schemes, "The url schemes read through a FetchQueue.");
+  py::class_<RemoteScheme>(m, "RemoteScheme",
+                           "A url scheme read through a FetchQueue (csrc/io/remote_source.h).")
+      .def_readonly("name", &RemoteScheme::name, "As urls spell it, lower case.")
+      .def_readonly("aliases", &RemoteScheme::aliases, "Other names read the same way.")
+      .def_readonly("store", &RemoteScheme::store,
+                    "The kind of store chute.remote opens for it, one of "
+                    "chute.remote._stores.STORES ('s3', 'http', ...).");
+  m.def("remote_schemes", &remote_schemes, py::return_value_policy::copy,
+        "The url schemes read through a FetchQueue: the one list of them.");
 }
 
 }  // namespace chute::bindings

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "bindings/engine_face.h"
-#include "bindings/errors.h"
 #include "bindings/pin_hooks.h"
 #include "bindings/owned_stream_engine.h"
 #include "bindings/registry.h"
@@ -168,17 +167,7 @@ void register_stream(py::module_& m) {
             return owned.here() ? owned.get().batches_formed() : int64_t{0};
           },
           "Batches formed so far, those skipped by a resume included; at the end of the "
-          "epoch, its batch count.")
-      .def(
-          "take_skipped",
-          [](OwnedStreamEngine& owned) {
-            py::list out;
-            if (!owned.here()) return out;
-            for (const Error& error : owned.get().take_skipped()) out.append(python_error(error));
-            return out;
-          },
-          "Exceptions of the samples skipped since the last call (DataError, ReadError, ...), "
-          "oldest first.");
+          "epoch, its batch count.");
 }
 
 }  // namespace chute::bindings

@@ -165,11 +165,6 @@ void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out
   detail::sniff_image(data, size, where).decode(data, size, mode, out, where);
 }
 
-void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
-                       const std::string& where) {
-  detail::decode_rows(detail::sniff_image(data, size, where), data, size, mode, sink, where);
-}
-
 RegionDecodeInfo decode_image_resampled(const uint8_t* data, size_t size, ColorMode mode,
                                         const SourceArea& area, const ResampleOutput& out,
                                         RegionDecode how, const std::string& where) {

@@ -41,12 +41,6 @@ ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where
 void decode_image(const uint8_t* data, size_t size, ColorMode mode, uint8_t* out,
                   const std::string& where);
 
-// The same pixels as decode_image, handed to `sink` a few rows at a time
-// (JPEG: each group libjpeg produces, from a buffer that stays in L1), so that
-// a layout change such as HWC -> CHW happens while the rows are hot.
-void decode_image_rows(const uint8_t* data, size_t size, ColorMode mode, RowSink& sink,
-                       const std::string& where);
-
 // How much of an image decode_image_resampled decodes. A format without a
 // region decode (PNG) always decodes whole.
 enum class RegionDecode : uint8_t {

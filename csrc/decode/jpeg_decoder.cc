@@ -92,10 +92,10 @@ enum class RowConversion : uint8_t {
 // A few rows that are written and read back at once. libjpeg-turbo's SIMD
 // color converters store a row that starts on a 16/32-byte boundary with
 // non-temporal stores (movntdq), which go around the cache: right for a large
-// output, wrong here, where the reader then waits on DRAM for every row (about
-// 150 us of a 250 us 256x256 decode, measured with perf). Rows therefore
-// start 8 bytes past a cache line, which sends libjpeg down its ordinary-store
-// path.
+// output, wrong here, where the reader then waits on DRAM for every row (most
+// of a small image's decode time: benchmarks/README.md, "Measurements behind
+// code choices"). Rows therefore start 8 bytes past a cache line, which sends
+// libjpeg down its ordinary-store path.
 class RowBuffer {
  public:
   void reserve(size_t row_bytes, int rows) {

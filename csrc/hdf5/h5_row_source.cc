@@ -20,11 +20,11 @@ constexpr uint64_t kUnallocated = std::numeric_limits<uint64_t>::max();
 constexpr int64_t kMaxGrid = int64_t{1} << 26;
 
 // Contiguous storage is cached as fixed blocks of this many bytes, counted
-// from the dataset's first byte. A random row costs one pread syscall (about
-// 2 us in a VM) but a memcpy from a cached block costs tens of ns, so once a
-// block has been touched every row in it is nearly free. 64 KiB keeps one
-// block read cheap on first touch (about 10 us) and stays below glibc's mmap
-// threshold, so blocks come from the heap rather than from mmap/munmap.
+// from the dataset's first byte. A random row costs one pread syscall, far
+// more than a memcpy from a cached block, so once a block has been touched
+// every row in it is nearly free. 64 KiB keeps one block read cheap on first
+// touch and stays below glibc's mmap threshold, so blocks come from the heap
+// rather than from mmap/munmap.
 constexpr uint64_t kBlockBytes = uint64_t{64} << 10;
 // Only rows this small go through blocks (or plain chunks): for bigger rows
 // one pread already moves enough bytes to hide the syscall, and an extra

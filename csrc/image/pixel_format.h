@@ -32,7 +32,6 @@ class OutputFormat {
 
   Layout layout() const { return layout_; }
   PixelType type() const { return type_; }
-  bool normalized() const { return normalized_; }
   size_t element_size() const;
 
   // Writes row y (out_w pixels of `channels` interleaved bytes) of an

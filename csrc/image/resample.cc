@@ -314,21 +314,4 @@ void resample_area_into(const uint8_t* hwc, int h, int w, int c, const SourceAre
   resampler.finish();
 }
 
-void resample_into(const uint8_t* hwc, int h, int w, int c, const Window& crop, int out_h,
-                   int out_w, bool flip, const OutputFormat& fmt, void* out, SimdLevel simd) {
-  CHUTE_CHECK(crop.y >= 0 && crop.x >= 0 && crop.height > 0 && crop.width > 0 &&
-                  crop.y + crop.height <= h && crop.x + crop.width <= w,
-              kUsage,
-              "crop " << crop.height << "x" << crop.width << " at (" << crop.y << ", " << crop.x
-                      << ") does not fit a " << h << "x" << w << " image");
-  ResampleOutput target;
-  target.height = out_h;
-  target.width = out_w;
-  target.flip = flip;
-  target.format = &fmt;
-  target.data = out;
-  target.simd = simd;
-  resample_area_into(hwc, h, w, c, crop_area(crop), target);
-}
-
 }  // namespace chute

@@ -156,14 +156,9 @@ class Resampler final : public RowSink {
   const ResampleKernelSet* kernels_;
 };
 
-// The whole-image form: `hwc` is h x w x c (c = 1 or 3, rows packed); crops
-// `crop`, resizes it to out_h x out_w (torchvision's resized_crop), flips,
-// and writes `out` in `fmt`.
-void resample_into(const uint8_t* hwc, int h, int w, int c, const Window& crop, int out_h,
-                   int out_w, bool flip, const OutputFormat& fmt, void* out,
-                   SimdLevel simd = SimdLevel::kAuto);
-
-// The same from any source area (e.g. a resize-then-center-crop preimage).
+// The whole-image form: `hwc` is h x w x c (c = 1 or 3, rows packed),
+// resampled from `area` (a crop, or e.g. a resize-then-center-crop
+// preimage) into `out`.
 void resample_area_into(const uint8_t* hwc, int h, int w, int c, const SourceArea& area,
                         const ResampleOutput& out);
 

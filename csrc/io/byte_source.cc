@@ -47,8 +47,7 @@ class CachingSource final : public ByteSource {
     static std::atomic<uint64_t> counter{0};
     tmp_path_ = final_path_ + "+tmp." + std::to_string(::getpid()) + "." +
                 std::to_string(counter.fetch_add(1));
-    const int fd =
-        ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int fd = open_cloexec(tmp_path_, O_WRONLY | O_CREAT | O_EXCL, 0666);
     const int err = errno;
     CHUTE_CHECK(fd >= 0, kIo, "cannot create cache file '" << tmp_path_ << "' for '" << url()
                                                            << "': " << errno_message(err));
@@ -187,13 +186,10 @@ std::unique_ptr<ByteSource> open_stored_source(const std::string& url,
     const size_t scheme_end = url.find("://");
     const size_t slash = url.find('/');
     if (scheme_end != std::string::npos && scheme_end != 0 && slash > scheme_end) {
-      std::string schemes;
-      for (const std::string& scheme : remote_schemes()) {
-        schemes += (schemes.empty() ? "" : ", ") + scheme + "://";
-      }
       CHUTE_CHECK(false, kUsage,
                   "unsupported url '" << url << "': chute reads local files, pipe: commands and "
-                                      << schemes << " urls; for others use a pipe, e.g. "
+                                      << remote_scheme_list()
+                                      << " urls; for others use a pipe, e.g. "
                                       << "'pipe:curl -sf " << url << "'");
     }
   }

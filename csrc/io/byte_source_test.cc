@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/testing.h"
 #include "io/mapped_region.h"
+#include "io/remote_source.h"
 
 namespace chute {
 namespace {
@@ -46,6 +47,21 @@ TEST(CacheFileName, HashOfTheUrlAndAReadableBase) {
   EXPECT_EQ(cache_file_name("pipe:.."), "3dd242ba3fcfb0c1-shard");
   EXPECT_EQ(cache_file_name("pipe:" + std::string(100, 'a') + ".tar"),
             "b18ef0081d1ceb90-" + std::string(80, 'a'));
+}
+
+TEST(RemoteSchemes, NamesAndAliasesInAnyCaseAreRemote) {
+  for (const RemoteScheme& scheme : remote_schemes()) {
+    EXPECT_TRUE(is_remote_url(scheme.name + "://bucket/key")) << scheme.name;
+    for (const std::string& alias : scheme.aliases) {
+      EXPECT_TRUE(is_remote_url(alias + "://bucket/key")) << alias;
+    }
+  }
+  EXPECT_TRUE(is_remote_url("S3A://bucket/key"));
+  EXPECT_TRUE(is_remote_url("Https://host/key"));
+  for (const char* url : {"ftp://host/key", "s3:/bucket/key", "file:///x.tar", "pipe:cat x",
+                          "x.tar", "://bucket/key"}) {
+    EXPECT_FALSE(is_remote_url(url)) << url;
+  }
 }
 
 TEST(OpenSource, UrlErrors) {

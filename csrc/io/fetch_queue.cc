@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 namespace chute {
 namespace {
@@ -32,6 +33,20 @@ FetchQueue::FetchQueue(const FetchSettings& settings)
 }
 
 FetchQueue::~FetchQueue() { close(); }
+
+std::string fetch_failure_message(const std::string& url, FetchOp op, uint64_t offset,
+                                  uint64_t length, uint64_t size, const FetchFailure& failure) {
+  std::ostringstream os;
+  os << "cannot read '" << url << "'";
+  if (op == FetchOp::kRange) {
+    os << " (bytes " << offset << "-" << offset + length - 1 << " of " << size << ")";
+  }
+  os << ": ";
+  if (failure.status != 0) os << "HTTP " << failure.status << ": ";
+  os << failure.message;
+  if (failure.attempts > 1) os << " (gave up after " << failure.attempts << " attempts)";
+  return os.str();
+}
 
 void FetchQueue::wake_locked() {
   const uint64_t one = 1;

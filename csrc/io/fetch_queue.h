@@ -57,6 +57,12 @@ struct FetchFailure {
   int attempts = 0;
 };
 
+// What a reader of `url` (an object of `size` bytes) raises for a request
+// that failed: the url, the byte range of a range request, the HTTP status
+// and, after retries, how many attempts were made.
+std::string fetch_failure_message(const std::string& url, FetchOp op, uint64_t offset,
+                                  uint64_t length, uint64_t size, const FetchFailure& failure);
+
 // The receiving side of requests: a remote source's state. Called on a
 // fetcher thread (or on the thread that closes the queue), never with the
 // queue's lock held, at most once per request.

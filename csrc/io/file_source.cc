@@ -17,10 +17,7 @@ class FileSource final : public ByteSource {
  public:
   FileSource(std::string url, std::string path, size_t readahead)
       : url_(std::move(url)), path_(std::move(path)), readahead_(readahead) {
-    int fd;
-    do {
-      fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
+    const int fd = open_cloexec(path_, O_RDONLY);
     const int err = errno;
     CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << url_ << "'" << path_note() << ": " << errno_message(err));
     fd_.reset(fd);

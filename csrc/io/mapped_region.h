@@ -3,9 +3,9 @@
 // file read in place (tar shards).
 //
 // Rows of contiguous HDF5 datasets are copied straight out of the page cache
-// through a mapping: no syscall and no cache lookup per row (measured on 2
-// cores: for 256-byte rows the lock and hash of a block cache cost more than
-// the copy; for 63 KB rows pread's per-page lookups cost ~15%). Touching a
+// through a mapping: no syscall and no cache lookup per row, where small rows
+// would pay a block cache's lock and hash and large ones pread's per-page
+// lookups (benchmarks/README.md, "Measurements behind code choices"). Touching a
 // mapped page past the end of a file that was truncated after mapping raises
 // SIGBUS; copy_from_mapping reports it to the copying thread (how far it got)
 // instead of killing the process.
@@ -61,8 +61,7 @@ size_t copy_from_mapping(const CopySpan* spans, size_t count);
 
 // A whole file mapped so that tar shards are parsed and decoded where they lie
 // in the page cache: no copy into process memory and no page faults on fresh
-// payload buffers (measured on the 2-core JPEG benchmark: tar parsing went
-// from 3-5% of the epoch's CPU to about 1%, page faults from 12,700 to 2,300).
+// payload buffers (benchmarks/README.md, "Measurements behind code choices").
 // If the file shrinks while mapped, pages past its new end read as zeros
 // instead of raising SIGBUS (the kernel already zero-fills the rest of the
 // page the new end falls in). A reader therefore checks, after reading, that

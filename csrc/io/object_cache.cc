@@ -31,14 +31,6 @@ bool same_file(int fd, const std::string& path) {
          a.st_ino == b.st_ino;
 }
 
-int open_cloexec(const std::string& path, int flags, mode_t mode = 0) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-  } while (fd < 0 && errno == EINTR);
-  return fd;
-}
-
 int flock_retry(int fd, int op) {
   int rc;
   do {

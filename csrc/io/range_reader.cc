@@ -16,10 +16,7 @@ class LocalRangeReader final : public RangeReader {
  public:
   LocalRangeReader(std::string url, const std::string& path, const ShardIdentity& expected)
       : url_(std::move(url)) {
-    int fd;
-    do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
+    const int fd = open_cloexec(path, O_RDONLY);
     const int err = errno;
     CHUTE_CHECK(fd >= 0, kIo, "cannot open shard '" << url_ << "': " << errno_message(err));
     fd_.reset(fd);

@@ -1,7 +1,7 @@
 // Random access to the bytes of one shard: "read [offset, offset + size) of
 // it". What indexed reading (a tar shard with an index) goes through, so
-// that the same reader code serves a local file now (pread) and a remote
-// object's ranged GETs later.
+// that the same reader code serves a local file (pread, below) and a remote
+// object (ranged GETs: io/remote_ranges.h).
 #pragma once
 
 #include <cstddef>

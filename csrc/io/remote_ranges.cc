@@ -6,7 +6,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <vector>
 
 #include "core/error.h"
@@ -66,18 +65,9 @@ class RemoteRanges::Waiter final : public FetchTarget {
                   const FetchFailure& failure) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (abandoned_ || failed_) return;
-    std::ostringstream os;
-    os << "cannot read '" << url_ << "'";
-    if (op == FetchOp::kRange) {
-      os << " (bytes " << offset << "-" << offset + length - 1 << " of " << size_ << ")";
-    }
-    os << ": ";
-    if (failure.status != 0) os << "HTTP " << failure.status << ": ";
-    os << failure.message;
-    if (failure.attempts > 1) os << " (gave up after " << failure.attempts << " attempts)";
     failed_ = true;
     error_kind_ = failure.kind;
-    error_ = os.str();
+    error_ = fetch_failure_message(url_, op, offset, length, size_, failure);
     cv_.notify_all();
   }
 

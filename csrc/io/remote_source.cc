@@ -38,14 +38,6 @@ uint64_t file_size(int fd) {
   return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
-int open_cloexec(const std::string& path, int flags, mode_t mode = 0) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-  } while (fd < 0 && errno == EINTR);
-  return fd;
-}
-
 bool write_all_at(int fd, const uint8_t* p, size_t n, uint64_t offset) {
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
@@ -130,17 +122,9 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
                   const FetchFailure& failure) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    std::ostringstream os;
-    os << "cannot read '" << url_ << "'";
-    if (op == FetchOp::kRange) {
-      os << " (bytes " << offset << "-" << offset + length - 1 << " of " << size_ << ")";
-    }
-    os << ": ";
-    if (failure.status != 0) os << "HTTP " << failure.status << ": ";
-    os << failure.message;
-    if (failure.attempts > 1) os << " (gave up after " << failure.attempts << " attempts)";
+    const std::string message = fetch_failure_message(url_, op, offset, length, size_, failure);
     if (op == FetchOp::kHead) {
-      fail_locked(failure.kind, os.str());
+      fail_locked(failure.kind, message);
     } else {
       // The bytes before this range are still good: the reader gets them,
       // then this error where the range begins.
@@ -148,7 +132,7 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
       if (it != chunks_.end()) {
         it->second.failed = true;
         it->second.kind = failure.kind;
-        it->second.error = os.str();
+        it->second.error = message;
       }
       range_failed_ = true;  // nothing past it will be read: request no more
       if (mode_ == Mode::kDownload) abandon_download_locked();
@@ -567,21 +551,40 @@ class RemoteSource final : public ByteSource {
 
 }  // namespace
 
-const std::vector<std::string>& remote_schemes() {
-  static const std::vector<std::string> schemes = {"http",  "https", "s3",    "s3a",
-                                                   "gs",    "az",    "azure", "abfs",
-                                                   "abfss", "adl",   "hf"};
+const std::vector<RemoteScheme>& remote_schemes() {
+  static const std::vector<RemoteScheme> schemes = {
+      {"http", {}, "http"},
+      {"https", {}, "http"},
+      {"s3", {"s3a"}, "s3"},
+      {"gs", {}, "gcs"},
+      {"az", {"azure", "abfs", "abfss", "adl"}, "azure"},
+      {"hf", {}, "hf"},
+  };
   return schemes;
+}
+
+std::string remote_scheme_list() {
+  std::string list;
+  for (const RemoteScheme& scheme : remote_schemes()) {
+    list += (list.empty() ? "" : ", ") + scheme.name + "://";
+    for (const std::string& alias : scheme.aliases) list += ", " + alias + "://";
+  }
+  return list;
 }
 
 bool is_remote_url(const std::string& url) {
   const size_t colon = url.find("://");
   if (colon == std::string::npos) return false;
-  std::string scheme = url.substr(0, colon);
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+  std::string name = url.substr(0, colon);
+  std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const auto& all = remote_schemes();
-  return std::find(all.begin(), all.end(), scheme) != all.end();
+  for (const RemoteScheme& scheme : remote_schemes()) {
+    if (name == scheme.name ||
+        std::find(scheme.aliases.begin(), scheme.aliases.end(), name) != scheme.aliases.end()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::unique_ptr<ByteSource> open_remote_source(const std::string& url,

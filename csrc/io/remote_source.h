@@ -44,8 +44,20 @@
 
 namespace chute {
 
-// The url schemes read through SourceOptions::remote.
-const std::vector<std::string>& remote_schemes();
+// A url scheme read through SourceOptions::remote. remote_schemes() is the
+// one list of them: chute.remote reads it (_core.remote_schemes()) to know
+// its urls and which store opens each, and tests hold the docs' lists to it.
+struct RemoteScheme {
+  std::string name;                  // as urls spell it, lower case ("s3")
+  std::vector<std::string> aliases;  // other names read the same way ("s3a")
+  // The kind of store chute.remote opens for it, one of the STORES of
+  // python/chute/remote/_stores.py ("s3", "http", ...).
+  std::string store;
+};
+const std::vector<RemoteScheme>& remote_schemes();
+// "http://, https://, s3://, s3a://, ...": every name and alias, for messages.
+std::string remote_scheme_list();
+// Whether the url's scheme (in any case) is a RemoteScheme's name or alias.
 bool is_remote_url(const std::string& url);
 
 // Requires options.remote.

@@ -2,6 +2,7 @@
 // sources releases its descriptors.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +39,17 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+// open(2) with O_CLOEXEC (a pipe: command's child must not inherit the
+// engine's descriptors), retried when a signal interrupts it. -1 and errno
+// on failure.
+inline int open_cloexec(const std::string& path, int flags, mode_t mode = 0) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
 
 // strerror() is not thread-safe; the generic category's message is.
 inline std::string errno_message(int err) { return std::generic_category().message(err); }

@@ -22,10 +22,11 @@ size_t round_up_pow2(size_t n) {
 }
 
 // Arenas of at least this size are mapped on 2 MiB boundaries and offered to
-// transparent huge pages: a fresh 16 MiB batch buffer then costs 8 page
-// faults instead of 4096 (measured on 2 cores: the faults of the first
-// batches of an epoch were a few percent of a JPEG epoch's CPU time). Where
-// THP is off, madvise is refused silently and 4 KiB pages are used.
+// transparent huge pages: a fresh batch buffer then faults in once per 2 MiB
+// instead of once per 4 KiB, and the faults of an epoch's first batches cost
+// a visible share of its CPU time otherwise (benchmarks/README.md,
+// "Measurements behind code choices"). Where THP is off, madvise is refused
+// silently and 4 KiB pages are used.
 constexpr size_t kHugePage = size_t{2} << 20;
 
 uint8_t* map_arena(size_t size) {

@@ -1,8 +1,9 @@
 // Payload buffers handed back by the decode threads once a batch is done and
 // reused by the parse threads for the next samples. Without it every sample's
 // bytes landed in freshly mapped pages: glibc returns freed heap tops to the
-// kernel, and touching them again cost a page fault per 4 KiB (half of an
-// epoch's page faults, measured on the JPEG benchmark).
+// kernel, and touching them again cost a page fault per 4 KiB, a large share
+// of an epoch's page faults (benchmarks/README.md, "Measurements behind code
+// choices").
 #pragma once
 
 #include <cstddef>

@@ -9,9 +9,9 @@ namespace chute {
 
 namespace {
 
-// Piece size: about 128 KiB of output per piece, at least 2 rows. Measured on
-// 2 cores: for 256-byte rows a batch of 256 is one piece (splitting it only
-// adds hand-offs, and the prefetched batches keep both cores busy), while a
+// Piece size: about 128 KiB of output per piece, at least 2 rows. For
+// 256-byte rows a batch of 256 is one piece (splitting it only adds
+// hand-offs, and the prefetched batches keep the threads busy), while a
 // batch of 32 rows of 63 KB becomes 16 pieces of 2 rows that both threads
 // share, which matters when the consumer waits on one batch at a time.
 int64_t default_piece_rows(size_t row_bytes) {

@@ -1,7 +1,8 @@
 // How the stream engine reads samples without knowing their format: a source
 // factory opens each url of the plan as a SampleSource (a tar shard over a
-// file or a pipe today; an object in a remote store, an indexed shard later)
-// and says where a sample is when an error must name it.
+// file, a pipe or an object in a remote store; tar/tar_sample_source.h) and
+// says where a sample is when an error must name it. Index-driven reading
+// has its own interface (indexed_sample_source.h, row_source.h).
 #pragma once
 
 #include <atomic>

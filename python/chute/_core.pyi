@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RemoteScheme', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest', 'transform_image']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -185,6 +185,25 @@ class RemoteReader:
     def reading(self) -> bool:
         """
         Whether a read() is in progress (a close() ends it).
+        """
+class RemoteScheme:
+    """
+    A url scheme read through a FetchQueue (csrc/io/remote_source.h).
+    """
+    @property
+    def aliases(self) -> list[str]:
+        """
+        Other names read the same way.
+        """
+    @property
+    def name(self) -> str:
+        """
+        As urls spell it, lower case.
+        """
+    @property
+    def store(self) -> str:
+        """
+        The kind of store chute.remote opens for it, one of chute.remote._stores.STORES ('s3', 'http', ...).
         """
 class Batch:
     """
@@ -740,10 +759,6 @@ class StreamEngine:
         """
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def take_skipped(self) -> list[typing.Any]:
-        """
-        Exceptions of the samples skipped since the last call (DataError, ReadError, ...), oldest first.
-        """
 class RowSource:
     """
     Rows of fixed shape, gathered by index.
@@ -1202,53 +1217,21 @@ def _batch_other_members(arg0: Batch) -> list[typing.Any]:
     """
     Batch.other_members() with extensions decoded as webdataset decodes them.
     """
-def _center_crop_area(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, resize: typing.SupportsInt | typing.SupportsIndex, crop_h: typing.SupportsInt | typing.SupportsIndex, crop_w: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float]]:
-    """
-    Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: ((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.
-    """
 def _close_live_engines() -> None:
     """
     Closes every engine of this process and joins its threads (run at exit).
-    """
-def _decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing.SupportsIndex, mode: str = 'rgb', entropy_only: bool = False) -> float:
-    """
-    Benchmark: decode the images in turn into one buffer, on this thread with the GIL released, until `seconds` pass; images per second. entropy_only (JPEGs): decode the coefficients only, the part of a decode that region decoding cannot skip.
-    """
-def _decode_resampled(data: bytes, out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, region: str = 'scaled', mode: str = 'rgb', flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> tuple[typing.Any, ...]:
-    """
-    Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).
-    """
-def _image_placement(spec: ImageOutputSpec, color: ColorMode, height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, batch: typing.SupportsInt | typing.SupportsIndex, row: typing.SupportsInt | typing.SupportsIndex, field: typing.SupportsInt | typing.SupportsIndex) -> tuple[tuple[int, int, int, int], tuple[float, float, float, float], bool]:
-    """
-    Diagnostic: the ((y, x, h, w) region, (y0, x0, y1, x1) box, flip) that an image field decoded by `spec` resamples for the row at (seed, epoch, batch, row, field) of a height x width image (source pixels).
     """
 def _map_file(path: str) -> _MappedFile:
     """
     The file mapped whole, or None when it is empty or cannot be mapped (too many at once).
     """
-def _mapped_read(path: str, offset: typing.SupportsInt | typing.SupportsIndex, size: typing.SupportsInt | typing.SupportsIndex) -> bytes:
-    """
-    Diagnostic: bytes [offset, offset + size) of a file copied through the guarded mapping path that contiguous HDF5 rows take; a range past the end of the file raises ReadError instead of killing the process with SIGBUS.
-    """
 def _memcpy_windows(file: TokenFile, starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], window_bytes: typing.SupportsInt | typing.SupportsIndex, batch: typing.SupportsInt | typing.SupportsIndex) -> float:
     """
     Seconds to memcpy the windows at byte offsets `starts` of `file` into one reused buffer of `batch` windows, on one thread (the token benchmark's limit).
     """
-def _resize(image: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex] | None = None, box: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] | None = None, flip: bool = False, layout: str = 'HWC', dtype: str = 'uint8', mean: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, std: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, simd: str = 'auto', order: str = 'auto') -> numpy.typing.NDArray[typing.Any]:
-    """
-    Diagnostic: resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops then resizes (torchvision's resized_crop); box=(y0, x0, y1, x1) maps that fractional area, reading across its edges, from the crop or the whole image. dtype 'bfloat16' comes back as its uint16 bits. order: which pass runs first ('auto': the cheaper).
-    """
-def _rrc_params(height: typing.SupportsInt | typing.SupportsIndex, width: typing.SupportsInt | typing.SupportsIndex, scale: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.08, 1.0), ratio: tuple[typing.SupportsFloat | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = (0.75, 1.3333333333333333), seed: typing.SupportsInt | typing.SupportsIndex = 0, count: typing.SupportsInt | typing.SupportsIndex = 1) -> numpy.typing.NDArray[typing.Any]:
-    """
-    Diagnostic: `count` RandomResizedCrop windows drawn in turn from one generator seeded with `seed`, as an int64 array of rows (y, x, h, w).
-    """
-def _simd_level() -> str:
-    """
-    Diagnostic: the resampler's SIMD level on this CPU.
-    """
 def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
     """
-    StreamEngine.take_skipped() as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
+    The errors of the samples the engine skipped since the last call, oldest first, as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
     """
 def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> dict[str, typing.Any]:
     """
@@ -1302,9 +1285,9 @@ def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.Suppo
     """
     Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].
     """
-def remote_schemes() -> list[str]:
+def remote_schemes() -> list[RemoteScheme]:
     """
-    The url schemes read through a FetchQueue.
+    The url schemes read through a FetchQueue: the one list of them.
     """
 def replay_shuffle(capacity: typing.SupportsInt | typing.SupportsIndex, initial: typing.SupportsInt | typing.SupportsIndex, max_bytes: typing.SupportsInt | typing.SupportsIndex, plan_seed: typing.SupportsInt | typing.SupportsIndex, epoch: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex, bytes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint64], outputs: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int64]:
     """

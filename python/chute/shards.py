@@ -108,11 +108,11 @@ def _expand_braces(url: str) -> list[str]:
 
 
 def remote_scheme_list() -> str:
-    """The remote url schemes chute reads ("http://, https://, s3://, ..."),
-    as the engine defines them (its remote_schemes()), for messages."""
-    from chute import _core
+    """Every remote url scheme and alias chute reads, as the engine's table
+    (remote_schemes()) orders them: "http://, https://, ...", for messages."""
+    from chute.remote._stores import SCHEMES
 
-    return ", ".join(f"{scheme}://" for scheme in _core.remote_schemes())
+    return ", ".join(f"{scheme}://" for scheme in SCHEMES)
 
 
 def local_path(url: str) -> str | None:

@@ -1,5 +1,6 @@
 """Reading shards where training data lives: http(s)://, s3://, gs://,
-az:// (abfs://) and hf:// urls, through obstore (``pip install 'chute[remote]'``).
+az:// and hf:// urls (and their aliases: the engine's table,
+``_core.remote_schemes()``), through obstore (``pip install 'chute[remote]'``).
 
 The engine's remote byte sources (csrc/io/remote_source.h) never call Python:
 they put range requests on a native FetchQueue, and a RemoteSession's fetcher

@@ -11,7 +11,7 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class RemoteOptions:
-    """How chute reads http(s)://, s3://, gs://, az://, abfs:// and hf:// urls.
+    """How chute reads http(s)://, s3://, gs://, az:// and hf:// urls.
 
     Credentials, region and endpoint come from each store's standard
     environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,

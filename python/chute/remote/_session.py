@@ -14,12 +14,13 @@ from chute.remote._executor import FetchExecutor
 from chute.remote._fileobj import RemoteFileObject
 from chute.remote._options import RemoteOptions
 from chute.remote._stores import (
+    READ_ONLY_STORES,
     Stores,
     claim_runtime,
     is_remote_url,
     list_objects,
     obstore_module,
-    scheme_of,
+    store_of,
 )
 
 # How long close() waits for the fetcher thread: its requests are cancelled,
@@ -161,7 +162,7 @@ class RemoteSession:
         """Writes an object (``chute index`` puts a shard's index beside it).
         Stores without writes (http(s) servers, the Hugging Face Hub) refuse."""
         self._check()
-        if scheme_of(url) in ("http", "https", "hf"):
+        if store_of(url) in READ_ONLY_STORES:
             raise ValueError(f"cannot write {url!r}: http(s) and hf:// urls are read-only here")
         store, path = self._stores.resolve(url)
         claim_runtime()

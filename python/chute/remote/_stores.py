@@ -11,14 +11,23 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from chute import _core
 from chute.remote._options import RemoteOptions
 
-_S3 = ("s3", "s3a")
-_GCS = ("gs",)
-_AZURE = ("az", "azure", "abfs", "abfss", "adl")
-_HTTP = ("http", "https")
-_HF = ("hf",)
-SCHEMES = _S3 + _GCS + _AZURE + _HTTP + _HF
+# The url schemes are the engine's table (csrc/io/remote_source.cc,
+# remote_schemes()), the one place a scheme is added: name and aliases ->
+# the kind of store that reads it.
+_STORE_OF: dict[str, str] = {
+    name: scheme.store
+    for scheme in _core.remote_schemes()
+    for name in (scheme.name, *scheme.aliases)
+}
+SCHEMES = tuple(_STORE_OF)
+# The kinds of store made here (Stores._make); a new kind in the table needs
+# its branch there. http(s) servers and the Hugging Face Hub have no listing
+# and take no writes.
+STORES = ("http", "s3", "gcs", "azure", "hf")
+READ_ONLY_STORES = ("http", "hf")
 
 # Where hf:// urls resolve, as huggingface_hub resolves them (HF_ENDPOINT overrides).
 _HF_ENDPOINT = "https://huggingface.co"
@@ -44,9 +53,9 @@ def obstore_module() -> ModuleType:
     try:
         import obstore
     except ImportError as exc:
+        named = ", ".join(f"{scheme.name}://" for scheme in _core.remote_schemes())
         raise RemoteDependencyError(
-            "reading remote urls (http(s)://, s3://, gs://, az://, hf://) needs obstore: "
-            "pip install 'chute[remote]'"
+            f"reading remote urls ({named}) needs obstore: pip install 'chute[remote]'"
         ) from exc
     return obstore
 
@@ -80,6 +89,11 @@ def scheme_of(url: str) -> str:
 
 def is_remote_url(url: str) -> bool:
     return scheme_of(url) in SCHEMES
+
+
+def store_of(url: str) -> str:
+    """The kind of store that reads a url ("s3", "http", ...; "" when none)."""
+    return _STORE_OF.get(scheme_of(url), "")
 
 
 def _hf_token() -> str | None:
@@ -119,7 +133,7 @@ def split_url(url: str) -> tuple[str, str]:
     scheme = scheme_of(url)
     if scheme not in SCHEMES:
         raise ValueError(f"not a remote object url: {url!r}")
-    if scheme in _HTTP:
+    if store_of(url) == "http":
         parts = urlsplit(url)
         if parts.query or parts.fragment:
             raise ValueError(
@@ -170,11 +184,9 @@ class Stores:
 
     def resolve(self, url: str) -> tuple[Any, str]:
         """(store, path in it) for a remote url."""
-        scheme = scheme_of(url)
         headers: dict[str, str] = {}
-        if scheme in _HF:
+        if store_of(url) == "hf":
             url = resolve_hf(url)
-            scheme = scheme_of(url)
             token = _hf_token()
             if token:
                 headers["Authorization"] = f"Bearer {token}"
@@ -185,21 +197,22 @@ class Stores:
         with self._lock:
             store = self._stores.get(key)
             if store is None:
-                store = self._make(scheme, root, headers)
+                store = self._make(url, root, headers)
                 self._stores[key] = store
         return store, path
 
-    def _make(self, scheme: str, root: str, headers: Mapping[str, str]) -> Any:
+    def _make(self, url: str, root: str, headers: Mapping[str, str]) -> Any:
         obstore_module()
         from obstore.store import HTTPStore, from_url
 
         # chute retries by itself (csrc/io/fetch_queue.h), so that every
         # attempt is counted, bounded and cancellable.
         retry: Any = {"max_retries": 0}
-        if scheme in _HTTP:
-            client: Any = self._client_options(scheme == "http", headers)
+        store = store_of(url)
+        if store == "http":
+            client: Any = self._client_options(scheme_of(url) == "http", headers)
             return HTTPStore.from_url(root, client_options=client, retry_config=retry)
-        endpoint = _configured_endpoint(self._options.storage_options) if scheme in _S3 else ""
+        endpoint = _configured_endpoint(self._options.storage_options) if store == "s3" else ""
         client = self._client_options(endpoint.startswith("http://"), headers)
         config: Any = dict(self._options.storage_options) or None
         return from_url(root, config=config, client_options=client, retry_config=retry)
@@ -243,10 +256,9 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 def list_objects(stores: Stores, pattern: str) -> list[str]:
     """The object urls matching a glob (sorted); without a glob, the objects
     under that prefix."""
-    scheme = scheme_of(pattern)
-    if scheme not in SCHEMES:
+    if not is_remote_url(pattern):
         raise ValueError(f"cannot list {pattern!r}: not a remote object url")
-    if scheme in _HTTP + _HF:
+    if store_of(pattern) in READ_ONLY_STORES:
         raise ValueError(
             f"cannot list {pattern!r}: http(s) and hf:// servers offer no listing; "
             "name the objects (brace patterns such as shard-{000..127}.tar work)"

@@ -98,7 +98,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       its samples hold).
     - ``timeout``: seconds to wait for a batch before ``TimeoutError``.
     - Remote shards (``http(s)://``, ``s3://``, ``gs://``, ``az://``,
-      ``abfs://``, ``hf://``; ``pip install 'chute[remote]'``) are read by
+      ``hf://``; ``pip install 'chute[remote]'``) are read by
       the engine in large ranges, several ahead, while they arrive.
       ``storage_options`` (the store's own keys, e.g. ``endpoint``,
       ``region``) adds to the credentials, region and endpoint of the

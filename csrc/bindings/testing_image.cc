@@ -1,6 +1,7 @@
-// Diagnostic entry points to the image kernels (resampler, region decode,
-// crop parameters): what the tests and benchmarks drive. The engine calls
-// the kernels natively. Every call releases the GIL around the native work.
+// chute_testing's entry points to the image kernels (resampler, region
+// decode, crop parameters): what the tests and benchmarks drive one image at
+// a time. The engine calls the kernels natively. Every call releases the GIL
+// around the native work.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -12,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bindings/image_arguments.h"
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "core/random.h"
@@ -70,13 +72,6 @@ PassOrder parse_order(const std::string& s) {
   if (s == "vertical") return PassOrder::kVerticalFirst;
   CHUTE_CHECK(false, kUsage, "order must be 'auto', 'horizontal' or 'vertical', not '" << s << "'");
   return PassOrder::kAuto;
-}
-
-ColorMode parse_mode(const std::string& mode) {
-  if (mode == "rgb" || mode == "RGB") return ColorMode::kRgb;
-  if (mode == "l" || mode == "L") return ColorMode::kGray;
-  CHUTE_CHECK(false, kUsage, "image mode must be 'rgb' or 'l', not '" << mode << "'");
-  return ColorMode::kRgb;
 }
 
 OutputFormat make_format(int channels, const std::string& layout, const std::string& dtype,
@@ -139,11 +134,11 @@ py::array resize_py(const U8Array& image, int out_h, int out_w,
                     const std::string& order) {
   CHUTE_CHECK(image.ndim() == 2 ||
                   (image.ndim() == 3 && (image.shape(2) == 1 || image.shape(2) == 3)),
-              kUsage, "_resize expects an HW or HWC (C = 1 or 3) uint8 array");
+              kUsage, "resize expects an HW or HWC (C = 1 or 3) uint8 array");
   const int h = static_cast<int>(image.shape(0));
   const int w = static_cast<int>(image.shape(1));
   const int c = image.ndim() == 3 ? static_cast<int>(image.shape(2)) : 1;
-  CHUTE_CHECK(h > 0 && w > 0, kUsage, "_resize of an empty image");
+  CHUTE_CHECK(h > 0 && w > 0, kUsage, "resize of an empty image");
   const OutputFormat format = make_format(c, layout, dtype, mean, std);
   const SourceArea area = make_area(h, w, crop, box);
   py::array out = make_output(format, c, out_h, out_w);
@@ -187,15 +182,11 @@ py::tuple decode_resampled_py(const py::bytes& data, int out_h, int out_w,
   const RegionDecode how = parse_region(region);
   const int c = mode == ColorMode::kRgb ? 3 : 1;
   const OutputFormat format = make_format(c, layout, dtype, mean, std);
-  // The bytes object is immutable and referenced by the caller for the call.
-  char* bytes = nullptr;
-  Py_ssize_t size = 0;
-  if (PyBytes_AsStringAndSize(data.ptr(), &bytes, &size) != 0) throw py::error_already_set();
-  const auto* in = reinterpret_cast<const uint8_t*>(bytes);
+  const Bytes in = view(data);
   ImageInfo info;
   {
     py::gil_scoped_release release;
-    info = probe_image(in, static_cast<size_t>(size), "<bytes>");
+    info = probe_image(in.data, in.size, "<bytes>");
   }
   const SourceArea area = make_area(info.height, info.width, crop, box);
   py::array out = make_output(format, c, out_h, out_w);
@@ -210,8 +201,7 @@ py::tuple decode_resampled_py(const py::bytes& data, int out_h, int out_w,
   RegionDecodeInfo result;
   {
     py::gil_scoped_release release;
-    result = decode_image_resampled(in, static_cast<size_t>(size), mode, area, target, how,
-                                    "<bytes>");
+    result = decode_image_resampled(in.data, in.size, mode, area, target, how, "<bytes>");
   }
   return py::make_tuple(out, result.scale_num, from_window(result.decoded));
 }
@@ -270,41 +260,41 @@ std::string simd_level_py() {
 
 }  // namespace
 
-void register_image(py::module_& m) {
-  m.def("_resize", &resize_py, py::arg("image"), py::arg("out_h"), py::arg("out_w"),
+void register_testing_image(py::module_& m) {
+  m.def("resize", &resize_py, py::arg("image"), py::arg("out_h"), py::arg("out_w"),
         py::arg("crop") = py::none(), py::arg("box") = py::none(), py::arg("flip") = false,
         py::arg("layout") = "HWC", py::arg("dtype") = "uint8", py::arg("mean") = py::none(),
         py::arg("std") = py::none(), py::arg("simd") = "auto", py::arg("order") = "auto",
-        "Diagnostic: resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops "
+        "Resample a uint8 HW/HWC image to out_h x out_w. crop=(y, x, h, w) crops "
         "then resizes (torchvision's resized_crop); box=(y0, x0, y1, x1) maps that fractional "
         "area, reading across its edges, from the crop or the whole image. dtype 'bfloat16' "
         "comes back as its uint16 bits. order: which pass runs first ('auto': the cheaper).");
-  m.def("_decode_resampled", &decode_resampled_py, py::arg("data"), py::arg("out_h"),
+  m.def("decode_resampled", &decode_resampled_py, py::arg("data"), py::arg("out_h"),
         py::arg("out_w"), py::arg("crop") = py::none(), py::arg("box") = py::none(),
         py::arg("region") = "scaled", py::arg("mode") = "rgb", py::arg("flip") = false,
         py::arg("layout") = "HWC", py::arg("dtype") = "uint8", py::arg("mean") = py::none(),
         py::arg("std") = py::none(), py::arg("simd") = "auto", py::arg("order") = "auto",
-        "Diagnostic: decode a JPEG/PNG and resample crop/box (full-image pixels) as _resize "
+        "Decode an image and resample crop/box (full-image pixels) as resize "
         "does. region: 'full' (decode all), 'crop' (JPEG: only the rows and iMCU columns "
         "read), 'scaled' ('crop' at the smallest DCT scale M/8, M in 1, 2, 4, 8, that still "
         "covers the output). Returns (image, M, (y, x, h, w) decoded in the scaled image).");
-  m.def("_rrc_params", &rrc_params_py, py::arg("height"), py::arg("width"),
+  m.def("rrc_params", &rrc_params_py, py::arg("height"), py::arg("width"),
         py::arg("scale") = std::make_tuple(0.08, 1.0),
         py::arg("ratio") = std::make_tuple(3.0 / 4.0, 4.0 / 3.0), py::arg("seed") = 0,
         py::arg("count") = 1,
-        "Diagnostic: `count` RandomResizedCrop windows drawn in turn from one generator "
+        "`count` RandomResizedCrop windows drawn in turn from one generator "
         "seeded with `seed`, as an int64 array of rows (y, x, h, w).");
-  m.def("_center_crop_area", &center_crop_area_py, py::arg("height"), py::arg("width"),
+  m.def("center_crop_area", &center_crop_area_py, py::arg("height"), py::arg("width"),
         py::arg("resize"), py::arg("crop_h"), py::arg("crop_w"),
-        "Diagnostic: Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: "
+        "Resize(resize) + CenterCrop((crop_h, crop_w)) as a resample area: "
         "((y, x, h, w) region, (y0, x0, y1, x1) box) in source pixels.");
-  m.def("_image_placement", &image_placement_py, py::arg("spec"), py::arg("color"),
+  m.def("image_placement", &image_placement_py, py::arg("spec"), py::arg("color"),
         py::arg("height"), py::arg("width"), py::arg("seed"), py::arg("epoch"), py::arg("batch"),
         py::arg("row"), py::arg("field"),
-        "Diagnostic: the ((y, x, h, w) region, (y0, x0, y1, x1) box, flip) that an image field "
+        "The ((y, x, h, w) region, (y0, x0, y1, x1) box, flip) that an image field "
         "decoded by `spec` resamples for the row at (seed, epoch, batch, row, field) of a "
         "height x width image (source pixels).");
-  m.def("_simd_level", &simd_level_py, "Diagnostic: the resampler's SIMD level on this CPU.");
+  m.def("simd_level", &simd_level_py, "The resampler's SIMD level on this CPU.");
 }
 
 }  // namespace chute::bindings
