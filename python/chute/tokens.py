@@ -253,11 +253,21 @@ class TokenDataset(IndexedDataset):
         return names + ["position_ids"] if self.pack == "documents" else names
 
     def _native_field_names(self) -> list[str]:
-        return self.field_names()
+        # Windows: each sequence's seq_len + 1 tokens are read and written
+        # once, and input_ids and labels are views of them (`_assemble`).
+        return ["window"] if self.pack == "windows" else self.field_names()
 
     def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
         packer = self._current_packer()
-        return [packer.source(name) for name in self.field_names()], {"packer": packer}
+        sources = [packer.source(name) for name in self._native_field_names()]
+        return sources, {"packer": packer}
+
+    def _assemble(self, arrays: Any, idx: np.ndarray) -> Any:
+        if self.pack != "windows":
+            return super()._assemble(arrays, idx)
+        (windows,) = arrays
+        window = torch.from_numpy(windows)
+        return {"input_ids": window[:, :-1], "labels": window[:, 1:]}
 
     def _native_stats(self, state: ProcessState) -> dict[str, int]:
         return self.token_stats()
