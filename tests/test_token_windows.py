@@ -1,7 +1,8 @@
-"""chute.TokenDataset windows: each batch is one [batch, seq_len + 1] tensor
-the engine writes once, with input_ids and labels as views of it (its
-[:, :-1] and [:, 1:]); the tokens still equal the plain-Python reference
-packer's (tests/test_tokens.py)."""
+"""chute.TokenDataset(window_views=True): each batch is one [batch, seq_len +
+1] tensor the engine writes once, with input_ids and labels as views of it
+(its [:, :-1] and [:, 1:]); the tokens still equal the plain-Python
+reference packer's (tests/test_tokens.py). Without it, two contiguous
+tensors as before."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def test_input_ids_and_labels_are_views_of_one_window_buffer(
 ) -> None:
     path, stream = _windows_file(tmp_path, 1000, seed=1)
     seq_len = 16
-    ds = chute.TokenDataset(path, seq_len, dtype="uint16", out_dtype=out_dtype)
+    ds = chute.TokenDataset(path, seq_len, dtype="uint16", out_dtype=out_dtype, window_views=True)
     g = torch.Generator().manual_seed(3)
     batches = list(chute.DataLoader(ds, batch_size=6, shuffle=True, generator=g, num_workers=2))
     for batch in batches:
@@ -51,7 +52,7 @@ def test_input_ids_and_labels_are_views_of_one_window_buffer(
 
 def test_writing_into_labels_changes_input_ids_unless_cloned(tmp_path: Path) -> None:
     path, stream = _windows_file(tmp_path, 200, seed=2)
-    ds = chute.TokenDataset(path, 8, dtype="uint16")
+    ds = chute.TokenDataset(path, 8, dtype="uint16", window_views=True)
     batch = next(iter(chute.DataLoader(ds, batch_size=4)))
     labels = batch["labels"].clone()
     labels[:, 0] = -100
@@ -63,7 +64,7 @@ def test_writing_into_labels_changes_input_ids_unless_cloned(tmp_path: Path) -> 
 def test_items_and_torch_dataloader_rows_are_the_reference_windows(tmp_path: Path) -> None:
     path, stream = _windows_file(tmp_path, 500, seed=4)
     seq_len = 7
-    ds = chute.TokenDataset(path, seq_len, dtype="uint16")
+    ds = chute.TokenDataset(path, seq_len, dtype="uint16", window_views=True)
     expected = reference_windows(stream, seq_len)
     item = ds[5]
     assert item["labels"].data_ptr() == item["input_ids"].data_ptr() + 8
@@ -71,6 +72,27 @@ def test_items_and_torch_dataloader_rows_are_the_reference_windows(tmp_path: Pat
     # torch's DataLoader takes rows through __getitems__ and stacks them.
     loader = torch.utils.data.DataLoader(ds, batch_size=9)
     assert as_rows(list(loader)) == expected
+
+
+def test_without_window_views_input_ids_and_labels_are_contiguous(tmp_path: Path) -> None:
+    path, stream = _windows_file(tmp_path, 300, seed=5)
+    ds = chute.TokenDataset(path, 8, dtype="uint16")
+    batch = next(iter(chute.DataLoader(ds, batch_size=4)))
+    assert batch["input_ids"].is_contiguous() and batch["labels"].is_contiguous()
+    assert as_rows([batch]) == reference_windows(stream, 8)[:4]
+
+
+def test_window_views_only_for_windows(tmp_path: Path) -> None:
+    np.zeros(20, dtype=np.uint16).tofile(tmp_path / "d.bin")
+    with pytest.raises(ValueError, match=r"window_views=True is for pack='windows'"):
+        chute.TokenDataset(
+            str(tmp_path / "d.bin"),
+            4,
+            dtype="uint16",
+            pack="documents",
+            eod_id=0,
+            window_views=True,
+        )
 
 
 def test_documents_labels_are_their_own_buffer(tmp_path: Path) -> None:
