@@ -106,3 +106,15 @@ def test_documents_labels_are_their_own_buffer(tmp_path: Path) -> None:
         batch["input_ids"].untyped_storage().data_ptr()
     )
     assert batch["labels"][0].tolist() == [2, 0, -100, -100]
+
+
+def test_mix_of_window_views_and_contiguous_sources(tmp_path: Path) -> None:
+    path, stream = _windows_file(tmp_path, 400, seed=6)
+    views = chute.TokenDataset(path, 8, dtype="uint16", window_views=True)
+    plain = chute.TokenDataset(path, 8, dtype="uint16")
+    mixed = chute.mix({"a": views, "b": plain}, weights={"a": 0.5, "b": 0.5}, seed=0)
+    expected = [tuple(r["input_ids"] + r["labels"][-1:]) for r in reference_windows(stream, 8)]
+    rows = as_rows(list(chute.DataLoader(mixed, batch_size=6)))
+    assert len(rows) == len(mixed)
+    assert all(tuple(r["input_ids"] + r["labels"][-1:]) in expected for r in rows)
+    assert all(r["labels"][:-1] == r["input_ids"][1:] for r in rows)
