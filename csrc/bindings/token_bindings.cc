@@ -158,6 +158,10 @@ void register_tokens(py::module_& m) {
               f = TokenField::kLabels;
             } else if (field == "position_ids") {
               f = TokenField::kPositionIds;
+            } else if (field == "window") {
+              CHUTE_CHECK(p->options().mode == PackMode::kWindows, kUsage,
+                          "the token field 'window' is for windows packing, not documents");
+              f = TokenField::kWindow;
             } else {
               CHUTE_CHECK(field == "input_ids", kUsage, "no token field '" << field << "'");
             }
@@ -165,7 +169,8 @@ void register_tokens(py::module_& m) {
                 std::make_shared<TokenFieldSource>(p, f, field));
           },
           py::arg("field"),
-          "The row source of one field: 'input_ids', 'labels' or 'position_ids'.");
+          "The row source of one field: 'input_ids', 'labels', 'position_ids', or 'window' "
+          "(windows packing: seq_len + 1 tokens, input_ids and labels in one row).");
 
   m.def("_memcpy_windows", &memcpy_windows, py::arg("file"), py::arg("starts"),
         py::arg("window_bytes"), py::arg("batch"),

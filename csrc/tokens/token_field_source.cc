@@ -7,7 +7,7 @@ TokenFieldSource::TokenFieldSource(std::shared_ptr<const TokenPacker> packer, To
     : packer_(std::move(packer)),
       field_(field),
       name_(std::move(name)),
-      row_shape_{packer_->options().seq_len} {}
+      row_shape_{packer_->row_tokens(field)} {}
 
 void TokenFieldSource::read_rows(const int64_t* rows, size_t n, uint8_t* out) {
   const size_t rb = row_bytes();

@@ -1,4 +1,5 @@
-// One field of packed token sequences (input_ids, labels or position_ids)
+// One field of packed token sequences (input_ids, labels, position_ids, or
+// the window of seq_len + 1 tokens they are both cut from)
 // as rows the indexed engine gathers: row i is sequence i of the packer.
 #pragma once
 

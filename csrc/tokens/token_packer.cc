@@ -214,11 +214,14 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
     switch (field) {
       case TokenField::kInputIds: return copy_stream(seq * S, S, out);
       case TokenField::kLabels: return copy_stream(seq * S + 1, S, out);
+      case TokenField::kWindow: return copy_stream(seq * S, S + 1, out);
       case TokenField::kPositionIds:
         for (int64_t j = 0; j < S; ++j) out[j] = static_cast<Out>(j);
         return;
     }
   }
+  CHUTE_CHECK(field != TokenField::kWindow, kUsage,
+              "the window field is for windows packing, not documents");
   int64_t at = 0;
   const auto first = static_cast<size_t>(sequence_pieces_[static_cast<size_t>(seq)]);
   const auto last = static_cast<size_t>(sequence_pieces_[static_cast<size_t>(seq) + 1]);
@@ -238,6 +241,7 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
         }
         break;
       case TokenField::kPositionIds:
+      case TokenField::kWindow:  // refused above
         for (int64_t j = 0; j < piece.length; ++j) row[j] = static_cast<Out>(j);
         break;
     }
@@ -251,9 +255,14 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
       break;
     case TokenField::kLabels: std::fill(rest, rest + pad, static_cast<Out>(kIgnoreLabel)); break;
     case TokenField::kPositionIds:
+    case TokenField::kWindow:  // refused above
       for (int64_t j = 0; j < pad; ++j) rest[j] = static_cast<Out>(j);
       break;
   }
+}
+
+int64_t TokenPacker::row_tokens(TokenField field) const {
+  return field == TokenField::kWindow ? options_.seq_len + 1 : options_.seq_len;
 }
 
 void TokenPacker::write(TokenField field, int64_t seq, uint8_t* out) const {

@@ -7,7 +7,9 @@
 // - Windows (nanoGPT's): sequence i is the stream's tokens
 //   [i * seq_len, (i + 1) * seq_len + 1): input_ids are the first seq_len,
 //   labels the last seq_len. Windows cross document and file boundaries;
-//   the tail that does not fill a window is left out.
+//   the tail that does not fill a window is left out. The kWindow field is
+//   the whole window of seq_len + 1 tokens, read and written once: a batch
+//   of them holds input_ids and labels as its [:, :-1] and [:, 1:].
 // - Documents: documents (ended by the end-of-document token, which belongs
 //   to the document it ends, or Megatron's sequences) are packed in stream
 //   order, next-fit: a document that does not fit in what is left of the
@@ -31,7 +33,7 @@
 namespace chute {
 
 enum class PackMode { kWindows, kDocuments };
-enum class TokenField { kInputIds, kLabels, kPositionIds };
+enum class TokenField { kInputIds, kLabels, kPositionIds, kWindow };
 
 struct PackOptions {
   int64_t seq_len = 2048;
@@ -59,9 +61,13 @@ class TokenPacker {
   // Tokens of each document, in stream order (documents mode; empty for windows).
   std::vector<int64_t> document_lengths() const;
 
-  // Writes row `seq` of `field` (seq_len elements of out_dtype) to `out`.
-  // Thread-safe. kData naming the file and byte offset for a token id
-  // outside the vocabulary.
+  // Elements of a row of `field`: seq_len, or seq_len + 1 for kWindow.
+  int64_t row_tokens(TokenField field) const;
+
+  // Writes row `seq` of `field` (row_tokens(field) elements of out_dtype)
+  // to `out`. Thread-safe. kData naming the file and byte offset for a
+  // token id outside the vocabulary; kUsage for kWindow when packing
+  // documents.
   void write(TokenField field, int64_t seq, uint8_t* out) const;
 
  private:

@@ -18,7 +18,7 @@ std::string bytes_of(const std::vector<T>& v) {
 }
 
 std::vector<int64_t> row(const TokenPacker& p, TokenField f, int64_t seq) {
-  std::vector<int64_t> out(static_cast<size_t>(p.options().seq_len));
+  std::vector<int64_t> out(static_cast<size_t>(p.row_tokens(f)));
   p.write(f, seq, reinterpret_cast<uint8_t*>(out.data()));
   return out;
 }
@@ -55,6 +55,32 @@ TEST(TokenPacker, WindowsAreShiftedByOneAndCrossFiles) {
   EXPECT_EQ(row(p, TokenField::kInputIds, 1), (std::vector<int64_t>{4, 5, 6, 7}));
   EXPECT_EQ(row(p, TokenField::kLabels, 1), (std::vector<int64_t>{5, 6, 7, 8}));
   EXPECT_EQ(p.unused_tokens(), 3);
+}
+
+TEST(TokenPacker, WindowFieldIsInputIdsAndTheLastLabel) {
+  test::TempDir dir;
+  std::vector<uint16_t> a{0, 1, 2, 3, 4}, b{5, 6, 7, 8, 9, 10};
+  auto fa = TokenFile::open(dir.write("a.bin", bytes_of(a)), TokenFormat::kRaw, DType::kU16);
+  auto fb = TokenFile::open(dir.write("b.bin", bytes_of(b)), TokenFormat::kRaw, DType::kU16);
+  PackOptions o;
+  o.seq_len = 4;
+  TokenPacker p({fa, fb}, o);
+  EXPECT_EQ(p.row_tokens(TokenField::kWindow), 5);
+  EXPECT_EQ(row(p, TokenField::kWindow, 0), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(row(p, TokenField::kWindow, 1), (std::vector<int64_t>{4, 5, 6, 7, 8}));
+
+  o.out_dtype = DType::kI32;
+  TokenPacker p32({fa, fb}, o);
+  std::vector<int32_t> out(5);
+  p32.write(TokenField::kWindow, 1, reinterpret_cast<uint8_t*>(out.data()));
+  EXPECT_EQ(out, (std::vector<int32_t>{4, 5, 6, 7, 8}));
+
+  o.mode = PackMode::kDocuments;
+  o.eod_id = 0;
+  TokenPacker docs({fa, fb}, o);
+  auto e = test::error_from([&] { row(docs, TokenField::kWindow, 0); });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("windows packing"), std::string::npos) << e->message();
 }
 
 TEST(TokenPacker, DocumentsPackWholeAndSplitOnlyLongOnes) {

@@ -1178,7 +1178,7 @@ class TokenPacker:
         """
     def source(self, field: str) -> RowSource:
         """
-        The row source of one field: 'input_ids', 'labels' or 'position_ids'.
+        The row source of one field: 'input_ids', 'labels', 'position_ids', or 'window' (windows packing: seq_len + 1 tokens, input_ids and labels in one row).
         """
     @property
     def num_documents(self) -> int:

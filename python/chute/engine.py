@@ -10,6 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from chute import _core
+from chute._core import DataError, ReadError
 from chute.errors import engine_errors
 
 
@@ -30,8 +31,13 @@ def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
     """The indexed engine's next batch, as its columns. The native wait
     handles Ctrl-C between short slices and raises TimeoutError after
     `timeout` > 0 seconds; a failure as ``chute.errors`` maps it."""
-    with engine_errors():
+    try:
         batch = engine.next(timeout)
+    except (DataError, ReadError, UnicodeDecodeError):
+        # Translated here rather than by wrapping the call: this runs once
+        # per batch, and a context manager costs more than the wait itself.
+        with engine_errors():
+            raise
     return [batch.column(i) for i in range(batch.num_columns)]
 
 

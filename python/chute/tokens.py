@@ -100,6 +100,12 @@ class TokenDataset(IndexedDataset):
         vocab_size: when given, a token id outside ``[0, vocab_size)``
             raises ``chute.DataError`` naming the file and byte offset when
             its sequence is read.
+        window_views: windows only: each batch is one ``[batch, seq_len +
+            1]`` tensor the engine writes once, and ``input_ids`` and
+            ``labels`` are views of it (its ``[:, :-1]`` and ``[:, 1:]``):
+            half the memory written. The views are not contiguous, and
+            writing into one changes the other (see
+            docs/language-models.md).
         out_dtype: ``torch.int64`` (default, what embeddings and
             cross-entropy take) or ``torch.int32``.
         num_threads: native threads of ``__getitem__`` (the loader's
@@ -118,6 +124,7 @@ class TokenDataset(IndexedDataset):
         eod_id: int | None = None,
         pad_id: int | None = None,
         vocab_size: int | None = None,
+        window_views: bool = False,
         out_dtype: torch.dtype = torch.int64,
         num_threads: int | None = None,
         storage_options: dict[str, Any] | None = None,
@@ -129,6 +136,10 @@ class TokenDataset(IndexedDataset):
             raise ValueError(f"seq_len must be a positive integer, not {seq_len!r}")
         if pack not in _PACK_MODES:
             raise ValueError(f"pack must be 'windows' or 'documents', not {pack!r}")
+        if window_views and pack != "windows":
+            raise ValueError(
+                "window_views=True is for pack='windows' (labels are input_ids shifted)"
+            )
         if out_dtype not in _OUT_DTYPES:
             raise ValueError(f"out_dtype must be torch.int64 or torch.int32, not {out_dtype}")
         self._remote = merge_options(
@@ -150,6 +161,7 @@ class TokenDataset(IndexedDataset):
         self.pad_id = pad_id if pad_id is not None else (eod_id if eod_id is not None else 0)
         self.vocab_size = vocab_size
         self.out_dtype = out_dtype
+        self.window_views = bool(window_views)
         self._init_indexed(num_threads)
         held: list[Any] = []
         self._files, self._packer = self._open_files(held)
@@ -253,11 +265,24 @@ class TokenDataset(IndexedDataset):
         return names + ["position_ids"] if self.pack == "documents" else names
 
     def _native_field_names(self) -> list[str]:
-        return self.field_names()
+        # window_views: each sequence's seq_len + 1 tokens are read and
+        # written once, and input_ids and labels are views of them (`_assemble`).
+        return ["window"] if self.window_views else self.field_names()
 
     def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
         packer = self._current_packer()
-        return [packer.source(name) for name in self.field_names()], {"packer": packer}
+        sources = [packer.source(name) for name in self._native_field_names()]
+        return sources, {"packer": packer}
+
+    def _assemble(self, arrays: Any, idx: np.ndarray) -> Any:
+        if not self.window_views:
+            return super()._assemble(arrays, idx)
+        # numpy's slicing: the two views cost a fraction of torch's per batch.
+        (windows,) = arrays
+        return {
+            "input_ids": torch.from_numpy(windows[:, :-1]),
+            "labels": torch.from_numpy(windows[:, 1:]),
+        }
 
     def _native_stats(self, state: ProcessState) -> dict[str, int]:
         return self.token_stats()
