@@ -5,8 +5,8 @@ for batches of small rows that loop costs more than the engine's whole read
 (benchmarks/README.md, "Measurements behind code choices"). For the
 samplers a ``DataLoader`` creates itself — ``BatchSampler`` over
 ``SequentialSampler`` or over ``RandomSampler`` without replacement — the
-same indices come from slicing one array per pass. The RNG is used exactly as ``RandomSampler.__iter__``
-uses it (a seed from the global RNG when it has no generator, one
+same indices come from slicing one array per pass. The RNG is used exactly
+as ``RandomSampler.__iter__`` uses it (a seed from the global RNG when it has no generator, one
 ``randperm(n)`` per pass including the one whose slice is empty, each drawn
 only when the previous pass runs out), so the order and the generator's
 state afterwards are torch's; tests compare them batch for batch.
