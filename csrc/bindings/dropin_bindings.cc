@@ -10,11 +10,8 @@
 // Whole files mapped for numpy (ArrayDataset's .npy paths) through MappedFile,
 // so that a file cut while mapped reads as zeros past its new end instead of
 // killing the process with SIGBUS, and the cut is seen by check_size().
-#include <fcntl.h>
 #include <pybind11/pybind11.h>
-#include <sys/stat.h>
 
-#include <cerrno>
 #include <memory>
 #include <string>
 
@@ -109,17 +106,9 @@ void register_dropin(py::module_& m) {
   m.def(
       "_map_file",
       [](const std::string& path) -> std::shared_ptr<MappedFile> {
-        int fd;
-        do {
-          fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        } while (fd < 0 && errno == EINTR);
-        const int err = errno;
-        CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "': " << errno_message(err));
-        UniqueFd owned(fd);
-        struct stat st {};
-        CHUTE_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), kIo,
-                    "cannot map '" << path << "': not a regular file");
-        return MappedFile::map(fd, static_cast<uint64_t>(st.st_size));
+        uint64_t size = 0;
+        const UniqueFd fd = open_for_mapping(path, &size);
+        return MappedFile::map(fd.get(), size);
       },
       py::arg("path"),
       "The file mapped whole, or None when it is empty or cannot be mapped (too many at once).");

@@ -257,4 +257,14 @@ void MappedFile::release(uint64_t begin, uint64_t end) const {
   (void)::madvise(data_ + first, static_cast<size_t>(last - first), MADV_DONTNEED);
 }
 
+UniqueFd open_for_mapping(const std::string& path, uint64_t* size) {
+  UniqueFd fd(open_cloexec(path, O_RDONLY));
+  CHUTE_CHECK(fd.valid(), kIo, "cannot open '" << path << "': " << errno_message(errno));
+  struct stat st {};
+  CHUTE_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), kIo,
+              "cannot map '" << path << "': not a regular file");
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
 }  // namespace chute

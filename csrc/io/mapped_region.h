@@ -99,4 +99,8 @@ class MappedFile {
   std::atomic<uint64_t> valid_size_;
 };
 
+// Opens `path` read-only for mapping; its size at open goes to `*size`. An
+// error (kIo) names the path when it cannot be opened or is not a regular file.
+UniqueFd open_for_mapping(const std::string& path, uint64_t* size);
+
 }  // namespace chute

@@ -1,9 +1,5 @@
 #include "tokens/token_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <cstring>
 
 #include "core/error.h"
@@ -60,18 +56,10 @@ const uint8_t* TokenFile::data() const { return bin_ ? bin_->data() : nullptr; }
 
 void TokenFile::map(const std::string& path, std::unique_ptr<MappedRegion>* region,
                     uint64_t* size) {
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  const int err = errno;
-  CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "': " << errno_message(err));
-  UniqueFd owned(fd);
-  struct stat st {};
-  CHUTE_CHECK(::fstat(fd, &st) == 0 && S_ISREG(st.st_mode), kIo,
-              "cannot map '" << path << "': not a regular file");
-  *size = static_cast<uint64_t>(st.st_size);
-  if (*size > 0) *region = std::make_unique<MappedRegion>(fd, 0, static_cast<size_t>(*size), path);
+  const UniqueFd fd = open_for_mapping(path, size);
+  if (*size > 0) {
+    *region = std::make_unique<MappedRegion>(fd.get(), 0, static_cast<size_t>(*size), path);
+  }
 }
 
 std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, TokenFormat format,
