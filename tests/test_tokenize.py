@@ -17,6 +17,8 @@ from pathlib import Path
 import chute
 import chute.text_tokens as text_tokens
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import webdataset as wds
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -188,6 +190,48 @@ def test_remote_jsonl_and_tar(tmp_path, tokenizer, object_server, encode_calls) 
     again = chute.tokenize_shards(urls, tokenizer, tmp_path / "cache")
     assert again == paths and len(encode_calls) == calls + 1
     assert_tokens(again[0], tokenizer, lines2)
+
+
+def write_parquet(path, documents: list, key: str = "text", rows_per_group: int = 7) -> str:
+    table = pa.table({"id": list(range(len(documents))), key: documents})
+    pq.write_table(table, str(path), row_group_size=rows_per_group)
+    return str(path)
+
+
+def test_parquet_text_column_equals_encode_batch(tmp_path, tokenizer, object_server) -> None:
+    rng = np.random.default_rng(5)
+    documents = make_documents(rng, 30)
+    local = write_parquet(tmp_path / "a.parquet", documents)
+    assert pq.ParquetFile(local).num_row_groups == 5  # documents cross row groups
+    eod = tokenizer.token_to_id("<|endoftext|>")
+    (path,) = chute.tokenize_shards(local, tokenizer, tmp_path / "cache", eod_id=eod)
+    assert_tokens(path, tokenizer, documents, eod)
+    object_server.objects["/d/b.parquet"] = Path(local).read_bytes()
+    url = f"{object_server.url}/d/b.parquet"
+    (remote,) = chute.tokenize_shards(url, tokenizer, tmp_path / "cache", eod_id=eod)
+    assert_tokens(remote, tokenizer, documents, eod)
+
+
+def test_bad_parquet_text_inputs_name_file_and_row(tmp_path, tokenizer) -> None:
+    cache = tmp_path / "cache"
+    missing = write_parquet(tmp_path / "m.parquet", ["a b"], key="body")
+    with pytest.raises(
+        chute.DataError, match=r"m\.parquet: no 'text' column \(columns: 'id', 'body'\)"
+    ):
+        chute.tokenize_shards(missing, tokenizer, cache)
+    numbers = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"text": [1, 2]}), str(numbers))
+    with pytest.raises(
+        chute.DataError, match=r"n\.parquet: column 'text' holds int64, not strings"
+    ):
+        chute.tokenize_shards(str(numbers), tokenizer, cache)
+    nulls = write_parquet(tmp_path / "z.parquet", ["a", "b", None, "c"], rows_per_group=2)
+    with pytest.raises(chute.DataError, match=r"z\.parquet: row group 1, row 0: 'text' is null"):
+        chute.tokenize_shards(nulls, tokenizer, cache)
+    junk = tmp_path / "j.parquet"
+    junk.write_bytes(b"not parquet at all")
+    with pytest.raises(chute.DataError, match=r"j\.parquet: not a readable Parquet file"):
+        chute.tokenize_shards(str(junk), tokenizer, cache)
 
 
 def test_int32_tokens_when_an_id_exceeds_uint16(tmp_path, tokenizer) -> None:

@@ -70,13 +70,14 @@ _MERGE_GAP = 1 << 20
 DecodeSpec = str | Mapping[str, str] | None
 
 
-def _pyarrow() -> Any:
+def pyarrow_module() -> Any:
+    """pyarrow, with its parquet module loaded (the optional extra)."""
     try:
         import pyarrow
         import pyarrow.parquet
     except ImportError:
         raise ImportError(
-            "chute.ParquetDataset reads Parquet with pyarrow: pip install 'chute[parquet]'"
+            "chute reads Parquet with pyarrow: pip install 'chute[parquet]'"
         ) from None
     return pyarrow
 
@@ -119,7 +120,7 @@ def column_kind(type_: Any) -> str:
     """What ParquetDataset makes of a column of Arrow type `type_`: "image"
     (the hub's struct, decodable), "binary" (decodable when named), "tensor"
     (numeric) or "list" (pyarrow's values)."""
-    pa = _pyarrow()
+    pa = pyarrow_module()
     if _image_struct(pa, type_):
         return "image"
     if _binary(pa, type_):
@@ -173,7 +174,7 @@ class ParquetDataset(IndexedDataset):
         remote: RemoteOptions | None = None,
         **decode_options: Any,
     ) -> None:
-        pa = _pyarrow()
+        pa = pyarrow_module()
         self._remote = merge_options(
             remote,
             storage_options=storage_options,
@@ -237,11 +238,11 @@ class ParquetDataset(IndexedDataset):
     # -- opening -----------------------------------------------------------------------
 
     def _describe(self, url: str) -> _File:
-        pq = _pyarrow().parquet
+        pq = pyarrow_module().parquet
         if is_remote_url(url):
             ranges = get_session(self._remote).ranges(url)
             try:
-                metadata = pq.read_metadata(_RemoteFooter(ranges, url))
+                metadata = pq.read_metadata(RemoteFooter(ranges, url))
             except (OSError, ValueError) as e:
                 raise EngineDataError(f"'{url}' is not a readable Parquet file: {e}") from e
             size, version, path = int(ranges.size), str(ranges.version), url
@@ -464,7 +465,7 @@ class ParquetDataset(IndexedDataset):
     def gather(self, tables: dict[int, Any], idx: np.ndarray, blocks: np.ndarray) -> dict[str, Any]:
         """The columns the engine does not decode, for rows `idx` (in row
         groups `blocks`), from the row groups' tables: one take per column."""
-        pa = _pyarrow()
+        pa = pyarrow_module()
         plain = [c for c in self.columns if c not in self._decoded]
         if not plain:
             return {}
@@ -508,7 +509,7 @@ class ParquetDataset(IndexedDataset):
     def native_columns(self, table: Any, block: int) -> list[tuple[Any, np.ndarray, Any]]:
         """The decoded columns of row group `block`'s table as the native
         source takes them: (data buffer, int64 offsets, present or None)."""
-        pa = _pyarrow()
+        pa = pyarrow_module()
         out = []
         for name in self._decoded:
             column = table.column(name)
@@ -714,7 +715,7 @@ _readers = threading.local()
 def _reader(dataset: ParquetDataset, f: _File) -> Any:
     """This thread's pyarrow reader of `f` (readers are not shared across
     threads); the footer is parsed once, at open."""
-    pq = _pyarrow().parquet
+    pq = pyarrow_module().parquet
     cache: dict[tuple[int, str], Any] = getattr(_readers, "files", None) or {}
     _readers.files = cache
     key = (id(dataset), f.url)
@@ -770,7 +771,7 @@ class _ReadOnlyFile:
         self.closed = True
 
 
-class _RemoteFooter(_ReadOnlyFile):
+class RemoteFooter(_ReadOnlyFile):
     """A remote object's tail, where its footer is, fetched with one request
     (anything before it with another)."""
 
@@ -814,7 +815,7 @@ class _RemoteReader:
         self._ranges: Any = None
         self._local: Any = None
         session = get_session(dataset._remote)
-        pq = _pyarrow().parquet
+        pq = pyarrow_module().parquet
         if dataset._remote.cache_dir:
             held: list[Any] = []
             copy = cached_copy(session, f.path, dataset._remote.cache_dir, held)
@@ -832,7 +833,7 @@ class _RemoteReader:
     def read_row_group(self, group: int, columns: list[str]) -> Any:
         if self._local is not None:
             return self._local.read_row_group(group, columns=columns)
-        pq = _pyarrow().parquet
+        pq = pyarrow_module().parquet
         metadata = self._file.metadata
         row_group = metadata.row_group(group)
         wanted = set(columns)

@@ -1,9 +1,9 @@
 """Text shards tokenized into Megatron-LM token files, kept in a cache.
 
 ``tokenize_shards(urls, tokenizer, cache_dir)`` turns each input shard (a tar
-shard of ``.txt``/``.json`` members, or a JSON Lines file; local or remote)
-into one ``.bin`` + ``.idx`` pair in `cache_dir` and returns the ``.bin``
-paths, in the order of `urls`. The tokenizer is Hugging Face ``tokenizers``'
+shard of ``.txt``/``.json`` members, a JSON Lines file or a Parquet file's
+string column; local or remote) into one ``.bin`` + ``.idx`` pair in
+`cache_dir` and returns the ``.bin`` paths, in the order of `urls`. The tokenizer is Hugging Face ``tokenizers``'
 (``pip install 'chute[tokenizers]'``): its batch encoder runs in Rust on all
 cores with the GIL released, so a reading thread parses the next documents
 while the current batch is encoded.
@@ -21,7 +21,8 @@ version 1), so Megatron and chute's TokenDataset both read the files:
     document indices            (N + 1) x int64: 0, 1, ..., N
 
 One input document is one sequence and one document (a sample of a tar
-shard, a non-blank line of a JSON Lines file), in input order.
+shard, a non-blank line of a JSON Lines file, a row of a Parquet file), in
+input order.
 
 A cache entry is three files, ``<name>.bin``, ``<name>.idx`` and
 ``<name>.json``; the last, its manifest, records what the entry describes
@@ -59,6 +60,7 @@ import numpy as np
 
 from chute import _core
 from chute._core import DataError
+from chute.parquet import RemoteFooter, pyarrow_module
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote.datasets import expand_remote_globs
 from chute.shards import expand_urls, local_path
@@ -172,9 +174,11 @@ def _input_kind(url: str) -> str:
         return "tar"
     if name.endswith((".jsonl", ".ndjson")):
         return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
     raise ValueError(
         f"cannot tokenize {url!r}: expected a tar shard (.tar, .tar.gz, .tgz) of .txt/.json "
-        "members or a JSON Lines file (.jsonl, .ndjson)"
+        "members, a JSON Lines file (.jsonl, .ndjson) or a Parquet file (.parquet)"
     )
 
 
@@ -218,6 +222,18 @@ class _Input:
         with open(self.path, "rb") as f:
             while chunk := f.read(READ_CHUNK_BYTES):
                 yield chunk
+
+    def parquet_file(self) -> Any:
+        """A pyarrow reader of this Parquet file: a remote one reads its
+        footer and then only the text column's chunks, by ranges."""
+        pq = pyarrow_module().parquet
+        try:
+            if self._ranges is not None:
+                return pq.ParquetFile(RemoteFooter(self._ranges, self.url))
+            assert self.path is not None
+            return pq.ParquetFile(self.path)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{self.url}: not a readable Parquet file ({exc})") from None
 
     def tar_samples(self) -> list[Any]:
         if self._ranges is not None:
@@ -284,10 +300,33 @@ def _tar_documents(source: _Input, text_key: str) -> Iterator[str]:
             )
 
 
+def _parquet_documents(source: _Input, text_key: str) -> Iterator[str]:
+    pa = pyarrow_module()
+    reader = source.parquet_file()
+    schema = reader.schema_arrow
+    if text_key not in schema.names:
+        columns = ", ".join(repr(n) for n in schema.names[:10])
+        raise DataError(f"{source.url}: no {text_key!r} column (columns: {columns})")
+    kind = schema.field(text_key).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataError(f"{source.url}: column {text_key!r} holds {kind}, not strings")
+    for group in range(reader.num_row_groups):
+        try:
+            column = reader.read_row_group(group, columns=[text_key]).column(0)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{source.url}: row group {group} does not read ({exc})") from None
+        if column.null_count:
+            row = column.is_null().to_pylist().index(True)
+            raise DataError(f"{source.url}: row group {group}, row {row}: {text_key!r} is null")
+        yield from column.to_pylist()
+
+
 def documents(source: _Input, text_key: str) -> Iterator[str]:
     """The text of each document of `source`, in order."""
     if source.kind == "tar":
         return _tar_documents(source, text_key)
+    if source.kind == "parquet":
+        return _parquet_documents(source, text_key)
     return _jsonl_documents(source, text_key)
 
 
@@ -339,7 +378,9 @@ class CacheEntry:
     @staticmethod
     def for_input(cache_dir: str, url: str, key: str) -> CacheEntry:
         base = os.path.basename(url.split("?", 1)[0].rstrip("/")) or "shard"
-        base = re.sub(r"(\.tar\.gz|\.tgz|\.tar|\.jsonl|\.ndjson)$", "", base, flags=re.IGNORECASE)
+        base = re.sub(
+            r"(\.tar\.gz|\.tgz|\.tar|\.jsonl|\.ndjson|\.parquet)$", "", base, flags=re.IGNORECASE
+        )
         base = re.sub(r"[^A-Za-z0-9._-]", "_", base)[:80]
         name = hashlib.sha256(f"{url}\n{key}".encode()).hexdigest()[:16]
         return CacheEntry(os.path.join(cache_dir, f"{base}-{name}"))
@@ -525,7 +566,8 @@ def tokenize_shards(
     `urls`: tar shards (``.tar``, ``.tar.gz``, ``.tgz``) whose samples each
     hold a ``.txt`` member (the document) or a ``.json`` member (its
     `text_key` field is), or JSON Lines files (``.jsonl``, ``.ndjson``: the
-    `text_key` field of each non-blank line); local paths or remote urls,
+    `text_key` field of each non-blank line), or Parquet files (``.parquet``:
+    the `text_key` string column, row by row); local paths or remote urls,
     brace ranges and globs (local, and on s3/gs/az buckets) expanded.
     `tokenizer`: a ``tokenizers.Tokenizer``, a transformers fast tokenizer
     or a tokenizer.json path; padding must be off. `eod_id`: appended to every document when given.
