@@ -36,7 +36,9 @@ for bundled in "$libs"/*.so*; do
   # auditwheel names a copy <lib>-<8 hex digits>.so.<version>; the system's
   # is found by its soname, <lib>.so.<major>.
   soname=$(sed -E 's/^(.*)-[0-9a-f]{8}(\.so\.[0-9]+).*$/\1\2/' <<<"$name")
-  system=$(ldconfig -p | awk -v n="$soname" '$1 == n { print $NF; exit }')
+  # awk reads to the end: leaving early would end ldconfig with SIGPIPE,
+  # which pipefail turns into this script's failure.
+  system=$(ldconfig -p | awk -v n="$soname" '$1 == n && !found { print $NF; found = 1 }')
   echo "bundled $name (system $soname: ${system:-none})"
   if [ -n "$system" ]; then
     hidden+=("$(readlink -f "$system")")
