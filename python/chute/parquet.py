@@ -56,8 +56,8 @@ from chute.image_options import image_options
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import cached_copy, expand_remote_globs, merge_options
-from chute.shards import expand_urls, local_path, remote_scheme_list
+from chute.remote.datasets import cached_copy, expand_file_patterns, merge_options
+from chute.shards import local_path, remote_scheme_list
 from chute.wds.native import field_plan
 from chute.wds.prefix import OutputField
 
@@ -181,7 +181,7 @@ class ParquetDataset(IndexedDataset):
             cache_dir=os.path.expanduser(os.fspath(cache_dir)) if cache_dir is not None else None,
             cache_limit_bytes=cache_limit_bytes,
         )
-        self.urls = _expand(urls, self._remote)
+        self.urls = expand_file_patterns(urls, self._remote, "Parquet file")
         if not self.urls:
             raise ValueError("ParquetDataset: no files given")
         with ThreadPoolExecutor(max_workers=min(16, len(self.urls))) as pool:
@@ -856,27 +856,3 @@ class _RemoteReader:
         fetched = [(start, self._ranges.read(start, end - start)) for start, end in merged]
         source = _Spans(self._file.url, self._file.size, fetched)
         return pq.ParquetFile(source, metadata=metadata).read_row_group(group, columns=columns)
-
-
-def _expand(
-    urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], remote: RemoteOptions
-) -> list[str]:
-    """Files as given: brace patterns and ``::`` groups expanded as for
-    tar shards, globs too (sorted; on buckets, listed)."""
-    import glob
-
-    items = [urls] if isinstance(urls, str | os.PathLike) else list(urls)
-    out: list[str] = []
-    for text in expand_urls([os.fspath(item) for item in items]):
-        if is_remote_url(text):
-            out.extend(expand_remote_globs([text], remote))
-            continue
-        path = local_path(text)
-        if path is not None and set("*?[") & set(path) and not os.path.exists(path):
-            matches = sorted(glob.glob(path))
-            if not matches:
-                raise FileNotFoundError(2, "no Parquet file matches the pattern", text)
-            out.extend(matches)
-        else:
-            out.append(text)
-    return out

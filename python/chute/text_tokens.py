@@ -3,10 +3,10 @@
 ``tokenize_shards(urls, tokenizer, cache_dir)`` turns each input shard (a tar
 shard of ``.txt``/``.json`` members, a JSON Lines file or a Parquet file's
 string column; local or remote) into one ``.bin`` + ``.idx`` pair in
-`cache_dir` and returns the ``.bin`` paths, in the order of `urls`. The tokenizer is Hugging Face ``tokenizers``'
-(``pip install 'chute[tokenizers]'``): its batch encoder runs in Rust on all
-cores with the GIL released, so a reading thread parses the next documents
-while the current batch is encoded.
+`cache_dir` and returns the ``.bin`` paths, in the order of `urls`. The
+tokenizer is Hugging Face ``tokenizers``' (``pip install 'chute[tokenizers]'``):
+its batch encoder runs in Rust on all cores with the GIL released, so a
+reading thread parses the next documents while the current batch is encoded.
 
 The ``.idx`` layout is Megatron-LM's (megatron/core/datasets/indexed_dataset.py,
 version 1), so Megatron and chute's TokenDataset both read the files:
@@ -39,7 +39,6 @@ call raises naming the shard and what differs.
 from __future__ import annotations
 
 import contextlib
-import glob
 import gzip
 import hashlib
 import json
@@ -62,8 +61,8 @@ from chute import _core
 from chute._core import DataError
 from chute.parquet import RemoteFooter, pyarrow_module
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import expand_remote_globs
-from chute.shards import expand_urls, local_path
+from chute.remote.datasets import expand_file_patterns
+from chute.shards import local_path
 
 logger = logging.getLogger("chute")
 
@@ -114,23 +113,6 @@ class InputIdentity:
 
     def record(self) -> dict[str, Any]:
         return {"url": self.url, "size": self.size, "version": self.version}
-
-
-def _expand(urls: str | os.PathLike[str] | Iterable[str], remote: RemoteOptions) -> list[str]:
-    """Brace ranges, then globs: local ones and remote ones on a bucket,
-    each sorted; a glob that matches nothing raises."""
-    items = [os.fspath(urls)] if isinstance(urls, (str, os.PathLike)) else list(urls)
-    out: list[str] = []
-    for url in expand_remote_globs(expand_urls(items), remote):
-        path = local_path(url)
-        if path is not None and set("*?[") & set(path) and not os.path.exists(path):
-            matches = sorted(glob.glob(path))
-            if not matches:
-                raise FileNotFoundError(2, "no text shard matches the pattern", path)
-            out.extend(matches)
-        else:
-            out.append(url)
-    return out
 
 
 def as_tokenizer(tokenizer: Any) -> Any:
@@ -617,7 +599,9 @@ def tokenize_shards(
     # A remote shard's HEAD and an entry's digests wait on the network and on
     # hashlib, both without the GIL: the shards are looked up side by side.
     with ThreadPoolExecutor(max_workers=LOOKUP_THREADS) as pool:
-        looked_up = list(pool.map(look_up, _expand(urls, remote_options)))
+        looked_up = list(
+            pool.map(look_up, expand_file_patterns(urls, remote_options, "text shard"))
+        )
     todo: list[tuple[_Input, CacheEntry, dict[str, Any]]] = []
     for url, source, entry, expected, problem in looked_up:
         if problem is None:

@@ -12,7 +12,6 @@ map-style datasets have applies: ``chute.DataLoader`` with a seeded shuffle,
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ import torch
 from chute import _core
 from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import cached_copy, expand_remote_globs, is_remote_glob, merge_options
-from chute.shards import expand_urls, local_path
+from chute.remote.datasets import cached_copy, expand_file_patterns, merge_options
+from chute.shards import local_path
 from chute.text_tokens import as_tokenizer, id_bound, tokenize_shards
 
 _PACK_MODES = ("windows", "documents")
@@ -355,19 +354,12 @@ class TokenDataset(IndexedDataset):
 def _expand(
     urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], remote: RemoteOptions
 ) -> list[str]:
-    items = [urls] if isinstance(urls, str | os.PathLike) else list(urls)
     out: list[str] = []
-    for url in expand_urls([os.fspath(u) for u in items]):
+    for url in expand_file_patterns(urls, remote, "token file"):
         if is_remote_url(url):
-            out.extend(expand_remote_globs([url], remote) if is_remote_glob(url) else [url])
+            out.append(url)
             continue
         path = local_path(url) or url
-        if set("*?[") & set(path) and not os.path.exists(path):
-            matches = sorted(glob.glob(path))
-            if not matches:
-                raise FileNotFoundError(2, "no token file matches the pattern", path)
-            out.extend(matches)
-            continue
         if not os.path.isfile(path):
             raise FileNotFoundError(2, "token file not found", path)
         out.append(os.path.abspath(path))

@@ -8,6 +8,7 @@ actually read, so local pipelines never need the optional dependency.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from chute import _core
 from chute.remote._options import RemoteOptions
 from chute.remote._session import RemoteSession, get_session
 from chute.remote._stores import is_remote_url, split_url
+from chute.shards import expand_urls, local_path
 
 _GLOB = re.compile(r"[*?\[]")
 
@@ -61,6 +63,28 @@ def is_remote_glob(url: str) -> bool:
     except ValueError:
         return False
     return _GLOB.search(key) is not None
+
+
+def expand_file_patterns(
+    urls: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    options: RemoteOptions,
+    what: str,
+) -> list[str]:
+    """Brace ranges and ``::`` groups (as for tar shards), then globs: remote
+    ones listed on their bucket, local ones matched on disk, each sorted; a
+    local glob that matches nothing raises naming `what` ("Parquet file")."""
+    items = [urls] if isinstance(urls, str | os.PathLike) else list(urls)
+    out: list[str] = []
+    for url in expand_remote_globs(expand_urls([os.fspath(u) for u in items]), options):
+        path = local_path(url)
+        if path is not None and set("*?[") & set(path) and not os.path.exists(path):
+            matches = sorted(glob.glob(path))
+            if not matches:
+                raise FileNotFoundError(2, f"no {what} matches the pattern", path)
+            out.extend(matches)
+        else:
+            out.append(url)
+    return out
 
 
 def expand_remote_globs(urls: Sequence[str], options: RemoteOptions) -> list[str]:
