@@ -255,8 +255,8 @@ py::tuple scan_tar_index_py(const std::string& path) {
     SourceOptions options;
     std::optional<uint64_t> in_place;
     samples = scan_tar_index(open_source(path, options), &in_place);
-    digest = in_place ? *in_place
-                      : header_digest(samples, *open_local_range_reader(path, path, ShardIdentity{}));
+    const TarIndex::Shard shard{path, path, ShardIdentity{}};
+    digest = in_place ? *in_place : header_digest(samples, *shard_reader_for(shard, nullptr));
   }
   size_t members = 0;
   for (const ScannedSample& s : samples) members += s.members.size();
@@ -423,8 +423,11 @@ void register_indexed(py::module_& m) {
       "Samples whose members lie in blocks of memory handed over by their owner (Parquet row "
       "groups read by pyarrow): put a block before submitting a batch that reads it, drop it "
       "once no batch in flight does.")
-      .def(py::init<std::vector<std::string>, std::vector<std::string>, std::vector<int64_t>,
-                    std::vector<std::string>>(),
+      .def(py::init([](std::vector<std::string> extensions, std::vector<std::string> column_names,
+                       std::vector<int64_t> block_starts, std::vector<std::string> block_names) {
+             return compose_block_samples({std::move(extensions), std::move(column_names),
+                                           std::move(block_starts), std::move(block_names)});
+           }),
            py::arg("extensions"), py::arg("column_names"), py::arg("block_starts"),
            py::arg("block_names"))
       .def("put", &put_block, py::arg("block"), py::arg("columns"),

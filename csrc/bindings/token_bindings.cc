@@ -4,15 +4,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bindings/registry.h"
+#include "compose/indexed_request.h"
 #include "core/error.h"
-#include "tokens/token_field_source.h"
 #include "tokens/token_file.h"
 #include "tokens/token_packer.h"
 
@@ -60,31 +58,6 @@ std::shared_ptr<TokenPacker> make_packer(const std::vector<std::shared_ptr<const
   o.vocab_size = vocab_size;
   o.out_dtype = parse_token_dtype(out_dtype);
   return std::make_shared<TokenPacker>(files, o);
-}
-
-// Copies the windows of `window_bytes` at `starts` (byte offsets) of a
-// token file into one reused batch buffer of `batch` windows, on this
-// thread, with the GIL released; returns the seconds taken. The token
-// benchmark's limit: the bytes of the same windows moved by memcpy alone.
-double memcpy_windows(const std::shared_ptr<TokenFile>& file,
-                      const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& starts,
-                      int64_t window_bytes, int64_t batch) {
-  CHUTE_CHECK(window_bytes > 0 && batch > 0, kUsage, "window_bytes and batch must be positive");
-  const int64_t* at = starts.data();
-  const auto n = static_cast<size_t>(starts.size());
-  for (size_t i = 0; i < n; ++i) {
-    CHUTE_CHECK(at[i] >= 0 && static_cast<uint64_t>(at[i] + window_bytes) <= file->size(), kUsage,
-                "window at byte " << at[i] << " is past the end of '" << file->path() << "'");
-  }
-  py::gil_scoped_release release;
-  std::vector<uint8_t> out(static_cast<size_t>(window_bytes * batch));
-  const uint8_t* data = file->data();
-  const auto begin = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < n; ++i) {
-    std::memcpy(out.data() + (i % static_cast<size_t>(batch)) * static_cast<size_t>(window_bytes),
-                data + at[i], static_cast<size_t>(window_bytes));
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
 
 }  // namespace
@@ -153,29 +126,11 @@ void register_tokens(py::module_& m) {
       .def(
           "source",
           [](const std::shared_ptr<TokenPacker>& p, const std::string& field) {
-            TokenField f = TokenField::kInputIds;
-            if (field == "labels") {
-              f = TokenField::kLabels;
-            } else if (field == "position_ids") {
-              f = TokenField::kPositionIds;
-            } else if (field == "window") {
-              CHUTE_CHECK(p->options().mode == PackMode::kWindows, kUsage,
-                          "the token field 'window' is for windows packing, not documents");
-              f = TokenField::kWindow;
-            } else {
-              CHUTE_CHECK(field == "input_ids", kUsage, "no token field '" << field << "'");
-            }
-            return std::static_pointer_cast<RowSource>(
-                std::make_shared<TokenFieldSource>(p, f, field));
+            return compose_token_field(p, field);
           },
           py::arg("field"),
           "The row source of one field: 'input_ids', 'labels', 'position_ids', or 'window' "
           "(windows packing: seq_len + 1 tokens, input_ids and labels in one row).");
-
-  m.def("_memcpy_windows", &memcpy_windows, py::arg("file"), py::arg("starts"),
-        py::arg("window_bytes"), py::arg("batch"),
-        "Seconds to memcpy the windows at byte offsets `starts` of `file` into one reused "
-        "buffer of `batch` windows, on one thread (the token benchmark's limit).");
 }
 
 }  // namespace chute::bindings

@@ -1,9 +1,9 @@
 // The one place that knows which sample source reads a url, which reader
 // opens an indexed tar shard and which field decoder a field spec asks for.
-// A new source (an object store, a stream format) or a new codec is a file
-// pair in its own folder plus one line in a table of catalog.cc; the
-// engines never change. indexed_request.h builds index-driven sources
-// through these tables.
+// A new stream source or a new codec is a file pair in its own folder plus
+// one line in a table of catalog.cc; a new way to reach indexed tar shards
+// is one line too; the engines never change. indexed_request.h builds the
+// index-driven sources (through these tables where they have a choice).
 #pragma once
 
 #include <memory>

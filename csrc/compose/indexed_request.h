@@ -1,7 +1,10 @@
 // What an index-driven dataset asks for, as the bindings convert it from
 // Python, and the sources built from it: tar shards read by sample id
-// through their index, HDF5 datasets and arrays in memory read by row.
-// Which reader opens each tar shard is the catalog's choice (catalog.h).
+// through their index, samples in blocks of memory their owner hands over
+// (Parquet row groups), HDF5 datasets, arrays in memory and the fields of
+// packed token sequences read by row. Which reader opens each tar shard is
+// the catalog's choice (catalog.h). The bindings build every index-driven
+// source here; a new one is a request and a compose_ function beside these.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +15,11 @@
 #include "core/dtype.h"
 #include "hdf5/h5_layout.h"
 #include "hdf5/h5_row_source.h"
+#include "pipeline/block_sample_source.h"
 #include "pipeline/memory_row_source.h"
 #include "tar/indexed_tar_source.h"
 #include "tar/tar_index.h"
+#include "tokens/token_packer.h"
 
 namespace chute {
 
@@ -27,6 +32,19 @@ struct TarIndexRequest {
 };
 
 std::shared_ptr<IndexedTarSource> compose_tar_index_source(TarIndexRequest request);
+
+// Samples whose members lie in blocks their owner puts and drops (see
+// BlockSampleSource): one member per column, `extensions[c]` naming column
+// c's members, `column_names[c]` and `block_names[b]` naming them in
+// messages; block b holds samples [block_starts[b], block_starts[b + 1]).
+struct BlockSamplesRequest {
+  std::vector<std::string> extensions;
+  std::vector<std::string> column_names;
+  std::vector<int64_t> block_starts;
+  std::vector<std::string> block_names;
+};
+
+std::shared_ptr<BlockSampleSource> compose_block_samples(BlockSamplesRequest request);
 
 // One HDF5 dataset over `layouts` (one per file), read through `context`'s
 // file pool, chunk cache and remote queue.
@@ -46,5 +64,12 @@ struct MemoryRowsRequest {
 };
 
 std::shared_ptr<MemoryRowSource> compose_memory_rows(MemoryRowsRequest request);
+
+// The rows of one field of `packer`'s sequences, by the field's name:
+// 'input_ids', 'labels', 'position_ids', or 'window' (windows packing only:
+// seq_len + 1 tokens, input_ids and labels in one row). kUsage for another
+// name, or for 'window' when packing documents.
+std::shared_ptr<RowSource> compose_token_field(std::shared_ptr<const TokenPacker> packer,
+                                               const std::string& field);
 
 }  // namespace chute
