@@ -14,7 +14,7 @@ into contiguous windows of 2,048 + 1 tokens, batches of 32, shuffled:
   each num_workers of --memmap-workers, the best reported;
 - the limit: one thread memcpy-ing the same windows' bytes (uint16, 2,049
   tokens each) from the page cache into one reused batch buffer
-  (``chute._core._memcpy_windows``: no Python between windows).
+  (``chute_testing.memcpy_windows``: no Python between windows).
 
 Every loader runs in its own subprocess on a warm page cache, repeating
 epochs for at least MIN_SECONDS. memcpy and the chute loaders run in
@@ -155,13 +155,14 @@ def worker_a(config: dict[str, Any]) -> None:
     gc.collect()
     if kind == "memcpy":
         import chute
+        import chute_testing
 
         starts = np.array([w for b in window_order(windows, 0) for w in b], dtype=np.int64)
         file = chute._core.TokenFile(path, "raw", "uint16")
         seconds, epochs = 0.0, 0
         while seconds < MIN_SECONDS:
             window_bytes = (SEQ_LEN + 1) * 2
-            seconds += chute._core._memcpy_windows(file, starts * SEQ_LEN * 2, window_bytes, BATCH)
+            seconds += chute_testing.memcpy_windows(file, starts * SEQ_LEN * 2, window_bytes, BATCH)
             epochs += 1
         print(json.dumps({"tokens": epochs * windows * SEQ_LEN, "seconds": seconds, "first": None}))
         return

@@ -61,7 +61,7 @@ def pil_decode(data, mode):
 def assert_same_as_pillow(data):
     for mode, ours in (("RGB", "rgb"), ("L", "l")):
         expected = pil_decode(data, mode)
-        got = _core.decode_image(data, ours)
+        got = chute_testing.decode_image(data, ours)
         assert got.dtype == np.uint8
         assert got.shape == expected.shape, (mode, got.shape, expected.shape)
         diff = np.abs(got.astype(np.int16) - expected.astype(np.int16)).max()
@@ -101,8 +101,8 @@ def test_jpeg_grayscale_matches_pillow(size, settings):
     assert Image.open(io.BytesIO(data)).mode == "L"
     assert_same_as_pillow(data)
     # The gray path hands out the stored luma; RGB replicates it.
-    rgb = _core.decode_image(data, "rgb")
-    assert (rgb == _core.decode_image(data, "l")[..., None]).all()
+    rgb = chute_testing.decode_image(data, "rgb")
+    assert (rgb == chute_testing.decode_image(data, "l")[..., None]).all()
 
 
 @pytest.mark.parametrize("size", [(1, 1), (17, 33), (64, 64)])
@@ -127,7 +127,7 @@ def test_jpeg_decoder_is_reused_across_images():
     for data in datas + [bad] + datas:
         if data is bad:
             with pytest.raises(_core.DataError):
-                _core.decode_image(data)
+                chute_testing.decode_image(data)
         else:
             assert_same_as_pillow(data)
 
@@ -147,7 +147,7 @@ def test_decoding_from_many_threads_matches_serial():
     def run(item):
         data, mode = item
         try:
-            return _core.decode_image(data, mode)
+            return chute_testing.decode_image(data, mode)
         except _core.DataError:
             return None
 
@@ -327,11 +327,11 @@ def test_hand_written_png_matches_pillow(data):
 def test_png_16bit_keeps_high_byte_and_gray16_clips():
     # Pillow's documented-by-behaviour rules that the decoder reproduces.
     rgb16 = np.array([[[0x1280, 0x34FF, 0xFF01], [0x0001, 0x00FF, 0xFFF0]]])
-    assert _core.decode_image(make_png(rgb16, 2, 16)).tolist() == [
+    assert chute_testing.decode_image(make_png(rgb16, 2, 16)).tolist() == [
         [[0x12, 0x34, 0xFF], [0, 0, 0xFF]]
     ]
     gray16 = np.array([[0, 100, 255, 256, 1000, 65535]])
-    assert _core.decode_image(make_png(gray16, 0, 16), "l").tolist() == [
+    assert chute_testing.decode_image(make_png(gray16, 0, 16), "l").tolist() == [
         [0, 100, 255, 255, 255, 255]
     ]
 
@@ -368,8 +368,8 @@ def test_truncated_jpeg_raises(progressive, fraction):
     # Pillow refuses all of these too ("image file is truncated").
     with pytest.raises(OSError):
         pil_decode(truncated, "RGB")
-    assert_data_error(_core.decode_image, truncated, "rgb")
-    assert_data_error(_core.decode_image, truncated, "l")
+    assert_data_error(chute_testing.decode_image, truncated, "rgb")
+    assert_data_error(chute_testing.decode_image, truncated, "l")
 
 
 def find_marker(data, marker):
@@ -384,18 +384,18 @@ def test_corrupt_jpeg_raises():
     # rest with gray ("premature end of data segment"); we refuse.
     mid = (sos + len(data)) // 2
     cut_scan = data[:mid] + b"\xff\xd9" + data[mid:]
-    assert_data_error(_core.decode_image, cut_scan, match="Corrupt JPEG data")
+    assert_data_error(chute_testing.decode_image, cut_scan, match="Corrupt JPEG data")
     # Broken frame header: zero components.
     sof = find_marker(data, 0xC0)
     bad_sof = bytearray(data)
     bad_sof[sof + 9] = 0
-    assert_data_error(_core.decode_image, bytes(bad_sof))
+    assert_data_error(chute_testing.decode_image, bytes(bad_sof))
     assert_data_error(_core.probe_image, bytes(bad_sof))
     # Garbage instead of the Huffman tables.
     dht = find_marker(data, 0xC4)
     bad_dht = bytearray(data)
     bad_dht[dht + 4 : dht + 40] = b"\xff" * 36
-    assert_data_error(_core.decode_image, bytes(bad_dht))
+    assert_data_error(chute_testing.decode_image, bytes(bad_dht))
 
 
 def test_entropy_only_decode_loop_reads_whole_jpegs_and_refuses_others():
@@ -419,23 +419,23 @@ def test_corrupt_png_raises():
     idat_len = struct.unpack(">I", data[idat - 4 : idat])[0]
     bad = bytearray(data)
     bad[idat + 4 + idat_len] ^= 0xFF  # the stored CRC no longer matches
-    assert_data_error(_core.decode_image, bytes(bad), "rgb", match="CRC")
+    assert_data_error(chute_testing.decode_image, bytes(bad), "rgb", match="CRC")
     bad = bytearray(data)
     bad[idat + 10] ^= 0xFF  # payload changes: zlib or the CRC check refuses it
-    assert_data_error(_core.decode_image, bytes(bad), "rgb")
+    assert_data_error(chute_testing.decode_image, bytes(bad), "rgb")
     bad_ihdr = bytearray(data)
     bad_ihdr[16] ^= 0x01  # width, under the IHDR CRC
-    assert_data_error(_core.decode_image, bytes(bad_ihdr), "rgb")
+    assert_data_error(chute_testing.decode_image, bytes(bad_ihdr), "rgb")
     assert_data_error(_core.probe_image, bytes(bad_ihdr))
     for cut in (8, 20, 40, len(data) // 2, len(data) - 20):
-        assert_data_error(_core.decode_image, data[:cut], "rgb")
+        assert_data_error(chute_testing.decode_image, data[:cut], "rgb")
     # A bad CRC on an ancillary chunk: Pillow refuses it, so do we.
     text = bytearray(png_chunk(b"tEXt", b"k\x00v"))
     text[-1] ^= 0xFF
     with_text = data[:33] + bytes(text) + data[33:]
     with pytest.raises(OSError):  # "broken PNG file", surfaced as UnidentifiedImageError
         pil_decode(with_text, "RGB")
-    assert_data_error(_core.decode_image, with_text, "rgb")
+    assert_data_error(chute_testing.decode_image, with_text, "rgb")
 
 
 @pytest.mark.parametrize(
@@ -450,7 +450,7 @@ def test_corrupt_png_raises():
     ],
 )
 def test_non_image_bytes_raise(data):
-    assert_data_error(_core.decode_image, data, "rgb")
+    assert_data_error(chute_testing.decode_image, data, "rgb")
     assert_data_error(_core.probe_image, data)
 
 
@@ -468,14 +468,14 @@ def png_with_size(height, width):
 @pytest.mark.parametrize("make", [jpeg_with_size, png_with_size])
 def test_image_size_limits(make):
     assert_data_error(_core.probe_image, make(0, 0))
-    assert_data_error(_core.decode_image, make(0, 0), "rgb")
+    assert_data_error(chute_testing.decode_image, make(0, 0), "rgb")
     assert_data_error(_core.probe_image, make(60000, 60000), match="limit")
-    assert_data_error(_core.decode_image, make(60000, 60000), "rgb", match="limit")
+    assert_data_error(chute_testing.decode_image, make(60000, 60000), "rgb", match="limit")
 
 
 def test_bad_mode_is_usage_error():
     with pytest.raises(ValueError):
-        _core.decode_image(sample_png(), "cmyk")
+        chute_testing.decode_image(sample_png(), "cmyk")
 
 
 # ---------------------------------------------------------------- npy
@@ -715,14 +715,14 @@ def test_bad_label_raises(data):
 def test_resize_constant_stays_constant(channels, src, dst, crop):
     shape = src if channels == 1 else (*src, channels)
     img = np.full(shape, 173, np.uint8)
-    out = _core.transform_image(img, dst[0], dst[1], crop=crop)
+    out = chute_testing.transform_image(img, dst[0], dst[1], crop=crop)
     assert out.shape == (dst if channels == 1 else (*dst, channels))
     assert (out == 173).all()
 
 
 def test_downscale_checkerboard_is_mid_gray():
     board = ((np.indices((64, 64)).sum(0) % 2) * 255).astype(np.uint8)
-    out = _core.transform_image(board, 32, 32, crop="none").astype(np.float64)
+    out = chute_testing.transform_image(board, 32, 32, crop="none").astype(np.float64)
     # Interior pixels average two light and two dark input pixels per axis.
     # The border pixels lose the filter tap that falls outside the image (the
     # weights are renormalized, as Pillow does), so they are checked looser.
@@ -734,25 +734,25 @@ def test_downscale_checkerboard_is_mid_gray():
 def test_resize_gradient_is_monotonic():
     ramp = np.tile(np.arange(0, 256, 4, dtype=np.uint8), (8, 1))
     for width in (16, 100):
-        out = _core.transform_image(ramp, 8, width, crop="none").astype(int)
+        out = chute_testing.transform_image(ramp, 8, width, crop="none").astype(int)
         assert (np.diff(out, axis=1) >= 0).all()
 
 
 def test_crop_flip_layout_and_float():
     img = noise(10, 12, 3, seed=9)
     # 10x12 to 10x10 covers without resizing, then a center crop.
-    out = _core.transform_image(img, 10, 10, crop="center")
+    out = chute_testing.transform_image(img, 10, 10, crop="center")
     assert np.array_equal(out, img[:, 1:11])
-    out = _core.transform_image(img, 10, 10, crop="center", flip=True)
+    out = chute_testing.transform_image(img, 10, 10, crop="center", flip=True)
     assert np.array_equal(out, img[:, 1:11][:, ::-1])
-    out = _core.transform_image(img, 0, 0, crop="none", chw=True)
+    out = chute_testing.transform_image(img, 0, 0, crop="none", chw=True)
     assert np.array_equal(out, img.transpose(2, 0, 1))
-    out = _core.transform_image(img, 0, 0, crop="none", flip=True, chw=True, to_float=True)
+    out = chute_testing.transform_image(img, 0, 0, crop="none", flip=True, chw=True, to_float=True)
     expected = img[:, ::-1].transpose(2, 0, 1).astype("f") / 255.0  # webdataset's formula
     assert out.dtype == np.float32
     assert np.array_equal(out.view(np.uint32), np.ascontiguousarray(expected).view(np.uint32))
     every = np.arange(256, dtype=np.uint8).reshape(16, 16)
-    got = _core.transform_image(every, 0, 0, crop="none", to_float=True)
+    got = chute_testing.transform_image(every, 0, 0, crop="none", to_float=True)
     assert np.array_equal(got.view(np.uint32), (every.astype("f") / 255.0).view(np.uint32))
 
 
@@ -761,12 +761,12 @@ def test_chw_split_every_width(width):
     # The plane split runs 32, then 16 pixels at a time, then one by one:
     # widths around those steps exercise every tail.
     img = noise(3, width, 3, seed=width)
-    out = _core.transform_image(img, 0, 0, crop="none", chw=True)
+    out = chute_testing.transform_image(img, 0, 0, crop="none", chw=True)
     assert np.array_equal(out, img.transpose(2, 0, 1))
 
 
 def test_center_crop_after_cover_resize():
     img = np.full((40, 80, 3), 9, np.uint8)
-    out = _core.transform_image(img, 20, 20, crop="center")
+    out = chute_testing.transform_image(img, 20, 20, crop="center")
     assert out.shape == (20, 20, 3)
     assert (out == 9).all()

@@ -17,6 +17,7 @@ from typing import Any
 
 import chute
 import chute.wds as cwds
+import chute_testing
 import numpy as np
 import pytest
 from chute import _core
@@ -190,7 +191,7 @@ def test_error_texts_have_no_empty_fields(tmp_path: Path) -> None:
         assert not EMPTY_FIELD.search(message), (name, message)
     # The decoders called on their own, without a place, start with their words.
     for call in (
-        lambda: _core.decode_image(b"\xff\xd8\xff" + bytes(64), "rgb", ""),
+        lambda: chute_testing.decode_image(b"\xff\xd8\xff" + bytes(64), "rgb", ""),
         lambda: _core.decode_npy(b"\x93NUMPY\x01\x00", ""),
         lambda: _core.parse_int_label(b"x", ""),
     ):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -60,7 +61,9 @@ def test_test_only_entry_points_stay_out_of_the_package():
     from chute import _core
 
     test_only = [name for name in dir(chute_testing) if not name.startswith("_")]
-    assert "resize" in test_only and "mapped_read" in test_only
+    assert {"resize", "mapped_read", "decode_image", "transform_image", "memcpy_windows"} <= set(
+        test_only
+    )
     for name in test_only:
         assert not hasattr(_core, name) and not hasattr(_core, "_" + name), name
     testing_file = Path(chute_testing.__file__).resolve()
@@ -70,6 +73,26 @@ def test_test_only_entry_points_stay_out_of_the_package():
     compiled = Path(_core.__file__).resolve().read_bytes()
     assert b"testing_module.cc" in testing_file.read_bytes()
     assert b"testing_module.cc" not in compiled and b"testing_image.cc" not in compiled
+
+
+def test_every_core_function_has_a_caller_in_the_package():
+    # A function that only tests, benchmarks or fuzzers call belongs in
+    # chute_testing. _close_live_engines is registered with atexit by _core.
+    from chute import _core
+
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py"))
+    functions = [
+        name
+        for name in dir(_core)
+        if type(getattr(_core, name)).__name__ == "builtin_function_or_method"
+    ]
+    assert "read_tar_samples" in functions
+    unused = [
+        name
+        for name in functions
+        if name != "_close_live_engines" and not re.search(rf"\b{name}\b", sources)
+    ]
+    assert unused == []
 
 
 @pytest.mark.skipif(not INSTALLED, reason="CI mode only: the files the wheel installed")

@@ -110,7 +110,7 @@ def test_webdataset_tarwriter_pax(tmp_path):
     ours = assert_same_as_webdataset(path)
     assert len(ours) == 40
     assert ours[3] == ("dir/sample00003", payloads[3])
-    members = _core.list_tar_members(str(path))
+    members = [(n, h, s) for n, h, _, s, _, _ in _core.list_tar_payloads(str(path))]
     assert len(members) == 120
     with tarfile.open(path) as tf:
         infos = tf.getmembers()
@@ -315,7 +315,7 @@ def test_gnu_tar_sparse_files_fifos_links_and_devices(tmp_path, fmt, sparse_vers
 def test_truncated_at_every_header_boundary_and_mid_member(tmp_path):
     good = simple_shard(tmp_path, n=4)
     data = good.read_bytes()
-    headers = [off for _, off, _ in _core.list_tar_members(str(good))]
+    headers = [m[1] for m in _core.list_tar_payloads(str(good))]
     end_of_members = headers[-1] + 512 + 512  # last member: header + one data block
     cuts = {("header", h) for h in headers[1:]}  # EOF on a boundary: a clean end, not an error
     cuts |= {("mid-header", h + 100) for h in headers}
@@ -341,7 +341,7 @@ def test_truncated_at_every_header_boundary_and_mid_member(tmp_path):
 def test_bad_checksum(tmp_path):
     good = simple_shard(tmp_path)
     data = bytearray(good.read_bytes())
-    second = _core.list_tar_members(str(good))[1][1]
+    second = _core.list_tar_payloads(str(good))[1][1]
     data[second + 10] ^= 0x01  # inside the name field
     path = tmp_path / "badsum.tar"
     path.write_bytes(bytes(data))
@@ -389,7 +389,7 @@ def test_end_of_archive_only(tmp_path):
 def test_duplicate_extension(tmp_path):
     path = tmp_path / "dup.tar"
     write_tarfile(path, [("a.txt", b"1"), ("a.cls", b"2"), ("a.TXT", b"3")])
-    offset = _core.list_tar_members(str(path))[2][1]
+    offset = _core.list_tar_payloads(str(path))[2][1]
     with pytest.raises(DataError, match="duplicate file name") as ei:
         _core.read_tar_samples(str(path))
     check_error_names(ei.value, str(path), offset)

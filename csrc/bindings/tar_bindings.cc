@@ -98,7 +98,7 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples) {
 // (the last one's payload may lie past it), and no error.
 std::vector<TarMember> read_members(const std::string& url, const std::string& cache_dir,
                                     double pipe_timeout_s, const Source& source,
-                                    bool until_error = false) {
+                                    bool until_error) {
   py::gil_scoped_release release;
   std::vector<TarMember> members;
   try {
@@ -111,20 +111,12 @@ std::vector<TarMember> read_members(const std::string& url, const std::string& c
   return members;
 }
 
-py::list list_tar_members(const std::string& url, const std::string& cache_dir,
-                          double pipe_timeout_s, const Source& source) {
-  py::list result;
-  for (const TarMember& m : read_members(url, cache_dir, pipe_timeout_s, source)) {
-    result.append(py::make_tuple(name_text(m.name), m.header_offset, m.size));
-  }
-  return result;
-}
-
-// Like list_tar_members, plus where each payload starts (what a sidecar
-// index needs to read a member with one pread: PAX/GNU extension headers
-// make the distance from header to payload variable; None when the payload
-// is not one range: a sparse file) and the member's key and extension by the
-// reader's rule (None for members it skips).
+// Every regular-file member: its name, header offset and size, where its
+// payload starts (what a sidecar index needs to read a member with one
+// pread: PAX/GNU extension headers make the distance from header to payload
+// variable; None when the payload is not one range: a sparse file) and the
+// member's key and extension by the reader's rule (None for members it
+// skips).
 py::list list_tar_payloads(const std::string& url, const std::string& cache_dir,
                            double pipe_timeout_s, const Source& source, bool until_error) {
   py::list result;
@@ -250,10 +242,9 @@ void register_tar(py::module_& m) {
         py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         "Reads a tar shard with the engine's reader: [(key, {extension: payload}, offset)].");
   m.def("read_tar_bytes", &read_tar_bytes, py::arg("data"), py::arg("name") = "<bytes>",
-        "read_tar_samples for a shard held in memory (`name` stands for it in errors).");
-  m.def("list_tar_members", &list_tar_members, py::arg("url"), py::arg("cache_dir") = "",
-        py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
-        "Regular-file members of a tar shard: [(name, header offset, size)].");
+        "read_tar_samples for a shard held in memory (`name` stands for it in errors): "
+        "tokenize_shards reads a gzip-compressed shard so, and the fuzzer drives the parser "
+        "without a file per input.");
   m.def("list_tar_payloads", &list_tar_payloads, py::arg("url"), py::arg("cache_dir") = "",
         py::arg("pipe_timeout_s") = 0.0, py::arg("source") = py::none(),
         py::arg("until_error") = false,

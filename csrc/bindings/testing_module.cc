@@ -6,6 +6,7 @@
 // are raised as chute._core's classes (DataError, ReadError, ...), whose
 // translator _core registers for every module built with the same pybind11.
 #include <fcntl.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include "decode/jpeg_decoder.h"
 #include "io/mapped_region.h"
 #include "io/unique_fd.h"
+#include "tokens/token_file.h"
 
 namespace py = pybind11;
 
@@ -89,6 +92,31 @@ py::bytes mapped_read_py(const std::string& path, uint64_t offset, size_t size) 
   return py::bytes(out);
 }
 
+// Copies the windows of `window_bytes` at `starts` (byte offsets) of a
+// token file into one reused batch buffer of `batch` windows, on this
+// thread, with the GIL released; returns the seconds taken. The token
+// benchmark's limit: the bytes of the same windows moved by memcpy alone.
+double memcpy_windows_py(const std::shared_ptr<TokenFile>& file,
+                      const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& starts,
+                      int64_t window_bytes, int64_t batch) {
+  CHUTE_CHECK(window_bytes > 0 && batch > 0, kUsage, "window_bytes and batch must be positive");
+  const int64_t* at = starts.data();
+  const auto n = static_cast<size_t>(starts.size());
+  for (size_t i = 0; i < n; ++i) {
+    CHUTE_CHECK(at[i] >= 0 && static_cast<uint64_t>(at[i] + window_bytes) <= file->size(), kUsage,
+                "window at byte " << at[i] << " is past the end of '" << file->path() << "'");
+  }
+  py::gil_scoped_release release;
+  std::vector<uint8_t> out(static_cast<size_t>(window_bytes * batch));
+  const uint8_t* data = file->data();
+  const auto begin = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(out.data() + (i % static_cast<size_t>(batch)) * static_cast<size_t>(window_bytes),
+                data + at[i], static_cast<size_t>(window_bytes));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
 }  // namespace
 }  // namespace chute::bindings
 
@@ -108,4 +136,8 @@ PYBIND11_MODULE(chute_testing, m) {
         "Bytes [offset, offset + size) of a file copied through the guarded mapping path that "
         "contiguous HDF5 rows take; a range past the end of the file raises ReadError instead "
         "of killing the process with SIGBUS.");
+  m.def("memcpy_windows", &bindings::memcpy_windows_py, py::arg("file"), py::arg("starts"),
+        py::arg("window_bytes"), py::arg("batch"),
+        "Seconds to memcpy the windows at byte offsets `starts` of `file` into one reused "
+        "buffer of `batch` windows, on one thread (the token benchmark's limit).");
 }

@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RemoteScheme', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_image', 'decode_npy', 'list_tar_members', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest', 'transform_image']
+__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RemoteScheme', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_npy', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -1225,10 +1225,6 @@ def _map_file(path: str) -> _MappedFile:
     """
     The file mapped whole, or None when it is empty or cannot be mapped (too many at once).
     """
-def _memcpy_windows(file: TokenFile, starts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], window_bytes: typing.SupportsInt | typing.SupportsIndex, batch: typing.SupportsInt | typing.SupportsIndex) -> float:
-    """
-    Seconds to memcpy the windows at byte offsets `starts` of `file` into one reused buffer of `batch` windows, on one thread (the token benchmark's limit).
-    """
 def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
     """
     The errors of the samples the engine skipped since the last call, oldest first, as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
@@ -1237,17 +1233,9 @@ def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.Supp
     """
     Samples of a tar shard as the engine delivers them: {'samples': before the first error, 'samples_skipping': delivered under a handler that goes on, 'samples_lost': lost under it, 'errors': the messages}.
     """
-def decode_image(data: bytes, mode: str = 'rgb', where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
-    """
-    Decode a JPEG, PNG or WebP (chosen by magic bytes) to uint8 HxWx3 ('rgb') or HxW ('l'), pixel-identical to PIL's Image.open(...).convert('RGB' / 'L').
-    """
 def decode_npy(data: bytes, where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
     Decode .npy bytes to a C-contiguous array as np.load reads them (the numeric dtypes in native byte order).
-    """
-def list_tar_members(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> list[tuple[str, int, int]]:
-    """
-    Regular-file members of a tar shard: [(name, header offset, size)].
     """
 def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None, until_error: bool = False) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
     """
@@ -1279,7 +1267,7 @@ def read_remote_tar(url: str, queue: FetchQueue, cache_dir: str = '', cache_limi
     """
 def read_tar_bytes(data: bytes, name: str = '<bytes>') -> list[typing.Any]:
     """
-    read_tar_samples for a shard held in memory (`name` stands for it in errors).
+    read_tar_samples for a shard held in memory (`name` stands for it in errors): tokenize_shards reads a gzip-compressed shard so, and the fuzzer drives the parser without a file per input.
     """
 def read_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> list[tuple[str, dict[str, bytes], int]]:
     """
@@ -1312,8 +1300,4 @@ def tar_cache_file_name(url: str) -> str:
 def tar_headers_digest(url: str, header_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], payload_offsets: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], size: typing.SupportsInt | typing.SupportsIndex, version: str = '', remote: FetchQueue | None = None) -> str:
     """
     The header digest of a tar shard as scan_tar_index gives it, read at the members' header offsets (up to each payload offset) in one batch of ranged requests: through the FetchQueue `remote` for a remote url, else from the local file. The shard must have `size` bytes (and `version`, when given) or DataError is raised.
-    """
-def transform_image(hwc: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], out_h: typing.SupportsInt | typing.SupportsIndex, out_w: typing.SupportsInt | typing.SupportsIndex, crop: str = 'center', flip: bool = False, chw: bool = False, to_float: bool = False) -> numpy.typing.NDArray[typing.Any]:
-    """
-    Resize/crop/flip/layout one uint8 image as the engine does.
     """
