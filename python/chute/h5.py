@@ -30,7 +30,6 @@ open.
 from __future__ import annotations
 
 import errno
-import glob
 import hashlib
 import os
 import warnings
@@ -45,19 +44,12 @@ from chute import _core
 from chute.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import (
-    cached_copy,
-    expand_remote_globs,
-    is_remote_glob,
-    merge_options,
-)
+from chute.remote.datasets import cached_copy, expand_file_patterns, merge_options
 
 # 256 MiB holds the decompressed chunks of a typical working set (e.g. 200k
 # rows of 64 float32 is 51 MB) so a shuffled epoch inflates each chunk once;
 # it is an upper bound, not an allocation, and is shared by all fields.
 DEFAULT_CHUNK_CACHE_BYTES = 256 << 20
-
-_GLOB_CHARS = set("*?[")
 
 
 class ChuteSlowPathWarning(UserWarning):
@@ -71,8 +63,8 @@ class H5Dataset(IndexedDataset):
     """Map-style rows of HDF5 datasets, concatenated over files in file order.
 
     Args:
-        files: a path, a glob pattern, or a list of paths. A pattern expands
-            to its matches in sorted order.
+        files: a path, a brace pattern (``"part-{0..3}.h5"``, as for tar
+            shards), a glob (its matches in sorted order), or a list of these.
         fields: output name → dataset path inside each file
             (`{"voxels": "betas"}`), or a list of dataset paths used as names.
         chunk_cache_bytes: bound of the decompressed-chunk cache shared by
@@ -399,22 +391,10 @@ def _identity(
 
 
 def _expand_files(files: PathLike | Sequence[PathLike], remote: RemoteOptions) -> list[str]:
-    items = [files] if isinstance(files, str | os.PathLike) else list(files)
-    paths: list[str] = []
-    for item in items:
-        text = os.fspath(item)
-        if is_remote_url(text):
-            paths.extend(expand_remote_globs([text], remote) if is_remote_glob(text) else [text])
-            continue
-        if _GLOB_CHARS & set(text) and not os.path.exists(text):
-            matches = sorted(glob.glob(text))
-            if not matches:
-                raise FileNotFoundError(errno.ENOENT, "no HDF5 file matches the pattern", text)
-            paths.extend(matches)
-        else:
-            if not os.path.isfile(text):
-                raise FileNotFoundError(errno.ENOENT, "HDF5 file not found", text)
-            paths.append(text)
+    paths = expand_file_patterns(files, remote, "HDF5 file")
+    for path in paths:
+        if not is_remote_url(path) and not os.path.isfile(path):
+            raise FileNotFoundError(errno.ENOENT, "HDF5 file not found", path)
     if not paths:
         raise ValueError("H5Dataset needs at least one file")
     return [p if is_remote_url(p) else str(Path(p).resolve()) for p in paths]

@@ -23,7 +23,6 @@ collation torch's default, written straight into the batch's tensors.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -51,8 +50,8 @@ from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.pinning import pin_hooks
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar_index
-from chute.shards import expand_urls, local_path, remote_scheme_list
+from chute.remote.datasets import expand_file_patterns, merge_options, remote_tar_index
+from chute.shards import local_path, remote_scheme_list
 from chute.tarcolumns import concatenate_indexes
 from chute.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers
@@ -61,8 +60,6 @@ from chute.wds.fluent import Fluent
 from chute.wds.native import ErrorHandlers, field_plan
 from chute.wds.prefix import MEMBER, OutputField
 from chute.wds.stages import PythonRun, Stage
-
-_GLOB_CHARS = set("*?[")
 
 FieldsSpec = str | Sequence[str] | Mapping[str, str] | None
 DecodeSpec = str | Sequence[str | Callable[[str, bytes], Any]] | None
@@ -132,7 +129,7 @@ class TarDataset(IndexedDataset):
         **decode_options: Any,
     ) -> None:
         self._remote = merge_options(remote, storage_options=storage_options)
-        self.urls = expand_remote_globs(_expand(urls), self._remote)
+        self.urls = expand_file_patterns(urls, self._remote, "shard")
         if not self.urls:
             raise ValueError("TarDataset: no shards given")
         self._paths = []
@@ -540,20 +537,6 @@ class TarDataset(IndexedDataset):
 def _is_torch_image(f: OutputField) -> bool:
     native = f.native
     return native is not None and native.decoder == _core.FieldDecoder.IMAGE and native.as_torch
-
-
-def _expand(urls: str | Sequence[str]) -> list[str]:
-    """Brace patterns and ``::`` groups as WebDataset expands them; globs sorted."""
-    out: list[str] = []
-    for url in expand_urls(urls):
-        if _GLOB_CHARS & set(url) and local_path(url) is not None:
-            matches = sorted(glob.glob(local_path(url) or url))
-            if not matches:
-                raise FileNotFoundError(2, "no shard matches the pattern", url)
-            out.extend(matches)
-        else:
-            out.append(url)
-    return out
 
 
 class _Recorder(Fluent):
