@@ -26,6 +26,7 @@ LISTING_FILES = [
     "docs/usage.md",
     "docs/errors.md",
     "python/chute/h5.py",
+    "python/chute/parquet.py",
     "python/chute/tardataset.py",
     "python/chute/wds/dataset.py",
     "python/chute/remote/__init__.py",

@@ -1,6 +1,6 @@
-// chute_testing's entry points to the image kernels (resampler, region
-// decode, crop parameters): what the tests and benchmarks drive one image at
-// a time. The engine calls the kernels natively. Every call releases the GIL
+// chute_testing's entry points to the image decoders and kernels (whole
+// and region decode, resampler, crop parameters): what the tests, the fuzzer
+// and the benchmarks drive one image at a time. The engine calls the kernels natively. Every call releases the GIL
 // around the native work.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
