@@ -115,6 +115,18 @@ py::array make_output(const OutputFormat& format, int channels, int out_h, int o
   return py::array();
 }
 
+// Where the resampler writes an out_h x out_w image: into `out`, in `format`.
+ResampleOutput output_into(py::array& out, int out_h, int out_w, bool flip,
+                           const OutputFormat& format) {
+  ResampleOutput target;
+  target.height = out_h;
+  target.width = out_w;
+  target.flip = flip;
+  target.format = &format;
+  target.data = out.mutable_data();
+  return target;
+}
+
 // The area from the optional crop window and box: a crop alone is
 // crop-then-resize; a box reads the region (the crop, else the whole image).
 SourceArea make_area(int h, int w, const std::optional<WindowTuple>& crop,
@@ -142,12 +154,7 @@ py::array resize_py(const U8Array& image, int out_h, int out_w,
   const OutputFormat format = make_format(c, layout, dtype, mean, std);
   const SourceArea area = make_area(h, w, crop, box);
   py::array out = make_output(format, c, out_h, out_w);
-  ResampleOutput target;
-  target.height = out_h;
-  target.width = out_w;
-  target.flip = flip;
-  target.format = &format;
-  target.data = out.mutable_data();
+  ResampleOutput target = output_into(out, out_h, out_w, flip, format);
   target.simd = parse_simd(simd);
   target.order = parse_order(order);
   const uint8_t* src = image.data();
@@ -190,12 +197,7 @@ py::tuple decode_resampled_py(const py::bytes& data, int out_h, int out_w,
   }
   const SourceArea area = make_area(info.height, info.width, crop, box);
   py::array out = make_output(format, c, out_h, out_w);
-  ResampleOutput target;
-  target.height = out_h;
-  target.width = out_w;
-  target.flip = flip;
-  target.format = &format;
-  target.data = out.mutable_data();
+  ResampleOutput target = output_into(out, out_h, out_w, flip, format);
   target.simd = parse_simd(simd);
   target.order = parse_order(order);
   RegionDecodeInfo result;
@@ -315,12 +317,7 @@ py::array transform_image_py(
   }
   py::array out = to_float ? py::array(py::dtype::of<float>(), shape)
                            : py::array(py::dtype::of<uint8_t>(), shape);
-  ResampleOutput target;
-  target.height = oh;
-  target.width = ow;
-  target.flip = flip;
-  target.format = &format;
-  target.data = out.mutable_data();
+  const ResampleOutput target = output_into(out, oh, ow, flip, format);
   const uint8_t* src = hwc.data();
   {
     py::gil_scoped_release release;
