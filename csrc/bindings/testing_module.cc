@@ -96,9 +96,10 @@ py::bytes mapped_read_py(const std::string& path, uint64_t offset, size_t size) 
 // token file into one reused batch buffer of `batch` windows, on this
 // thread, with the GIL released; returns the seconds taken. The token
 // benchmark's limit: the bytes of the same windows moved by memcpy alone.
-double memcpy_windows_py(const std::shared_ptr<TokenFile>& file,
-                      const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& starts,
-                      int64_t window_bytes, int64_t batch) {
+double memcpy_windows_py(
+    const std::shared_ptr<TokenFile>& file,
+    const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& starts,
+    int64_t window_bytes, int64_t batch) {
   CHUTE_CHECK(window_bytes > 0 && batch > 0, kUsage, "window_bytes and batch must be positive");
   const int64_t* at = starts.data();
   const auto n = static_cast<size_t>(starts.size());
