@@ -22,6 +22,8 @@ import sys
 # Run against the work tree (scripts/dev_build.sh links _core into python/chute).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
+# The test-only module (the whole decode); dev_build.sh links it into python/ too.
+import chute_testing  # noqa: E402, F401
 from chute import _core  # noqa: E402
 
 ALLOWED: tuple[type[BaseException], ...] = (

@@ -7,8 +7,7 @@ from __future__ import annotations
 import sys
 
 import atheris
-import chute_testing
-from common import ALLOWED, _core  # not instrumented: see common.py
+from common import ALLOWED, _core, chute_testing  # not instrumented: see common.py
 
 # Decoding a large declared size is legal but slow; the fuzzer should spend
 # its time on parsing, so inputs that probe larger than this are not decoded.
