@@ -69,6 +69,10 @@ DEFAULT_CACHE_BYTES = 1 << 30
 DEFAULT_READAHEAD = 8
 # Column chunks of one row group closer than this are fetched with one request.
 _MERGE_GAP = 1 << 20
+# Threads reading row groups: a local one is parsed as it is read; a remote
+# one waits on the network first, so more are read at once.
+_LOCAL_READERS = 4
+_REMOTE_READERS = 16
 
 DecodeSpec = str | Mapping[str, str] | None
 FillValue = int | float | bool
@@ -200,6 +204,9 @@ class ParquetDataset(IndexedDataset):
         self.urls = expand_file_patterns(urls, self._remote, "Parquet file")
         if not self.urls:
             raise ValueError("ParquetDataset: no files given")
+        # Each remote file's ranged reader (its HEAD sent), one per process,
+        # shared by the threads that read its row groups.
+        self._open_ranges: dict[str, Any] = {}
         with ThreadPoolExecutor(max_workers=min(16, len(self.urls))) as pool:
             self._files: list[_File] = list(pool.map(self._describe, self.urls))
         schema = self._files[0].metadata.schema.to_arrow_schema()
@@ -268,6 +275,7 @@ class ParquetDataset(IndexedDataset):
             except (OSError, ValueError) as e:
                 raise EngineDataError(f"'{url}' is not a readable Parquet file: {e}") from e
             size, version, path = int(ranges.size), str(ranges.version), url
+            self._open_ranges[url] = ranges
         else:
             path = local_path(url) or ""
             if not path:
@@ -286,6 +294,26 @@ class ParquetDataset(IndexedDataset):
             json.dumps(metadata.to_dict(), sort_keys=True, default=str).encode()
         ).hexdigest()[:16]
         return _File(url, path, size, version, metadata, digest)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_open_ranges"] = {}  # native readers: a process opens its own
+        return state
+
+    def remote_ranges(self, f: _File) -> Any:
+        """This process's ranged reader of remote file `f` (opened once,
+        checked against the size and version `f` was opened with)."""
+        with _ranges_lock:
+            ranges = self._open_ranges.get(f.path)
+            if ranges is None:
+                ranges = get_session(self._remote).ranges(f.path)
+                self._open_ranges[f.path] = ranges
+        if str(ranges.version) != f.version or int(ranges.size) != f.size:
+            raise EngineReadError(
+                f"'{f.url}' changed since it was opened (size {f.size}, version "
+                f"{f.version!r}; now {int(ranges.size)}, {str(ranges.version)!r})"
+            )
+        return ranges
 
     def _decoded_columns(self, pa: Any, decode: DecodeSpec) -> dict[str, str]:
         """The columns the engine decodes, each with its image spec."""
@@ -791,7 +819,8 @@ class _RowGroups:
     def __init__(self, dataset: ParquetDataset, source: Any) -> None:
         self._dataset = dataset
         self._source = source
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chute-parquet")
+        readers = _REMOTE_READERS if dataset.reads_remote() else _LOCAL_READERS
+        self._pool = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="chute-parquet")
         self._lock = threading.Lock()
         self._loading: dict[int, Future[tuple[Any, int]]] = {}
         self._tables: OrderedDict[int, tuple[Any, int]] = OrderedDict()  # block -> (table, bytes)
@@ -892,6 +921,7 @@ class _RowGroups:
 
 
 _readers = threading.local()
+_ranges_lock = threading.Lock()
 
 
 def _reader(dataset: ParquetDataset, f: _File) -> Any:
@@ -940,13 +970,13 @@ class _ReadOnlyFile:
     def readable(self) -> bool:
         return True
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int = -1) -> bytes | memoryview:
         end = self._size if n < 0 else min(self._size, self._pos + n)
         data = self._bytes(self._pos, end) if end > self._pos else b""
         self._pos = max(self._pos, end)
         return data
 
-    def _bytes(self, start: int, end: int) -> bytes:
+    def _bytes(self, start: int, end: int) -> bytes | memoryview:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -978,10 +1008,10 @@ class _Spans(_ReadOnlyFile):
         super().__init__(url, size)
         self._spans = spans
 
-    def _bytes(self, start: int, end: int) -> bytes:
+    def _bytes(self, start: int, end: int) -> memoryview:
         for at, data in self._spans:
             if at <= start and end <= at + len(data):
-                return data[start - at : end - at]
+                return memoryview(data)[start - at : end - at]
         raise OSError(f"'{self.name}': bytes [{start}, {end}) were not fetched")
 
 
@@ -1005,12 +1035,7 @@ class _RemoteReader:
                 self._held = held
                 self._local = pq.ParquetFile(copy["path"], metadata=f.metadata)
         if self._local is None:
-            self._ranges = session.ranges(f.path)
-            if str(self._ranges.version) != f.version or int(self._ranges.size) != f.size:
-                raise EngineReadError(
-                    f"'{f.url}' changed since it was opened (size {f.size}, version "
-                    f"{f.version!r}; now {int(self._ranges.size)}, {str(self._ranges.version)!r})"
-                )
+            self._ranges = dataset.remote_ranges(f)
 
     def read_row_group(self, group: int, columns: list[str]) -> Any:
         if self._local is not None:
