@@ -29,7 +29,8 @@ Remote files (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://``,
 globs on buckets; ``pip install 'chute[remote]'``) are read through chute's
 storage layer: the footer with ranged reads at open, then for each row group
 only the byte ranges of the asked-for column chunks (neighbours merged into
-one request), on the same thread pool, ahead of the batches. With a
+one request), on a larger pool than local files get (a remote row group
+waits on the network before it is parsed), ahead of the batches. With a
 ``cache_dir`` each file is downloaded once into the node's cache and read as
 a local file.
 """
@@ -204,9 +205,13 @@ class ParquetDataset(IndexedDataset):
         self.urls = expand_file_patterns(urls, self._remote, "Parquet file")
         if not self.urls:
             raise ValueError("ParquetDataset: no files given")
-        # Each remote file's ranged reader (its HEAD sent), one per process,
-        # shared by the threads that read its row groups.
+        # Each remote file's ranged reader (its HEAD sent) or node-cache copy
+        # (path, or None when it cannot be cached), one per process, shared
+        # by the threads that read its row groups.
         self._open_ranges: dict[str, Any] = {}
+        self._copies: dict[str, str | None] = {}
+        self._held_copies: list[Any] = []  # open cache entries: not evicted
+        self._opening: dict[str, threading.Lock] = {}
         with ThreadPoolExecutor(max_workers=min(16, len(self.urls))) as pool:
             self._files: list[_File] = list(pool.map(self._describe, self.urls))
         schema = self._files[0].metadata.schema.to_arrow_schema()
@@ -297,8 +302,22 @@ class ParquetDataset(IndexedDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_open_ranges"] = {}  # native readers: a process opens its own
+        # Native readers and locks: a process opens its own.
+        state.update(_open_ranges={}, _copies={}, _held_copies=[], _opening={})
         return state
+
+    def remote_copy(self, f: _File) -> str | None:
+        """The node cache's copy of remote file `f` (downloaded once per node,
+        opened once per process), or None when it cannot be cached."""
+        with _ranges_lock:
+            opening = self._opening.setdefault(f.path, threading.Lock())
+        with opening:  # one file's download does not hold up another's
+            if f.path not in self._copies:
+                assert self._remote.cache_dir
+                session = get_session(self._remote)
+                copy = cached_copy(session, f.path, self._remote.cache_dir, self._held_copies)
+                self._copies[f.path] = None if copy is None else str(copy["path"])
+            return self._copies[f.path]
 
     def remote_ranges(self, f: _File) -> Any:
         """This process's ranged reader of remote file `f` (opened once,
@@ -1026,15 +1045,11 @@ class _RemoteReader:
         self._file = f
         self._ranges: Any = None
         self._local: Any = None
-        session = get_session(dataset._remote)
         pq = pyarrow_module().parquet
-        if dataset._remote.cache_dir:
-            held: list[Any] = []
-            copy = cached_copy(session, f.path, dataset._remote.cache_dir, held)
-            if copy is not None:
-                self._held = held
-                self._local = pq.ParquetFile(copy["path"], metadata=f.metadata)
-        if self._local is None:
+        copy = dataset.remote_copy(f) if dataset._remote.cache_dir else None
+        if copy is not None:
+            self._local = pq.ParquetFile(copy, metadata=f.metadata)
+        else:
             self._ranges = dataset.remote_ranges(f)
 
     def read_row_group(self, group: int, columns: list[str]) -> Any:
