@@ -581,3 +581,15 @@ def test_a_stopping_handler_ends_the_epoch_at_the_first_bad_row(tmp_path: Path) 
     loud = chute.ParquetDataset(data["path"], decode="rgb8", handler=wds.warn_and_stop)
     with pytest.warns(chute.SkippedSampleWarning, match=r"row 1 \(sample 5\)"):
         assert [labels for labels, _ in batches_of(loud, batch_size=4)] == [[0, 1, 2, 3], [4, 6, 7]]
+
+
+def test_a_null_image_is_skipped_by_the_handler_like_one_that_does_not_decode(
+    tmp_path: Path,
+) -> None:
+    good = png_bytes(np.random.default_rng(5), 6, 5)
+    images = [{"bytes": good, "path": "a"}, None, {"bytes": good, "path": "c"}]
+    path = tmp_path / "null-image.parquet"
+    pq.write_table(pa.table({"image": pa.array(images, IMAGE), "label": [0, 1, 2]}), path)
+    ds = chute.ParquetDataset(str(path), decode="rgb8", handler=wds.ignore_and_continue)
+    [batch] = list(chute.DataLoader(ds, batch_size=3))
+    assert batch["label"].tolist() == [0, 2] and batch["image"].shape == (2, 6, 5, 3)
