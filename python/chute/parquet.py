@@ -29,8 +29,7 @@ Remote files (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``hf://``,
 globs on buckets; ``pip install 'chute[remote]'``) are read through chute's
 storage layer: the footer with ranged reads at open, then for each row group
 only the byte ranges of the asked-for column chunks (neighbours merged into
-one request), on a larger pool than local files get (a remote row group
-waits on the network before it is parsed), ahead of the batches. With a
+one request), on the same thread pool, ahead of the batches. With a
 ``cache_dir`` each file is downloaded once into the node's cache and read as
 a local file.
 """
@@ -70,10 +69,9 @@ DEFAULT_CACHE_BYTES = 1 << 30
 DEFAULT_READAHEAD = 8
 # Column chunks of one row group closer than this are fetched with one request.
 _MERGE_GAP = 1 << 20
-# Threads reading row groups: a local one is parsed as it is read; a remote
-# one waits on the network first, so more are read at once.
-_LOCAL_READERS = 4
-_REMOTE_READERS = 16
+# Threads reading row groups (a remote one's byte ranges are fetched with
+# several requests at once).
+_READERS = 4
 
 DecodeSpec = str | Mapping[str, str] | None
 FillValue = int | float | bool
@@ -838,8 +836,7 @@ class _RowGroups:
     def __init__(self, dataset: ParquetDataset, source: Any) -> None:
         self._dataset = dataset
         self._source = source
-        readers = _REMOTE_READERS if dataset.reads_remote() else _LOCAL_READERS
-        self._pool = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="chute-parquet")
+        self._pool = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="chute-parquet")
         self._lock = threading.Lock()
         self._loading: dict[int, Future[tuple[Any, int]]] = {}
         self._tables: OrderedDict[int, tuple[Any, int]] = OrderedDict()  # block -> (table, bytes)
