@@ -338,3 +338,39 @@ def test_an_unversioned_sidecar_is_checked_by_the_shard_headers(
     assert shard_samples(url, "", 0.0, remote=store.options()) == 4
     again = object_server.range_bytes(os.path.basename(path)) - fetched
     assert again >= os.path.getsize(path)
+
+
+def test_a_sidecar_accepted_by_its_headers_is_kept_bound_to_the_shards_etag(
+    monkeypatch: pytest.MonkeyPatch, object_server: ObjectServer, tmp_path: Path
+) -> None:
+    import chute.remote.datasets
+    import chute.wds.sample_counts
+    from chute.tarindex import write_index
+    from chute.wds.even import shard_samples
+
+    # Small members: the ranges of their headers merge into the whole shard.
+    [path] = write_shards(tmp_path / "s", tiny_samples(17), 17)
+    store = Store(object_server.url, {}, lambda k, d: object_server.objects.update({f"/{k}": d}))
+    [url] = store.upload([path])
+    sidecar = write_index(path)  # built locally: it records no ETag
+    store.put(f"data/{sidecar.name}", sidecar.read_bytes())
+    options = store.options(cache_dir=str(tmp_path / "cache"))
+    name = os.path.basename(path)
+
+    def no_build(*args: Any) -> Any:
+        raise AssertionError("the sidecar was not used")
+
+    def shard_bytes() -> int:
+        return object_server.range_bytes(name) - object_server.range_bytes(sidecar.name)
+
+    monkeypatch.setattr(chute.remote.datasets, "build_remote_index", no_build)
+    assert shard_samples(url, "", 0.0, remote=options) == 17
+    checked = shard_bytes()
+    assert checked > os.path.getsize(path) // 2  # the headers, read to check the sidecar
+    # A new process: the index kept in the node cache names the ETag, so
+    # neither the headers nor the shard are read again.
+    counter = chute.wds.sample_counts.sample_counter("shard.tar")
+    monkeypatch.setattr(counter, "_counts", {})
+    monkeypatch.setattr(counter, "_layouts", {})
+    assert shard_samples(url, "", 0.0, remote=options) == 17
+    assert shard_bytes() == checked

@@ -10,10 +10,12 @@ import io
 import itertools
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
 import chute
+import chute.wds as wds
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -433,3 +435,161 @@ def test_corrupt_image_names_file_row_group_row_and_column(tmp_path: Path) -> No
         match=r"file '.*broken.parquet', row group 1, row 1 \(sample 5\), column 'image'",
     ):
         list(chute.DataLoader(ds, batch_size=3))
+
+
+# -- nulls in numeric columns ----------------------------------------------------------------
+
+
+def null_table(path: Path) -> Path:
+    """Three numeric columns with nulls (rows 5 and 9), one without."""
+    n = 12
+    nulls = {5, 9}
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(range(n), pa.int64()),
+                "label": pa.array([None if i in nulls else i for i in range(n)], pa.int16()),
+                "score": pa.array([None if i in nulls else i / 4 for i in range(n)], pa.float32()),
+                "flag": pa.array([None if i in nulls else i % 2 == 0 for i in range(n)]),
+                "count": pa.array([None if i in nulls else i for i in range(n)], pa.uint8()),
+            }
+        ),
+        path,
+        row_group_size=4,
+    )
+    return path
+
+
+def test_null_in_a_numeric_column_names_file_row_group_row_and_column(tmp_path: Path) -> None:
+    ds = chute.ParquetDataset(str(null_table(tmp_path / "nulls.parquet")), ["id", "label"])
+    assert ds[4]["label"] == 4
+    where = (
+        r"file '.*nulls.parquet', row group 1, row 1 \(sample 5\), column 'label': null, which a "
+        r"tensor cannot hold; ParquetDataset\(fill_null=\{'label': value\}\) fills it"
+    )
+    with pytest.raises(chute.DataError, match=where):
+        ds[5]
+    with pytest.raises(chute.DataError, match=where):
+        list(chute.DataLoader(ds, batch_size=4))
+
+
+def test_fill_null_fills_each_null_with_its_columns_value(tmp_path: Path) -> None:
+    path = null_table(tmp_path / "nulls.parquet")
+    fills = {"label": -1, "score": float("nan"), "flag": False, "count": 255}
+    ds = chute.ParquetDataset(str(path), fill_null=fills)
+    table = pq.read_table(path)
+    expected = {c: table.column(c).fill_null(v).to_pylist() for c, v in fills.items()}
+    expected["id"] = list(range(12))
+    got: dict[str, list[Any]] = collections.defaultdict(list)
+    for batch in chute.DataLoader(ds, batch_size=5):
+        assert batch["label"].dtype == torch.int16 and batch["count"].dtype == torch.uint8
+        assert batch["flag"].dtype == torch.bool and batch["score"].dtype == torch.float32
+        for name, value in batch.items():
+            got[name].extend(value.tolist())
+    for name, values in expected.items():
+        np.testing.assert_array_equal(np.array(got[name]), np.array(values), err_msg=name)
+    assert ds[9]["label"] == -1 and ds[9]["count"] == 255 and ds[8]["label"] == 8
+
+
+@pytest.mark.parametrize(
+    ("fills", "message"),
+    [
+        ({"count": -1}, "fill_null: -1 is not a value of column 'count' (uint8)"),
+        ({"label": 40000}, "fill_null: 40000 is not a value of column 'label' (int16)"),
+        ({"label": 0.5}, "fill_null: 0.5 is not a value of column 'label' (int16)"),
+        ({"label": True}, "fill_null: True is not a value of column 'label' (int16)"),
+        ({"flag": 1}, "fill_null: 1 is not a value of column 'flag' (bool)"),
+        ({"score": "0"}, "fill_null: '0' is not a value of column 'score' (float)"),
+        ({"name": 0}, "fill_null names column 'name', which is not among ['id', 'label', "),
+    ],
+)
+def test_fill_null_refuses_values_the_column_cannot_hold(
+    tmp_path: Path, fills: dict[str, Any], message: str
+) -> None:
+    path = null_table(tmp_path / "nulls.parquet")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        chute.ParquetDataset(str(path), ["id", "label", "score", "flag", "count"], fill_null=fills)
+
+
+def test_fill_null_of_a_column_that_is_not_numeric(data: dict[str, Any]) -> None:
+    with pytest.raises(ValueError) as e:
+        chute.ParquetDataset(data["files"], ["id", "caption"], fill_null={"caption": 0})
+    assert (
+        str(e.value)
+        == "fill_null: column 'caption' is string, not numeric (its nulls come back as None)"
+    )
+
+
+# -- images that do not decode: the handler --------------------------------------------------
+
+
+BAD_ROWS = (5, 9, 10, 11)  # rows 9-11: a whole batch of three
+
+
+def broken_images(path: Path) -> dict[str, Any]:
+    rng = np.random.default_rng(4)
+    good = [png_bytes(rng, 6, 5) for _ in range(14)]
+    images = [
+        {"bytes": b[:30] if i in BAD_ROWS else b, "path": f"{i}.png"} for i, b in enumerate(good)
+    ]
+    table = pa.table({"image": pa.array(images, IMAGE), "label": pa.array(range(14), pa.int64())})
+    pq.write_table(table, path, row_group_size=4)
+    return {"path": str(path), "pixels": [pillow(b) for b in good]}
+
+
+def batches_of(ds: Any, **kw: Any) -> list[tuple[list[int], torch.Tensor]]:
+    return [(b["label"].tolist(), b["image"]) for b in chute.DataLoader(ds, **kw)]
+
+
+def test_warn_and_continue_drops_the_rows_whose_image_does_not_decode(tmp_path: Path) -> None:
+    data = broken_images(tmp_path / "broken.parquet")
+    ds = chute.ParquetDataset(data["path"], decode="rgb8", handler=wds.warn_and_continue)
+    with pytest.warns(chute.SkippedSampleWarning) as caught:
+        got = batches_of(ds, batch_size=3)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 4
+    assert re.search(
+        r"broken.parquet', row group 1, row 1 \(sample 5\), column 'image'", messages[0]
+    )
+    # Row 5 leaves its batch shorter, rows 9-11 leave no batch; every column alike.
+    assert [labels for labels, _ in got] == [[0, 1, 2], [3, 4], [6, 7, 8], [12, 13]]
+    for labels, images in got:
+        assert images.shape == (len(labels), 6, 5, 3)
+        for label, image in zip(labels, images, strict=True):
+            np.testing.assert_array_equal(image.numpy(), data["pixels"][label])
+    assert ds.stats()["samples_skipped"] == 4
+    # Shuffled and in worker processes (a custom collate_fn), the same rows come out.
+    with pytest.warns(chute.SkippedSampleWarning):
+        shuffled = batches_of(ds, batch_size=4, shuffle=True)
+    assert sorted(i for labels, _ in shuffled for i in labels) == [0, 1, 2, 3, 4, 6, 7, 8, 12, 13]
+    quiet = chute.ParquetDataset(data["path"], decode="rgb8", handler=wds.ignore_and_continue)
+    in_workers = chute.DataLoader(quiet, batch_size=3, num_workers=2, collate_fn=labels_of)
+    assert [labels for labels in in_workers] == [[0, 1, 2], [3, 4], [6, 7, 8], [12, 13]]
+    # One row asked for alone has nothing to give: its error is raised.
+    with pytest.raises(chute.DataError, match=r"row group 1, row 1 \(sample 5\), column 'image'"):
+        quiet[5]
+
+
+def labels_of(rows: list[dict[str, Any]]) -> list[int]:
+    return [int(r["label"]) for r in rows]
+
+
+def test_a_stopping_handler_ends_the_epoch_at_the_first_bad_row(tmp_path: Path) -> None:
+    data = broken_images(tmp_path / "broken.parquet")
+    ds = chute.ParquetDataset(data["path"], decode="rgb8", handler=wds.ignore_and_stop)
+    assert [labels for labels, _ in batches_of(ds, batch_size=3)] == [[0, 1, 2], [3, 4]]
+    loud = chute.ParquetDataset(data["path"], decode="rgb8", handler=wds.warn_and_stop)
+    with pytest.warns(chute.SkippedSampleWarning, match=r"row 1 \(sample 5\)"):
+        assert [labels for labels, _ in batches_of(loud, batch_size=4)] == [[0, 1, 2, 3], [4, 6, 7]]
+
+
+def test_a_null_image_is_skipped_by_the_handler_like_one_that_does_not_decode(
+    tmp_path: Path,
+) -> None:
+    good = png_bytes(np.random.default_rng(5), 6, 5)
+    images = [{"bytes": good, "path": "a"}, None, {"bytes": good, "path": "c"}]
+    path = tmp_path / "null-image.parquet"
+    pq.write_table(pa.table({"image": pa.array(images, IMAGE), "label": [0, 1, 2]}), path)
+    ds = chute.ParquetDataset(str(path), decode="rgb8", handler=wds.ignore_and_continue)
+    [batch] = list(chute.DataLoader(ds, batch_size=3))
+    assert batch["label"].tolist() == [0, 2] and batch["image"].shape == (2, 6, 5, 3)

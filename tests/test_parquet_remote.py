@@ -7,6 +7,7 @@ group; a node cache is filled once and read locally."""
 
 from __future__ import annotations
 
+import collections
 import io
 import re
 from collections.abc import Iterator
@@ -195,3 +196,28 @@ def test_node_cache_is_filled_once_and_read_locally(
     assert [r["text"] for r in rows(again)] == [r["text"] for r in files["reference"]]
     # Only the footers again (at open): the row groups come from the cache.
     assert object_server.count("GET") - gets <= len(urls)
+
+
+def test_each_file_is_opened_once_whatever_the_threads_reading_it(served: Any) -> None:
+    urls, settings, proxy = served
+    ds = chute.ParquetDataset(urls, decode="torchrgb8", remote=options(**settings))
+    assert len(rows(ds, batch_size=4, shuffle=True)) == N
+    # One HEAD per file, at open: the threads reading row groups share its reader.
+    heads = collections.Counter(r.path.split("?")[0] for r in proxy.requests if r.method == "HEAD")
+    assert sorted(heads.values()) == [1, 1], heads
+
+
+def test_the_node_cache_copy_is_opened_once_per_file(
+    object_server: ObjectServer, files: Any, tmp_path: Path
+) -> None:
+    for name, data in files["bytes"].items():
+        object_server.objects[f"/once/{name}"] = data
+    urls = [f"{object_server.url}/once/{name}" for name in files["bytes"]]
+    ds = chute.ParquetDataset(urls, ["text"], remote=options(cache_dir=str(tmp_path / "cache")))
+    assert sorted(r["text"] for r in rows(ds, shuffle=True)) == sorted(
+        r["text"] for r in files["reference"]
+    )
+    # Per file: the HEAD at open, then the download into the cache and the
+    # copy's open (a HEAD each), whatever the threads reading row groups.
+    heads = collections.Counter(r.path for r in object_server.requests if r.method == "HEAD")
+    assert sorted(heads.values()) == [3, 3], heads

@@ -36,12 +36,14 @@ a local file.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -51,14 +53,15 @@ import torch
 
 from chute import _core
 from chute.decoders import IMAGE_SPECS, NativeDecode
-from chute.errors import EngineDataError, EngineReadError
+from chute.errors import EngineDataError, EngineReadError, translate
+from chute.handlers import Handler, reraise_exception
 from chute.image_options import image_options
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.remote.datasets import cached_copy, expand_file_patterns, merge_options
 from chute.shards import local_path, remote_scheme_list
-from chute.wds.native import field_plan
+from chute.wds.native import ErrorHandlers, field_plan
 from chute.wds.prefix import OutputField
 
 DEFAULT_CACHE_BYTES = 1 << 30
@@ -66,8 +69,12 @@ DEFAULT_CACHE_BYTES = 1 << 30
 DEFAULT_READAHEAD = 8
 # Column chunks of one row group closer than this are fetched with one request.
 _MERGE_GAP = 1 << 20
+# Threads reading row groups (a remote one's byte ranges are fetched with
+# several requests at once).
+_READERS = 4
 
 DecodeSpec = str | Mapping[str, str] | None
+FillValue = int | float | bool
 
 
 def pyarrow_module() -> Any:
@@ -142,6 +149,16 @@ class ParquetDataset(IndexedDataset):
             ``"torch"``, ...) for every image column among `columns` (the
             hub's ``struct<bytes, path>`` columns), or ``{column: spec}``
             naming binary or image columns to decode; None decodes nothing.
+        fill_null: ``{column: value}`` for numeric columns that may hold
+            nulls: each null becomes `value` (which the column's type must
+            hold exactly). A null in a numeric column not named here raises,
+            naming file, row group, row and column.
+        handler: what an image that does not decode does (webdataset's
+            handlers, as ``TarDataset(handler=...)``): ``reraise_exception``
+            (the default) raises naming file, row group, row and column;
+            ``warn_and_continue`` / ``ignore_and_continue`` drop the row, so
+            its batch comes out shorter (every column alike), and
+            ``warn_and_stop`` / ``ignore_and_stop`` end the epoch there.
         cache_bytes: bound of the row groups held in memory (see the module doc).
         readahead: row groups read ahead of the batches submitted.
         num_threads: engine threads behind ``ds[i]`` and ``__getitems__``
@@ -164,6 +181,8 @@ class ParquetDataset(IndexedDataset):
         columns: Sequence[str] | None = None,
         decode: DecodeSpec = None,
         *,
+        fill_null: Mapping[str, FillValue] | None = None,
+        handler: Handler = reraise_exception,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         readahead: int = DEFAULT_READAHEAD,
         num_threads: int | None = None,
@@ -184,6 +203,13 @@ class ParquetDataset(IndexedDataset):
         self.urls = expand_file_patterns(urls, self._remote, "Parquet file")
         if not self.urls:
             raise ValueError("ParquetDataset: no files given")
+        # Each remote file's ranged reader (its HEAD sent) or node-cache copy
+        # (path, or None when it cannot be cached), one per process, shared
+        # by the threads that read its row groups.
+        self._open_ranges: dict[str, Any] = {}
+        self._copies: dict[str, str | None] = {}
+        self._held_copies: list[Any] = []  # open cache entries: not evicted
+        self._opening: dict[str, threading.Lock] = {}
         with ThreadPoolExecutor(max_workers=min(16, len(self.urls))) as pool:
             self._files: list[_File] = list(pool.map(self._describe, self.urls))
         schema = self._files[0].metadata.schema.to_arrow_schema()
@@ -207,6 +233,12 @@ class ParquetDataset(IndexedDataset):
                         f"'{self._files[0].url}'"
                     )
         self._decoded = self._decoded_columns(pa, decode)
+        self._fills = self._fill_values(pa, fill_null or {})
+        self.handler = handler
+        # Every failure the engine can skip is about one row's image.
+        self._handlers = ErrorHandlers(read=handler, member=handler, field=handler)
+        self._skipped = 0
+        self._stopping = False  # a handler asked to end this epoch
         if decode_options and not self._decoded:
             raise ValueError(f"decode options {sorted(decode_options)} need decode=...")
         self._decode_opts = {
@@ -246,6 +278,7 @@ class ParquetDataset(IndexedDataset):
             except (OSError, ValueError) as e:
                 raise EngineDataError(f"'{url}' is not a readable Parquet file: {e}") from e
             size, version, path = int(ranges.size), str(ranges.version), url
+            self._open_ranges[url] = ranges
         else:
             path = local_path(url) or ""
             if not path:
@@ -264,6 +297,40 @@ class ParquetDataset(IndexedDataset):
             json.dumps(metadata.to_dict(), sort_keys=True, default=str).encode()
         ).hexdigest()[:16]
         return _File(url, path, size, version, metadata, digest)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # Native readers and locks: a process opens its own.
+        state.update(_open_ranges={}, _copies={}, _held_copies=[], _opening={})
+        return state
+
+    def remote_copy(self, f: _File) -> str | None:
+        """The node cache's copy of remote file `f` (downloaded once per node,
+        opened once per process), or None when it cannot be cached."""
+        with _ranges_lock:
+            opening = self._opening.setdefault(f.path, threading.Lock())
+        with opening:  # one file's download does not hold up another's
+            if f.path not in self._copies:
+                assert self._remote.cache_dir
+                session = get_session(self._remote)
+                copy = cached_copy(session, f.path, self._remote.cache_dir, self._held_copies)
+                self._copies[f.path] = None if copy is None else str(copy["path"])
+            return self._copies[f.path]
+
+    def remote_ranges(self, f: _File) -> Any:
+        """This process's ranged reader of remote file `f` (opened once,
+        checked against the size and version `f` was opened with)."""
+        with _ranges_lock:
+            ranges = self._open_ranges.get(f.path)
+            if ranges is None:
+                ranges = get_session(self._remote).ranges(f.path)
+                self._open_ranges[f.path] = ranges
+        if str(ranges.version) != f.version or int(ranges.size) != f.size:
+            raise EngineReadError(
+                f"'{f.url}' changed since it was opened (size {f.size}, version "
+                f"{f.version!r}; now {int(ranges.size)}, {str(ranges.version)!r})"
+            )
+        return ranges
 
     def _decoded_columns(self, pa: Any, decode: DecodeSpec) -> dict[str, str]:
         """The columns the engine decodes, each with its image spec."""
@@ -299,18 +366,40 @@ class ParquetDataset(IndexedDataset):
                 )
         return wanted
 
+    def _fill_values(self, pa: Any, fill_null: Mapping[str, FillValue]) -> dict[str, Any]:
+        """`fill_null` as pyarrow scalars of each column's type."""
+        fills = {}
+        for name, value in fill_null.items():
+            if name not in self.columns:
+                raise ValueError(
+                    f"fill_null names column {name!r}, which is not among {self.columns}"
+                )
+            type_ = self._types[name]
+            if not _numeric(pa, type_):
+                raise ValueError(
+                    f"fill_null: column {name!r} is {type_}, not numeric (its nulls come back "
+                    "as None)"
+                )
+            fills[name] = _fill_scalar(pa, name, type_, value)
+        return fills
+
     # -- map-style protocol ------------------------------------------------------------
 
     def __len__(self) -> int:
         return int(self._block_starts[-1])
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        batch = self.read_batch(self._one_index(index))
+        idx = self._one_index(index)
+        result = self._read_native(idx)
+        batch = self._assemble(result, idx)
+        if not batch:  # the handler skipped it: a single row has nothing else to give
+            raise translate(result[1].errors[0])
         return {name: value[0] for name, value in batch.items()}
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """The rows of `indices` (without those the handler skipped)."""
         batch = self.read_batch(self._as_indices(indices))
-        n = len(indices)
+        n = _batch_rows(batch)
         return [{name: value[i] for name, value in batch.items()} for i in range(n)]
 
     def field_names(self) -> list[str]:
@@ -396,9 +485,10 @@ class ParquetDataset(IndexedDataset):
                 for k, (name, spec) in enumerate(self._decoded.items())
             ]
         )
-        plan.collect_keys = False
+        plan.on_error = self._handlers.policy
+        # The rows a handler skipped are found by the keys (row numbers) left.
+        plan.collect_keys = plan.on_error == _core.ErrorPolicy.SKIP
         plan.seed = self.seed
-        plan.on_error = _core.ErrorPolicy.RAISE
         plan.num_threads = threads
         plan.max_in_flight = in_flight
         if hooks is not None:
@@ -415,7 +505,22 @@ class ParquetDataset(IndexedDataset):
         return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
     def _assemble(self, result: Any, idx: np.ndarray) -> Any:
-        native, columns = result
+        """The batch of `idx` (see the class doc); ``{}`` when the handler
+        skipped every row."""
+        native, skipped, columns = result
+        if skipped is not None:
+            self._skipped += len(skipped.errors)
+            if self._handlers.report(skipped.errors):
+                self._stopping = True
+            if native.size == 0:
+                return {}
+            keep = torch.from_numpy(skipped.kept)
+            columns = {
+                name: value[keep]
+                if isinstance(value, torch.Tensor)
+                else [v for v, k in zip(value, keep.tolist(), strict=True) if k]
+                for name, value in columns.items()
+            }
         images = dict(zip(self._decoded, _native_columns(native, len(self._decoded)), strict=True))
         out: dict[str, Any] = {}
         for name in self.columns:
@@ -433,6 +538,7 @@ class ParquetDataset(IndexedDataset):
             "row_groups_read": groups.reads,
             "row_group_bytes_held": groups.held_bytes,
             "bytes_read": int(state.sources[0].bytes_read),
+            "samples_skipped": self._skipped,
         }
 
     def iter_batches(
@@ -444,11 +550,66 @@ class ParquetDataset(IndexedDataset):
         pin_memory: bool = False,
     ) -> Iterator[Any]:
         """For each index batch, ``{column: value}`` (see the class doc); the
-        row groups of the batches ahead are read while earlier ones decode."""
+        row groups of the batches ahead are read while earlier ones decode. A
+        batch whose every row the handler skipped is left out."""
+        for batch, stop in self._batches(index_batches, num_threads, prefetch, timeout, pin_memory):
+            if batch:
+                yield batch
+            if stop:
+                return
+
+    def loader_batch_outputs(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
+    ) -> Generator[tuple[list[Any], bool], None, None]:
+        batches = self._batches(
+            index_batches,
+            settings.threads,
+            settings.prefetch,
+            settings.timeout,
+            settings.pin_memory,
+        )
+        try:
+            for batch, stop in batches:
+                results = []
+                if batch:
+                    if settings.collate_fn is None:
+                        results.append(batch)
+                    else:  # the documented slow path, rows one by one
+                        n = _batch_rows(batch)
+                        rows = [{k: v[i] for k, v in batch.items()} for i in range(n)]
+                        results.append(settings.collate_fn(rows))
+                del batch
+                yield results, stop
+                del results
+                if stop:
+                    return
+        finally:
+            batches.close()
+
+    def _batches(
+        self,
+        index_batches: Iterable[Sequence[int]],
+        num_threads: int,
+        prefetch: int,
+        timeout: float,
+        pin_memory: bool,
+    ) -> Generator[tuple[dict[str, Any], bool], None, None]:
+        """Each index batch's batch (``{}`` when the handler skipped all its
+        rows), and whether a handler asked to end the epoch there."""
         if not self._worker_process:
             groups: _RowGroups = self._state().extra["groups"]
             index_batches = groups.read_ahead(index_batches)
-        return super().iter_batches(index_batches, num_threads, prefetch, timeout, pin_memory)
+        self._stopping = False
+        batches = super().iter_batches(index_batches, num_threads, prefetch, timeout, pin_memory)
+        try:
+            for batch in batches:
+                yield batch, self._stopping
+                if self._stopping:
+                    return
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
     # -- rows ---------------------------------------------------------------------------
 
@@ -481,12 +642,15 @@ class ParquetDataset(IndexedDataset):
             chunks = [chunk for t in held for chunk in t.column(name).chunks]
             values = pa.chunked_array(chunks, type=type_).take(positions)
             if _numeric(pa, type_):
-                if values.null_count:
+                if values.null_count and name in self._fills:
+                    values = values.fill_null(self._fills[name])
+                elif values.null_count:
                     first = int(np.flatnonzero(~np.asarray(values.is_valid()))[0])
                     raise EngineDataError(
-                        f"{self._block_names[int(blocks[first])]}: column {name!r} is null in "
-                        f"row {int(idx[first] - self._block_starts[blocks[first]])}, which a "
-                        "tensor cannot hold"
+                        f"{self._block_names[int(blocks[first])]}, row "
+                        f"{int(idx[first] - self._block_starts[blocks[first]])} (sample "
+                        f"{int(idx[first])}), column {name!r}: null, which a tensor cannot "
+                        f"hold; ParquetDataset(fill_null={{{name!r}: value}}) fills it"
                     )
                 out[name] = torch.from_numpy(
                     values.combine_chunks().to_numpy(zero_copy_only=False, writable=True)
@@ -533,6 +697,44 @@ class ParquetDataset(IndexedDataset):
         )
 
 
+def _fill_scalar(pa: Any, name: str, type_: Any, value: FillValue) -> Any:
+    """`value` as a scalar of `type_`, which must hold it (a bool for a bool
+    column, an integer in range for an integer column, a number for a float
+    column)."""
+    flag = isinstance(value, bool | np.bool_)
+    if pa.types.is_boolean(type_):
+        fits = flag
+    elif pa.types.is_integer(type_):
+        fits = isinstance(value, int | np.integer) and not flag
+    else:
+        fits = isinstance(value, int | float | np.integer | np.floating) and not flag
+    if fits:
+        try:
+            scalar = pa.scalar(value, type_)
+        except (OverflowError, ValueError, TypeError):  # ArrowInvalid is a ValueError
+            scalar = None
+        if scalar is not None and (pa.types.is_floating(type_) or scalar.as_py() == value):
+            return scalar
+    raise ValueError(f"fill_null: {value!r} is not a value of column {name!r} ({type_})")
+
+
+# How the engine names a row in its errors (BlockSampleSource::location).
+_SAMPLE = re.compile(r"\(sample (\d+)\)")
+
+
+@dataclass
+class _Skipped:
+    """The rows of a batch the handler skipped: which were kept, and the
+    errors of the others."""
+
+    kept: np.ndarray  # bool, one per row asked for
+    errors: list[Exception]
+
+
+def _batch_rows(batch: dict[str, Any]) -> int:
+    return len(next(iter(batch.values()))) if batch else 0
+
+
 def _native_columns(batch: Any, n: int) -> list[Any]:
     return [batch.column(k) for k in range(n)]
 
@@ -555,8 +757,11 @@ class _Engine:
         self._engine = engine
         self._groups = groups
         self._dataset = dataset
-        self._pending: list[tuple[np.ndarray, dict[str, Any]]] = []
+        self._pending: list[tuple[np.ndarray, np.ndarray, dict[str, Any]]] = []
         self._native = bool(dataset._decoded)
+        # Errors of skipped rows taken from the engine, not yet matched to
+        # their batch (the engine decodes batches ahead).
+        self._skipped: list[Exception] = []
 
     def submit(self, idx: np.ndarray, epoch: int) -> None:
         blocks = self._dataset.blocks_of(idx)
@@ -569,9 +774,11 @@ class _Engine:
         except BaseException:
             self._groups.release(unique)
             raise
-        self._pending.append((np.asarray(unique), columns))
+        self._pending.append((idx, np.asarray(unique), columns))
 
-    def next(self, timeout: float) -> tuple[Any, dict[str, Any]]:
+    def next(self, timeout: float) -> tuple[Any, _Skipped | None, dict[str, Any]]:
+        """The oldest batch: the engine's, the rows the handler skipped in it
+        (None if none) and the columns gathered in Python."""
         try:
             native = self._engine.next(timeout) if self._native else None
         except TimeoutError:
@@ -579,14 +786,34 @@ class _Engine:
         except BaseException:
             self._finish_oldest()
             raise
-        return native, self._finish_oldest()
+        idx, columns = self._finish_oldest()
+        if native is None or native.size == len(idx):
+            return native, None, columns
+        kept = np.isin(idx, np.asarray(native.keys(), dtype=np.int64))
+        return native, _Skipped(kept, self._errors_of(idx[~kept].tolist())), columns
 
-    def _finish_oldest(self) -> dict[str, Any]:
+    def _errors_of(self, rows: list[int]) -> list[Exception]:
+        """The errors of the skipped `rows` (by the sample their message names)."""
+        self._skipped.extend(self._engine.take_skipped())
+        missing = collections.Counter(rows)
+        errors, rest = [], []
+        for error in self._skipped:
+            found = _SAMPLE.search(str(error))
+            row = int(found.group(1)) if found else -1
+            if missing[row] > 0:
+                missing[row] -= 1
+                errors.append(error)
+            else:
+                rest.append(error)
+        self._skipped = rest
+        return errors
+
+    def _finish_oldest(self) -> tuple[np.ndarray, dict[str, Any]]:
         """The oldest batch left the engine: its row groups are released;
-        returns its gathered columns."""
-        unique, columns = self._pending.pop(0)
+        returns its rows and gathered columns."""
+        idx, unique, columns = self._pending.pop(0)
         self._groups.release(unique.tolist())
-        return columns
+        return idx, columns
 
     def outstanding(self) -> int:
         return len(self._pending)
@@ -596,7 +823,7 @@ class _Engine:
 
     def close(self) -> None:
         self._engine.close()
-        for unique, _ in self._pending:
+        for _, unique, _ in self._pending:
             self._groups.release(unique.tolist())
         self._pending.clear()
 
@@ -609,7 +836,7 @@ class _RowGroups:
     def __init__(self, dataset: ParquetDataset, source: Any) -> None:
         self._dataset = dataset
         self._source = source
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chute-parquet")
+        self._pool = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="chute-parquet")
         self._lock = threading.Lock()
         self._loading: dict[int, Future[tuple[Any, int]]] = {}
         self._tables: OrderedDict[int, tuple[Any, int]] = OrderedDict()  # block -> (table, bytes)
@@ -710,6 +937,7 @@ class _RowGroups:
 
 
 _readers = threading.local()
+_ranges_lock = threading.Lock()
 
 
 def _reader(dataset: ParquetDataset, f: _File) -> Any:
@@ -758,13 +986,13 @@ class _ReadOnlyFile:
     def readable(self) -> bool:
         return True
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int = -1) -> bytes | memoryview:
         end = self._size if n < 0 else min(self._size, self._pos + n)
         data = self._bytes(self._pos, end) if end > self._pos else b""
         self._pos = max(self._pos, end)
         return data
 
-    def _bytes(self, start: int, end: int) -> bytes:
+    def _bytes(self, start: int, end: int) -> bytes | memoryview:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -796,10 +1024,10 @@ class _Spans(_ReadOnlyFile):
         super().__init__(url, size)
         self._spans = spans
 
-    def _bytes(self, start: int, end: int) -> bytes:
+    def _bytes(self, start: int, end: int) -> memoryview:
         for at, data in self._spans:
             if at <= start and end <= at + len(data):
-                return data[start - at : end - at]
+                return memoryview(data)[start - at : end - at]
         raise OSError(f"'{self.name}': bytes [{start}, {end}) were not fetched")
 
 
@@ -814,21 +1042,12 @@ class _RemoteReader:
         self._file = f
         self._ranges: Any = None
         self._local: Any = None
-        session = get_session(dataset._remote)
         pq = pyarrow_module().parquet
-        if dataset._remote.cache_dir:
-            held: list[Any] = []
-            copy = cached_copy(session, f.path, dataset._remote.cache_dir, held)
-            if copy is not None:
-                self._held = held
-                self._local = pq.ParquetFile(copy["path"], metadata=f.metadata)
-        if self._local is None:
-            self._ranges = session.ranges(f.path)
-            if str(self._ranges.version) != f.version or int(self._ranges.size) != f.size:
-                raise EngineReadError(
-                    f"'{f.url}' changed since it was opened (size {f.size}, version "
-                    f"{f.version!r}; now {int(self._ranges.size)}, {str(self._ranges.version)!r})"
-                )
+        copy = dataset.remote_copy(f) if dataset._remote.cache_dir else None
+        if copy is not None:
+            self._local = pq.ParquetFile(copy, metadata=f.metadata)
+        else:
+            self._ranges = dataset.remote_ranges(f)
 
     def read_row_group(self, group: int, columns: list[str]) -> Any:
         if self._local is not None:

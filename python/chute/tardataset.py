@@ -37,12 +37,10 @@ import torch.utils.data
 from chute import _core
 from chute.decoders import python_decode
 from chute.engine import default_threads
-from chute.errors import translate
 from chute.extensions import KEY_FIELD, URL_FIELD
 from chute.handlers import (
     Handler,
     SkippedSampleWarning,
-    ignore_and_continue,
     reraise_exception,
     warn_and_continue,
 )
@@ -505,18 +503,7 @@ class TarDataset(IndexedDataset):
         """Hands the skipped samples' errors to the handlers of their scopes
         (see ``chute.wds.native.ErrorHandlers``); True when one asks to stop."""
         self._skipped += len(errors)
-        for raw in errors:
-            error = translate(raw)
-            handler = self._handlers.for_failure(str(error))
-            if handler is ignore_and_continue:
-                continue
-            if handler is warn_and_continue:
-                warnings.warn(str(error), SkippedSampleWarning, stacklevel=3)
-            elif handler is reraise_exception:
-                raise error
-            elif not handler(error):
-                return True
-        return False
+        return self._handlers.report(errors)
 
     def _member_failure(self, error: BaseException) -> bool:
         """A member that failed to decode in Python, for the decode handler:

@@ -180,8 +180,16 @@ def remote_tar_index(
     ``headers_digest``. A stream reads members without checking them
     against an index, as indexed reads do, so an index whose size alone
     matches (a replaced shard can keep its size) is rebuilt, never trusted.
+    An index accepted by its headers is saved in `index_dir`, bound to the
+    version the shard has now.
     """
-    from chute.tarindex import INDEX_SUFFIX, _problem, _write_document, index_path
+    from chute.tarindex import (
+        INDEX_SUFFIX,
+        _problem,
+        _write_document,
+        index_path,
+        shard_identity,
+    )
 
     session = get_session(options)
     ranges = session.ranges(url)
@@ -216,6 +224,12 @@ def remote_tar_index(
     for place in places:
         document = read(place)
         if usable(document, exact=place == "local"):
+            if bound and local is not None and document["shard_version"] != version:
+                # Accepted by its headers: kept bound to the version there is
+                # now, the next open needs no read of the headers (which can
+                # cost as much as the shard when its members are small).
+                kept = dict(document, shard=shard_identity(url), shard_version=version)
+                _write_document(kept, local)
             break
     else:
         document = build_remote_index(url, session, version)

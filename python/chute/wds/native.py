@@ -11,7 +11,7 @@ import torch
 
 from chute import _core
 from chute.decoders import IMAGE_SPECS
-from chute.errors import failure_scope, from_engine_failure, split_where
+from chute.errors import failure_scope, from_engine_failure, split_where, translate
 from chute.handlers import (
     Handler,
     SkippedSampleWarning,
@@ -73,6 +73,23 @@ class ErrorHandlers:
         if scope == "field":
             return self.field
         return self.read
+
+    def report(self, errors: list[Exception]) -> bool:
+        """Hands the errors of the samples the engine skipped to the handlers
+        of their scopes: raises for ``reraise_exception``, warns for
+        ``warn_and_continue``; True when a handler asks to stop."""
+        for raw in errors:
+            error = translate(raw)
+            handler = self.for_failure(str(error))
+            if handler is ignore_and_continue:
+                continue
+            if handler is warn_and_continue:
+                warnings.warn(str(error), SkippedSampleWarning, stacklevel=4)
+            elif handler is reraise_exception:
+                raise error
+            elif not handler(error):
+                return True
+        return False
 
 
 _CROP_MODES = {
