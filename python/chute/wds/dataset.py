@@ -421,6 +421,20 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
                 break
         return found + [e for e in NATIVE_MEMBER_EXTENSIONS if e not in found]
 
+    def compile_pipeline(
+        self,
+        first_sample_extensions: Callable[[], Sequence[str]],
+        *,
+        seed: int,
+        shuffle_seed: int | None = None,
+    ) -> CompiledPipeline:
+        """The stages compiled (``chute.wds.compiler.compile_stages``); a
+        format whose members are typed otherwise than by extension adjusts
+        the decoders here."""
+        return compile_stages(
+            self.stages, first_sample_extensions, seed=seed, shuffle_seed=shuffle_seed
+        )
+
     def shard_urls(self) -> tuple[list[str], int]:
         if any(is_remote_glob(u) for u in self.urls):
             self.urls = expand_remote_globs(self.urls, self.remote)
@@ -562,8 +576,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             return False  # nothing runs on the engine: everything stays here
         # The shuffle seed given keeps the compiler from drawing on a
         # shuffle's rng (that draw belongs to the epoch).
-        compiled = compile_stages(
-            self.stages, lambda: self.first_sample_extensions(self.urls), seed=0, shuffle_seed=0
+        compiled = self.compile_pipeline(
+            lambda: self.first_sample_extensions(self.urls), seed=0, shuffle_seed=0
         )
         return has_worker_work(compiled)
 
@@ -595,12 +609,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.urls = urls
         plan.cache_dir = self.cache_dir or ""
         plan.pipe_timeout = float(self.pipe_timeout)
-        remote_source = native_source(urls, self.remote)
-        if remote_source is not None:
-            plan.remote = remote_source.remote
-            plan.cache_dir = remote_source.cache_dir
-            plan.cache_limit_bytes = remote_source.cache_limit_bytes
-            plan.cache_fsync = remote_source.cache_fsync
+        remote_source = self.set_plan_source(plan, urls)
         batched = compiled.batch_size is not None
         native_fields = [f for f in compiled.fields if f.extensions]
         # A field some samples may lack is never stacked: a list column says
@@ -654,6 +663,17 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             plan.max_batches = even
             plan.repeat = True  # a rank short of batches reads its shards again
         return plan
+
+    def set_plan_source(self, plan: Any, urls: list[str]) -> Any:
+        """Tells `plan` how to reach `urls`; returns the remote session's
+        native source when it reads remote urls (None: local ones)."""
+        remote_source = native_source(urls, self.remote)
+        if remote_source is not None:
+            plan.remote = remote_source.remote
+            plan.cache_dir = remote_source.cache_dir
+            plan.cache_limit_bytes = remote_source.cache_limit_bytes
+            plan.cache_fsync = remote_source.cache_fsync
+        return remote_source
 
     def _even_batch_count(self, compiled: CompiledPipeline, urls: list[str]) -> int | None:
         """The batch count every rank yields this epoch, or None when ranks
