@@ -26,6 +26,7 @@ registered with ``chute.wds.sample_counts``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import io
 import os
@@ -372,10 +373,9 @@ def _read(stream: ParquetStream, feed: Any, ticket: int, block: int) -> None:
     except Exception as e:  # the storage failed, or anything else: the shard's reader
         feed.fail(ticket, False, f"{type(e).__name__}: {e}")
         return
-    try:
+    with contextlib.suppress(ValueError, OSError):
+        # Columns that do not fit the row group: the source that asked raises it.
         feed.put(ticket, block, columns)
-    except (ValueError, OSError):
-        pass  # the source that asked for it raises the same error
 
 
 class ParquetCounter:
