@@ -18,6 +18,12 @@ RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
     (Pillow decodes; bench_transforms.py's torchvision transforms written
     with Pillow and torch), torch's DataLoader(shuffle=True), the best of
     num_workers 0, 1, 2.
+  - the stream form, the same job as webdataset pipelines run it: shards
+    (row groups / tar shards) shuffled per epoch, a buffer of 256 samples,
+    ``.decode("torchrgb8", ...)``, ``.to_tuple``, ``.batched(128)`` on
+    ``chute.DataLoader(batch_size=None, num_workers=cores)``:
+    ``chute.wds.ParquetStream(files, ["image", "label"])`` against
+    ``chute.wds.WebDataset`` over the tar shards.
   Each runs two epochs in its own process; the second is timed.
 (b) The chute Parquet run over ``s3://`` urls of a local S3 server (moto)
     through bench_remote.py's latency proxy (+20 ms per request), against
@@ -31,6 +37,7 @@ Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x datasets;
     python benchmarks/bench_parquet.py            # 1,000 images
     python benchmarks/bench_parquet.py --quick    # 500
     python benchmarks/bench_parquet.py --images 4000
+    python benchmarks/bench_parquet.py --streams  # the two stream rows only
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from bench_transforms import MEAN, STD, shards, train_transform  # noqa: E402
 from common import DATA, run_config, save, table  # noqa: E402
 
 BATCH = 128
+STREAM_BUFFER = 256
 FILES = 4
 ROW_GROUP = 250
 LATENCY = "0.02"  # the bench_remote proxy used
@@ -119,6 +127,24 @@ def worker(config: dict[str, Any]) -> None:
         loader = chute.DataLoader(
             ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
         )
+    elif kind in ("parquet-stream", "tar-stream"):
+        import chute
+
+        if kind == "parquet-stream":
+            stream: Any = chute.wds.ParquetStream(
+                config["urls"], ["image", "label"], shardshuffle=True, seed=0
+            )
+            fields = ("image", "label")
+        else:
+            stream = chute.wds.WebDataset(config["urls"], shardshuffle=True, seed=0)
+            fields = ("jpg", "cls")
+        stream = (
+            stream.shuffle(STREAM_BUFFER)
+            .decode("torchrgb8", **opts)
+            .to_tuple(*fields)
+            .batched(BATCH)
+        )
+        loader = chute.DataLoader(stream, batch_size=None, num_workers=workers)
     elif kind == "tar":
         import chute
 
@@ -166,6 +192,9 @@ def main() -> None:
         help="images written (default 1,000): more row groups, so "
         "the first batch's wait on every row group weighs less in part (b)'s one epoch",
     )
+    parser.add_argument(
+        "--streams", action="store_true", help="only the stream rows (ParquetStream, WebDataset)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -199,7 +228,26 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         return row
 
-    # (a) the train job.
+    # (a) the train job, in the stream form.
+    parquet_stream = measure(
+        "chute, Parquet stream (ParquetStream)",
+        {"kind": "parquet-stream", "urls": files, "workers": cores},
+        1,
+    )
+    tar_stream = measure(
+        "chute, tar stream (WebDataset)", {"kind": "tar-stream", "urls": tar, "workers": cores}, 1
+    )
+    stream_ratio = parquet_stream["samples_per_s"] / tar_stream["samples_per_s"]
+    if args.streams:
+        print(f"\nParquet stream / tar stream: {stream_ratio:.2f}")
+        load = os.getloadavg()
+        path = save(
+            f"parquet_streams_{n}",
+            {"load_average_at_end": list(load), "rows": rows, "stream_over_tar": stream_ratio},
+        )
+        print(f"saved {path} (load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+        return
+    # (a) the train job, index-driven.
     chute_parquet = measure(
         "chute, Parquet", {"kind": "parquet", "urls": files, "workers": cores}, 1
     )
@@ -242,10 +290,12 @@ def main() -> None:
         "images": n,
         "parquet_over_tar": chute_parquet["samples_per_s"] / chute_tar["samples_per_s"],
         "parquet_over_best_datasets": chute_parquet["samples_per_s"] / best_hf["samples_per_s"],
+        "parquet_stream_over_tar_stream": stream_ratio,
         "best_datasets_workers": best_hf["workers"],
         "s3_over_local": s3["samples_per_s"] / local_cold["samples_per_s"],
         "targets": {
             "parquet_over_tar": 0.95,
+            "parquet_stream_over_tar_stream": 0.95,
             "parquet_over_best_datasets": 3.0,
             "s3_over_local": 0.9,
         },

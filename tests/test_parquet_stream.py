@@ -324,6 +324,11 @@ def test_missing_and_unsupported_columns_name_the_file(files: dict[str, Any]) ->
         list(ds.decode("torchrgb8", only=["image", "label"]))
 
 
+def test_webdataset_points_parquet_urls_to_parquet_stream(files: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"train-00001.parquet' is a Parquet file.*ParquetStream"):
+        wds.WebDataset(["shard-0.tar", files["paths"][1]], shardshuffle=False)
+
+
 def test_an_unsupported_column_type_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "lists.parquet"
     pq.write_table(pa.table({"ids": [[1, 2], [3]]}), path)

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlparse
 
 from torch.utils.data import IterableDataset
 from typing_extensions import Self
@@ -211,6 +212,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("no shards given")
+        self.check_shard_urls(self.urls)
         if cache_limit_bytes is None and cache_size > 0:
             cache_limit_bytes = cache_size
         self.remote = merge_options(
@@ -248,6 +250,17 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self._epoch_set = False
         self._resume: StreamPosition | None = None
         self._reset_runtime()
+
+    def check_shard_urls(self, urls: list[str]) -> None:
+        """ValueError for urls of a format other than tar that this class
+        is not the reader of (a subclass reads its own)."""
+        parquet = [u for u in urls if urlparse(u).path.endswith(".parquet")]
+        if parquet:
+            raise ValueError(
+                f"{parquet[0]!r} is a Parquet file, and WebDataset reads tar shards: read "
+                "Parquet files with chute.wds.ParquetStream(urls, columns=...), whose samples' "
+                "fields are the columns"
+            )
 
     def _reset_runtime(self) -> None:
         """Per-object runtime state, never shared with copies or pickled."""

@@ -228,6 +228,9 @@ class ParquetStream(WebDataset):
 
     # -- what the stream machinery asks of a format ---------------------------------
 
+    def check_shard_urls(self, urls: list[str]) -> None:
+        pass  # row groups of the files read at construction
+
     def first_sample_extensions(self, urls: list[str]) -> list[str]:
         return list(self.columns)
 
