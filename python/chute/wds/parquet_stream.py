@@ -86,14 +86,14 @@ def split_row_group_url(url: str) -> tuple[str, int] | None:
     return file_url, int(group)
 
 
-def _column_kind(type_: Any) -> str:
+def _column_role(type_: Any) -> str:
     """What a column becomes in the stream: "image" (binary or the hub's
-    image struct), "numeric" or "text"; ValueError for other types."""
+    image struct), "numeric", "text", or "" for a type the stream does not read."""
     pa = parquet_files.pyarrow_module()
-    kind = parquet_files.column_kind(type_)
-    if kind in ("image", "binary"):
+    role = parquet_files.column_kind(type_)
+    if role in ("image", "binary"):
         return "image"
-    if kind == "tensor":
+    if role == "tensor":
         return "numeric"
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return "text"
@@ -181,15 +181,15 @@ class ParquetStream(WebDataset):
         )
         self.files = files
         self.columns = list(files.columns)
-        self.kinds: dict[str, str] = {}
+        self.roles: dict[str, str] = {}
         for name in self.columns:
-            kind = _column_kind(files._types[name])
-            if not kind:
+            role = _column_role(files._types[name])
+            if not role:
                 raise ValueError(
                     f"column {name!r} of '{files.urls[0]}' is {files._types[name]}: "
                     "ParquetStream reads binary, image struct, numeric, bool and string columns"
                 )
-            self.kinds[name] = kind
+            self.roles[name] = role
         row_groups: list[str] = []
         self.block_rows: list[int] = []
         self.block_first_keys: list[int] = []
@@ -257,15 +257,15 @@ class ParquetStream(WebDataset):
         )
         only = compiled.decode_only
         for f in compiled.fields:
-            kinds = {self.kinds.get(e) for e in f.extensions}
-            if not f.extensions or None in kinds:
+            roles = {self.roles.get(e) for e in f.extensions}
+            if not f.extensions or None in roles:
                 continue  # __key__ and the like, or no column: the engine says it is missing
-            if len(kinds) > 1:
+            if len(roles) > 1:
                 raise ValueError(
-                    f"field {f.name!r}: columns {';'.join(f.extensions)} are of different kinds"
+                    f"field {f.name!r}: columns {';'.join(f.extensions)} are of different types"
                 )
-            kind = kinds.pop()
-            if only is not None and compiled.image_spec and kind != "image":
+            role = roles.pop()
+            if only is not None and compiled.image_spec and role != "image":
                 named = [e for e in f.extensions if e in only]
                 if named:
                     raise ValueError(
@@ -273,9 +273,9 @@ class ParquetStream(WebDataset):
                         f"{self.files._types[named[0]]}, not binary: it cannot be decoded "
                         "as an image"
                     )
-            if kind == "numeric":
+            if role == "numeric":
                 f.decode_name, f.native = MEMBER, NativeDecode(_core.FieldDecoder.NPY)
-            elif kind == "text":
+            elif role == "text":
                 f.decode_name, f.native = "txt", None
             elif f.decode_name is None or compiled.image_spec is None:
                 f.decode_name, f.native = None, None
@@ -341,7 +341,7 @@ class ParquetStream(WebDataset):
         out = []
         for name in self.columns:
             column = table.column(name)
-            if self.kinds[name] == "numeric":
+            if self.roles[name] == "numeric":
                 out.append(_npy_members(column))
             else:
                 out.append(parquet_files.value_buffers(column))
