@@ -227,8 +227,9 @@ def test_ranks_and_workers_split_by_row_group(
     batch_counts = []
     for rank in range(world):
         monkeypatch.setenv("RANK", str(rank))
-        # Row groups that divide evenly need no equalising (which counts a
-        # rank's samples, not a worker's: see the report on even batches).
+        # Row groups that divide evenly over ranks and workers: equal counts
+        # without equalising (even_batches counts a rank's samples, which
+        # each torch worker would then yield).
         ds = wds.ParquetStream(even_files, ["text"], shardshuffle=True, seed=7, even_batches="off")
         loader = torch.utils.data.DataLoader(
             ds.to_tuple("text").batched(4), batch_size=None, num_workers=2

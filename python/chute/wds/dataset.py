@@ -678,8 +678,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         return plan
 
     def set_plan_source(self, plan: Any, urls: list[str]) -> Any:
-        """Tells `plan` how to reach `urls`; returns the remote session's
-        native source when it reads remote urls (None: local ones)."""
+        """Tells `plan` how to reach `urls`. Returns what reaches them when
+        their bytes arrive slowly (the remote session's native source; a
+        subclass's own reader), and more shards are then opened ahead;
+        None for local tar shards."""
         remote_source = native_source(urls, self.remote)
         if remote_source is not None:
             plan.remote = remote_source.remote
