@@ -285,6 +285,18 @@ def test_exact_resume_mid_epoch_equals_the_uninterrupted_run(files: dict[str, An
         other.shuffle(10, initial=5).to_tuple("text", "label").batched(B).load_state_dict(state)
 
 
+def test_a_state_of_rewritten_files_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "data.parquet"
+    write_file(path, 0, 20, 5, seed=9)
+    make = pipeline([str(path)])
+    first = make()
+    next(iter(first))
+    state = first.state_dict()
+    write_file(path, 0, 20, 5, seed=10)  # the same row groups, other values
+    with pytest.raises(ValueError, match="footers="):
+        make().load_state_dict(state)
+
+
 def elastic_run(paths: list[str], **kw: Any) -> Callable[[], Any]:
     def make() -> Any:
         ds = wds.ParquetStream(paths, ["text"], shardshuffle=True, seed=5, elastic=True, **kw)
