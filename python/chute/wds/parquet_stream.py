@@ -140,7 +140,8 @@ class ParquetStream(WebDataset):
             numeric, bool and string columns.
         nodesplitter: splits the row groups across DDP ranks (default:
             ``split_by_node``; webdataset's ``single_node_only`` refuses DDP).
-        readahead: row groups the engine opens ahead of the one it reads.
+        readahead: row groups the engine opens ahead of the one it reads
+            (default 2 for local files, 6 for remote ones).
     """
 
     def __init__(
@@ -156,7 +157,7 @@ class ParquetStream(WebDataset):
         workersplitter: Splitter | None = split_by_worker,
         empty_check: bool = True,
         seed: int | None = None,
-        readahead: int = 6,
+        readahead: int | None = None,
         threads: int | None = None,
         streams: int = 1,
         prefetch: int | None = None,
@@ -204,6 +205,10 @@ class ParquetStream(WebDataset):
                 first += n
         if not row_groups:
             raise ValueError(f"ParquetStream: {files.urls} hold no row groups")
+        if readahead is None:
+            # Local reads are quick: more at once only contend for the
+            # cores; remote ones wait on round trips.
+            readahead = 6 if files.reads_remote() else 2
         self.readahead = max(1, int(readahead))
         super().__init__(
             row_groups,
