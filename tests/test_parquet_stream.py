@@ -514,3 +514,32 @@ def test_remote_elastic_resume_on_another_world_size(
         seen = counts(first, second)
         assert len(seen) == ROWS
         assert_equal_batch_counts(second, -(-(ROWS - 20) // (world * B)))
+
+
+def test_hub_urls_and_the_node_cache(
+    object_server: ObjectServer,
+    files: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("obstore")
+    names = [Path(p).name for p in files["paths"]]
+    for name, path in zip(names, files["paths"], strict=True):
+        object_server.objects[f"/datasets/org/pets/resolve/main/data/{name}"] = Path(
+            path
+        ).read_bytes()
+    monkeypatch.setenv("HF_ENDPOINT", object_server.url)
+    urls = [f"hf://datasets/org/pets/data/{name}" for name in names]
+    expected = [r["text"] for r in files["reference"]]
+
+    def run() -> list[str]:
+        ds = wds.ParquetStream(
+            urls, ["text"], shardshuffle=False, remote=remote_options(cache_dir=str(tmp_path))
+        )
+        return [s["text"] for s in ds]
+
+    assert run() == expected
+    gets = object_server.count("GET")
+    assert run() == expected
+    # Only the footers again (at open): the row groups come from the node cache.
+    assert object_server.count("GET") - gets <= len(urls)
