@@ -227,12 +227,9 @@ def test_ranks_and_workers_split_by_row_group(
     batch_counts = []
     for rank in range(world):
         monkeypatch.setenv("RANK", str(rank))
-        # Row groups that divide evenly over ranks and workers: equal counts
-        # without equalising (even_batches counts a rank's samples, which
-        # each torch worker would then yield).
-        ds = wds.ParquetStream(even_files, ["text"], shardshuffle=True, seed=7, even_batches="off")
+        ds = wds.ParquetStream(even_files, ["text"], shardshuffle=True, seed=7)
         loader = torch.utils.data.DataLoader(
-            ds.to_tuple("text").batched(4), batch_size=None, num_workers=2
+            ds.to_tuple("text").batched(6), batch_size=None, num_workers=2
         )
         batches = [texts(b) for b in loader]
         batch_counts.append(len(batches))
@@ -240,6 +237,33 @@ def test_ranks_and_workers_split_by_row_group(
     everything = [t for rank in per_rank for t in rank]
     assert sorted(everything) == sorted(f"row {i}" for i in range(72))  # disjoint, complete
     assert len(set(batch_counts)) == 1
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_uneven_ranks_of_torch_workers_yield_equal_batch_counts_and_no_repeats(
+    monkeypatch: pytest.MonkeyPatch, files: dict[str, Any], world: int
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    batch_counts, seen = [], []
+    for rank in range(world):
+        monkeypatch.setenv("RANK", str(rank))
+        ds = wds.ParquetStream(files["paths"], ["text"], shardshuffle=False)
+        loader = torch.utils.data.DataLoader(
+            ds.to_tuple("text").batched(3), batch_size=None, num_workers=2
+        )
+        batches = [texts(b) for b in loader]
+        batch_counts.append(len(batches))
+        seen += [t for b in batches for t in b]
+    # Worker w of every rank yields the batches of the one with the fewest
+    # rows (a short last batch filled by reading its row groups again): the
+    # ranks' totals agree.
+    groups = [8, 8, 8, 3, 8, 8, 6]
+    expected = sum(
+        -(-min(sum(groups[r::world][w::2]) for r in range(world)) // 3) for w in range(2)
+    )
+    assert batch_counts == [expected] * world
+    assert len(seen) == expected * 3 * world
+    assert len(seen) - len(set(seen)) <= 2 * 2 * world  # at most the fills of last batches
 
 
 def test_uneven_ranks_yield_equal_batch_counts(

@@ -119,7 +119,9 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       shards again; ``"off"`` leaves counts as they fall. Ranks count their
       samples once (a header scan, cached per shard) and agree through
       ``torch.distributed`` when it is initialised, else by splitting the
-      shard list as ``split_by_node`` does.
+      shard list as ``split_by_node`` does. In torch DataLoader worker
+      processes, worker w of every rank yields the same count (the node
+      and worker splits redone: ``split_by_node``, ``split_by_worker``).
     - ``elastic``: the epoch's samples in one global order from (seed,
       epoch), dealt to the ranks (world size from torch.distributed or
       RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
@@ -711,4 +713,5 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             self.cache_dir or "",
             self.pipe_timeout,
             remote=self.remote,
+            workersplitter=self.workersplitter,
         )
