@@ -109,8 +109,6 @@ def _npy_members(column: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None
         present = np.asarray(values.is_valid()).astype(np.uint8)
         values = values.fill_null(False if values.type == "bool" else 0)
     array = np.ascontiguousarray(values.to_numpy(zero_copy_only=False))
-    if array.dtype == np.bool_:
-        array = array.view(np.uint8).astype(np.bool_)
     array = array.astype(array.dtype.newbyteorder("<"), copy=False)
     header = io.BytesIO()
     np.lib.format.write_array(header, np.zeros((), array.dtype), allow_pickle=False)
