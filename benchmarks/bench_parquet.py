@@ -18,6 +18,12 @@ RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
     (Pillow decodes; bench_transforms.py's torchvision transforms written
     with Pillow and torch), torch's DataLoader(shuffle=True), the best of
     num_workers 0, 1, 2.
+  - the stream form, the same job as webdataset pipelines run it: shards
+    (row groups / tar shards) shuffled per epoch, a buffer of 256 samples,
+    ``.decode("torchrgb8", ...)``, ``.to_tuple``, ``.batched(128)`` on
+    ``chute.DataLoader(batch_size=None, num_workers=cores)``:
+    ``chute.wds.ParquetStream(files, ["image", "label"])`` against
+    ``chute.wds.WebDataset`` over the tar shards.
   Each runs two epochs in its own process; the second is timed.
 (b) The chute Parquet run over ``s3://`` urls of a local S3 server (moto)
     through bench_remote.py's latency proxy (+20 ms per request), against
@@ -36,6 +42,7 @@ Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x datasets;
     python benchmarks/bench_parquet.py --quick    # 500
     python benchmarks/bench_parquet.py --images 4000
     python benchmarks/bench_parquet.py --part b   # part (b) alone
+    python benchmarks/bench_parquet.py --part streams  # the two stream rows alone
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from bench_transforms import MEAN, STD, shards, train_transform  # noqa: E402
 from common import DATA, run_config, save, table  # noqa: E402
 
 BATCH = 128
+STREAM_BUFFER = 256
 FILES = 4
 ROW_GROUP = 250
 LATENCY = "0.02"  # the bench_remote proxy used
@@ -124,6 +132,24 @@ def worker(config: dict[str, Any]) -> None:
         loader = chute.DataLoader(
             ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
         )
+    elif kind in ("parquet-stream", "tar-stream"):
+        import chute
+
+        if kind == "parquet-stream":
+            stream: Any = chute.wds.ParquetStream(
+                config["urls"], ["image", "label"], shardshuffle=True, seed=0
+            )
+            fields = ("image", "label")
+        else:
+            stream = chute.wds.WebDataset(config["urls"], shardshuffle=True, seed=0)
+            fields = ("jpg", "cls")
+        stream = (
+            stream.shuffle(STREAM_BUFFER)
+            .decode("torchrgb8", **opts)
+            .to_tuple(*fields)
+            .batched(BATCH)
+        )
+        loader = chute.DataLoader(stream, batch_size=None, num_workers=workers)
     elif kind == "tar":
         import chute
 
@@ -185,7 +211,9 @@ def main() -> None:
         "the first batch's wait on every row group weighs less in part (b)'s one epoch",
     )
     parser.add_argument(
-        "--part", choices=("a", "b"), help="run part (a) or (b) only (default: both)"
+        "--part",
+        choices=("a", "streams", "b"),
+        help="run part (a), its stream rows or part (b) only (default: all)",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
@@ -239,10 +267,25 @@ def main() -> None:
             parquet_over_best_datasets=chute_parquet["samples_per_s"] / best_hf["samples_per_s"],
             best_datasets_workers=best_hf["workers"],
         )
+    if args.part in (None, "streams"):
+        parquet_stream = measure(
+            "chute, Parquet stream (ParquetStream)",
+            {"kind": "parquet-stream", "urls": files, "workers": cores},
+            1,
+        )
+        tar_stream = measure(
+            "chute, tar stream (WebDataset)",
+            {"kind": "tar-stream", "urls": tar, "workers": cores},
+            1,
+        )
+        summary["parquet_stream_over_tar_stream"] = (
+            parquet_stream["samples_per_s"] / tar_stream["samples_per_s"]
+        )
     if args.part in (None, "b"):
         summary.update(part_b(script, files, cores, measure))
     summary["targets"] = {
         "parquet_over_tar": 0.95,
+        "parquet_stream_over_tar_stream": 0.95,
         "parquet_over_best_datasets": 3.0,
         "s3_over_local": 0.9,
     }

@@ -31,7 +31,7 @@ tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test
        tests/test_npy_dtypes.py tests/test_limits.py
        tests/test_elastic.py tests/test_elastic_remote.py tests/test_sample_counts.py
        tests/test_mix.py tests/test_webp.py tests/test_tokens.py tests/test_token_windows.py
-       tests/test_parquet.py tests/test_parquet_remote.py)
+       tests/test_parquet.py tests/test_parquet_remote.py tests/test_parquet_stream.py)
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1

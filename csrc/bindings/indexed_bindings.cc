@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bindings/block_columns.h"
 #include "bindings/engine_face.h"
 #include "bindings/errors.h"
 #include "bindings/numpy_convert.h"
@@ -37,17 +38,6 @@ namespace py = pybind11;
 namespace chute::bindings {
 
 namespace {
-
-// The Python object owning a MemoryRowSource's memory. Dropped with the GIL
-// (the source may die on any thread that held the last engine reference).
-std::shared_ptr<void> keep_python_alive(py::object obj) {
-  auto* held = new py::object(std::move(obj));
-  return std::shared_ptr<void>(held, [](void* p) {
-    if (!Py_IsInitialized()) return;  // interpreter gone: leaking beats crashing
-    py::gil_scoped_acquire gil;
-    delete static_cast<py::object*>(p);
-  });
-}
 
 DType parse_dtype(const std::string& descr, bool* swap, const std::string& what) {
   DType t{};
@@ -213,35 +203,12 @@ std::string tar_headers_digest(const std::string& url, const Column<int64_t>& he
   return digest_hex(digest);
 }
 
-// Block `block` of `source`: for each of its columns (data, offsets, present):
-// a buffer (a pyarrow Buffer, held without a copy), int64 offsets (rows + 1)
-// into it, and None or one uint8 per row (0 where the value is null).
-using BlockColumnArgs = std::tuple<py::buffer, Column<int64_t>, std::optional<Column<uint8_t>>>;
-
+// Block `block` of `source`: for each of its columns (data, offsets, present),
+// as block_columns.h takes them.
 void put_block(BlockSampleSource& source, size_t block, const std::vector<BlockColumnArgs>& columns) {
-  const int64_t rows = source.block_rows(block);
-  std::vector<BlockColumn> out;
   py::list held;
-  for (const auto& [data, offsets, present] : columns) {
-    const py::buffer_info info = data.request();
-    CHUTE_CHECK(offsets.ndim() == 1 && offsets.size() == rows + 1, kUsage,
-                "block " << block << " has " << rows << " rows: its offsets need " << rows + 1
-                         << " entries, not " << offsets.size());
-    BlockColumn c;
-    c.data = static_cast<const uint8_t*>(info.ptr);
-    c.data_size = static_cast<size_t>(info.size * info.itemsize);
-    c.offsets = offsets.data();
-    held.append(data);
-    held.append(offsets);
-    if (present) {
-      CHUTE_CHECK(present->ndim() == 1 && present->size() == rows, kUsage,
-                  "block " << block << " has " << rows << " rows, its null mask "
-                           << present->size());
-      c.present = present->data();
-      held.append(*present);
-    }
-    out.push_back(c);
-  }
+  std::vector<BlockColumn> out =
+      block_columns(columns, source.block_rows(block), "block " + std::to_string(block), held);
   std::shared_ptr<void> owner = keep_python_alive(std::move(held));
   py::gil_scoped_release release;
   source.put(block, std::move(out), std::move(owner));

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/block_columns.h"
 #include "bindings/engine_face.h"
 #include "bindings/pin_hooks.h"
 #include "bindings/owned_stream_engine.h"
@@ -12,6 +13,7 @@
 #include "bindings/text.h"
 #include "compose/stream_request.h"
 #include "io/fetch_queue.h"
+#include "pipeline/block_feed.h"
 #include "pipeline/stream_engine.h"
 
 namespace py = pybind11;
@@ -90,6 +92,55 @@ void register_stream(py::module_& m) {
   forward(field, "optional", &FieldRequest::field, &FieldPlan::optional);
   forward(field, "stack", &FieldRequest::field, &FieldPlan::stack);
 
+  py::class_<BlockFeed, std::shared_ptr<BlockFeed>>(
+      m, "BlockFeed",
+      "Stream shards of one block each (Parquet row groups), read by their owner on "
+      "request: the engine opens a url, the owner takes the request (next_request), reads "
+      "the block and puts it, or fails it.")
+      .def(py::init<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
+                    std::vector<int64_t>, std::vector<std::string>, std::vector<int64_t>>(),
+           py::arg("extensions"), py::arg("column_names"), py::arg("urls"), py::arg("rows"),
+           py::arg("names"), py::arg("first_keys"))
+      .def(
+          "next_request",
+          [](const BlockFeed& feed, double timeout) -> std::optional<std::tuple<uint64_t, size_t>> {
+            std::optional<BlockFeed::Request> request;
+            {
+              py::gil_scoped_release release;
+              request = feed.next_request(timeout);
+            }
+            if (!request) return std::nullopt;
+            return std::make_tuple(request->ticket, request->block);
+          },
+          py::arg("timeout"),
+          "(ticket, block) of the oldest request not yet taken, or None after `timeout` "
+          "seconds or once closed.")
+      .def(
+          "put",
+          [](const BlockFeed& feed, uint64_t ticket, size_t block,
+             const std::vector<BlockColumnArgs>& columns) {
+            py::list held;
+            std::vector<BlockColumn> out = block_columns(
+                columns, feed.block_rows(block), "block " + std::to_string(block), held);
+            std::shared_ptr<void> owner = keep_python_alive(std::move(held));
+            py::gil_scoped_release release;
+            feed.put(ticket, std::move(out), std::move(owner));
+          },
+          py::arg("ticket"), py::arg("block"), py::arg("columns"),
+          "Request `ticket`'s block (`block`): one (data buffer, int64 offsets, uint8 present or "
+          "None) per extension, used in place and kept alive.")
+      .def(
+          "fail",
+          [](const BlockFeed& feed, uint64_t ticket, bool data, const std::string& message) {
+            feed.fail(ticket, Error(data ? ErrorKind::kData : ErrorKind::kIo, message, __FILE__,
+                                    __LINE__));
+          },
+          py::arg("ticket"), py::arg("data"), py::arg("message"),
+          "Request `ticket`'s block cannot be read: its source raises DataError (`data`) or "
+          "ReadError with `message`.")
+      .def("close", &BlockFeed::close, py::call_guard<ReleasedGil>())
+      .def_property_readonly("bytes_read", &BlockFeed::bytes_read);
+
   py::class_<StreamRequest> plan(m, "StreamPlan");
   plan.def(py::init<>());
   forward(plan, "urls", &StreamRequest::plan, &StreamPlan::urls);
@@ -132,6 +183,16 @@ void register_stream(py::module_& m) {
       py::arg("register_fn"), py::arg("unregister_fn"),
       "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
   forward(plan, "on_error", &StreamRequest::plan, &StreamPlan::on_error);
+  plan.def_property(
+      "block_feed",
+      [](const StreamRequest& r) {
+        return std::const_pointer_cast<BlockFeed>(
+            std::dynamic_pointer_cast<const BlockFeed>(r.sources));
+      },
+      [](StreamRequest& r, std::shared_ptr<BlockFeed> feed) { r.sources = std::move(feed); },
+      "The BlockFeed that reads the urls (row groups), or None: the catalog picks the "
+      "source by url.");
+
 
   py::class_<OwnedStreamEngine>(m, "StreamEngine")
       .def(py::init([](const StreamRequest& request) {

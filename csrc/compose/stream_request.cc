@@ -6,7 +6,8 @@ namespace chute {
 
 StreamPlan compose_stream_plan(const StreamRequest& request) {
   StreamPlan plan = request.plan;
-  plan.sources = sample_sources_for(plan.urls, request.source);
+  plan.sources =
+      request.sources ? request.sources : sample_sources_for(plan.urls, request.source);
   plan.fields.clear();
   for (const FieldRequest& f : request.fields) {
     FieldPlan field = f.field;

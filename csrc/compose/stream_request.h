@@ -20,6 +20,9 @@ struct FieldRequest {
 struct StreamRequest {
   StreamPlan plan;        // plan.sources and plan.fields are made from the rest
   SourceOptions source;
+  // Set: the factory that reads the urls (one that Python feeds, such as
+  // pipeline/block_feed.h), instead of the catalog's choice.
+  std::shared_ptr<const SampleSourceFactory> sources;
   std::vector<FieldRequest> fields;
 };
 

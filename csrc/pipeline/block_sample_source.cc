@@ -26,6 +26,28 @@ class BlockSampleSource::ColumnStorage final : public InPlaceStorage {
   std::shared_ptr<void> owner_;
 };
 
+void check_block_columns(const std::string& block_name,
+                         const std::vector<std::string>& column_names, int64_t rows,
+                         const std::vector<BlockColumn>& columns) {
+  CHUTE_CHECK(columns.size() == column_names.size(), kUsage,
+              block_name << ": " << columns.size() << " columns given, " << column_names.size()
+                         << " expected");
+  for (size_t c = 0; c < columns.size(); ++c) {
+    const BlockColumn& col = columns[c];
+    CHUTE_CHECK(col.offsets != nullptr && (rows == 0 || col.offsets[0] >= 0), kUsage,
+                block_name << ", column '" << column_names[c] << "': no offsets");
+    for (int64_t r = 0; r < rows; ++r) {
+      CHUTE_CHECK(col.offsets[r + 1] >= col.offsets[r], kData,
+                  block_name << ", column '" << column_names[c] << "': value of row " << r
+                             << " ends before it starts");
+    }
+    CHUTE_CHECK(rows == 0 || static_cast<uint64_t>(col.offsets[rows]) <= col.data_size, kData,
+                block_name << ", column '" << column_names[c] << "': values end at byte "
+                           << col.offsets[rows] << " of a buffer of " << col.data_size
+                           << " bytes");
+  }
+}
+
 BlockSampleSource::BlockSampleSource(std::vector<std::string> extensions,
                                      std::vector<std::string> column_names,
                                      std::vector<int64_t> block_starts,
@@ -65,24 +87,7 @@ std::shared_ptr<const BlockSampleSource::Block> BlockSampleSource::held(size_t b
 
 void BlockSampleSource::put(size_t block, std::vector<BlockColumn> columns,
                             std::shared_ptr<void> owner) {
-  const int64_t rows = block_rows(block);
-  CHUTE_CHECK(columns.size() == extensions_.size(), kUsage,
-              block_names_[block] << ": " << columns.size() << " columns given, "
-                                  << extensions_.size() << " expected");
-  for (size_t c = 0; c < columns.size(); ++c) {
-    const BlockColumn& col = columns[c];
-    CHUTE_CHECK(col.offsets != nullptr && (rows == 0 || col.offsets[0] >= 0), kUsage,
-                block_names_[block] << ", column '" << column_names_[c] << "': no offsets");
-    for (int64_t r = 0; r < rows; ++r) {
-      CHUTE_CHECK(col.offsets[r + 1] >= col.offsets[r], kData,
-                  block_names_[block] << ", column '" << column_names_[c] << "': value of row " << r
-                                      << " ends before it starts");
-    }
-    CHUTE_CHECK(rows == 0 || static_cast<uint64_t>(col.offsets[rows]) <= col.data_size, kData,
-                block_names_[block] << ", column '" << column_names_[c] << "': values end at byte "
-                                    << col.offsets[rows] << " of a buffer of " << col.data_size
-                                    << " bytes");
-  }
+  check_block_columns(block_names_[block], column_names_, block_rows(block), columns);
   auto held = std::make_shared<Block>();
   for (const BlockColumn& col : columns) {
     held->storage.push_back(std::make_shared<const ColumnStorage>(col.data, owner));

@@ -35,6 +35,12 @@ struct BlockColumn {
   const uint8_t* present = nullptr;
 };
 
+// Throws naming `block_name` and the column unless `columns` (one per name)
+// each hold `rows` values whose offsets rise within their data buffer.
+void check_block_columns(const std::string& block_name,
+                         const std::vector<std::string>& column_names, int64_t rows,
+                         const std::vector<BlockColumn>& columns);
+
 class BlockSampleSource final : public IndexedSampleSource {
  public:
   // `extensions[c]` is the member extension that column c's values get (what

@@ -17,7 +17,7 @@ from chute.tarindex import ChuteIndexWarning, TarIndexError
 from chute.text_tokens import tokenize_shards
 from chute.tokens import TokenDataset, cu_seqlens
 from chute.validate import ValidationError, validate_batch, validate_first_batch
-from chute.wds import WebDataset, WebLoader
+from chute.wds import ParquetStream, WebDataset, WebLoader
 from chute.workers.pool import WorkerFallbackWarning
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "MixedDataset",
     "MixedStream",
     "ParquetDataset",
+    "ParquetStream",
     "ReadError",
     "SkippedSampleWarning",
     "TarDataset",

@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RemoteScheme', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_npy', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest']
+__all__: list[str] = ['ArraySource', 'Batch', 'BlockFeed', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RemoteScheme', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_npy', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest']
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -592,6 +592,29 @@ class FieldPlan:
     @extensions.setter
     def extensions(self, arg1: collections.abc.Iterable[str]) -> None:
         ...
+class BlockFeed:
+    """
+    Stream shards of one block each (Parquet row groups), read by their owner on request: the engine opens a url, the owner takes the request (next_request), reads the block and puts it, or fails it.
+    """
+    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], urls: collections.abc.Sequence[str], rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], names: collections.abc.Sequence[str], first_keys: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    def close(self) -> None:
+        ...
+    def fail(self, ticket: typing.SupportsInt | typing.SupportsIndex, data: bool, message: str) -> None:
+        """
+        Request `ticket`'s block cannot be read: its source raises DataError (`data`) or ReadError with `message`.
+        """
+    def next_request(self, timeout: typing.SupportsFloat | typing.SupportsIndex) -> tuple[int, int] | None:
+        """
+        (ticket, block) of the oldest request not yet taken, or None after `timeout` seconds or once closed.
+        """
+    def put(self, ticket: typing.SupportsInt | typing.SupportsIndex, block: typing.SupportsInt | typing.SupportsIndex, columns: collections.abc.Sequence[tuple[typing_extensions.Buffer, typing.Annotated[numpy.typing.ArrayLike, numpy.int64], typing.Annotated[numpy.typing.ArrayLike, numpy.uint8] | None]]) -> None:
+        """
+        Request `ticket`'s block (`block`): one (data buffer, int64 offsets, uint8 present or None) per extension, used in place and kept alive.
+        """
+    @property
+    def bytes_read(self) -> int:
+        ...
 class StreamPlan:
     cache_dir: str
     cache_fsync: bool
@@ -615,6 +638,14 @@ class StreamPlan:
         ...
     @batch_size.setter
     def batch_size(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def block_feed(self) -> BlockFeed:
+        """
+        The BlockFeed that reads the urls (row groups), or None: the catalog picks the source by url.
+        """
+    @block_feed.setter
+    def block_feed(self, arg1: BlockFeed) -> None:
         ...
     @property
     def cache_limit_bytes(self) -> int:

@@ -30,6 +30,10 @@ _WHERE = re.compile(r" \[([\w.+-]+\.(?:cc|h|hpp|cpp):\d+)\]\Z")
 # An empty field between two separators (a location the engine left blank).
 _EMPTY_FIELD = re.compile(r": :(?= )")
 _MEMBER = re.compile(r"\Ashard '(?P<url>.*?)', member '(?P<member>[^']*)' at offset \d+: ")
+# A Parquet row's column, as chute.wds.ParquetStream's source names it.
+_ROW_MEMBER = re.compile(
+    r"\Afile '(?P<url>.*?)', row group \d+, row (?P<row>\d+), column '(?P<column>[^']*)': "
+)
 
 
 class DecodingError(Exception):
@@ -141,7 +145,7 @@ def failure_scope(message: str) -> str:
         return "field"
     if " but this batch holds " in message:
         return "batch"
-    if _MEMBER.match(message):
+    if _MEMBER.match(message) or _ROW_MEMBER.match(message):
         return "member"
     return "other"
 
@@ -202,6 +206,8 @@ def translate(exc: BaseException) -> BaseException:
             key=name[: len(name) - len(base)] + key,
             k=ext.lower(),
         )
+    elif scope == "member" and (row := _ROW_MEMBER.match(message)) is not None:
+        new = MemberDecodeError(message, url=row.group("url"), k=row.group("column"))
     else:
         new = EngineDataError(message)
     new.where = where

@@ -673,22 +673,7 @@ class ParquetDataset(IndexedDataset):
     def native_columns(self, table: Any, block: int) -> list[tuple[Any, np.ndarray, Any]]:
         """The decoded columns of row group `block`'s table as the native
         source takes them: (data buffer, int64 offsets, present or None)."""
-        pa = pyarrow_module()
-        out = []
-        for name in self._decoded:
-            column = table.column(name)
-            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-            if _image_struct(pa, array.type):
-                array = array.flatten()[array.type.get_field_index("bytes")]
-            _, offsets_buffer, data = array.buffers()
-            wide = pa.types.is_large_binary(array.type)
-            offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)
-            offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
-            present = None
-            if array.null_count:
-                present = np.asarray(array.is_valid()).astype(np.uint8)
-            out.append((data if data is not None else pa.py_buffer(b""), offsets, present))
-        return out
+        return [value_buffers(table.column(name)) for name in self._decoded]
 
     def __repr__(self) -> str:
         return (
@@ -733,6 +718,24 @@ class _Skipped:
 
 def _batch_rows(batch: dict[str, Any]) -> int:
     return len(next(iter(batch.values()))) if batch else 0
+
+
+def value_buffers(column: Any) -> tuple[Any, np.ndarray, Any]:
+    """A binary or string column (or the hub's image struct: its ``bytes``)
+    as the native block sources take it, without copying the values: (data
+    buffer, int64 offsets of each row's value, uint8 present per row or None)."""
+    pa = pyarrow_module()
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if _image_struct(pa, array.type):
+        array = array.flatten()[array.type.get_field_index("bytes")]
+    _, offsets_buffer, data = array.buffers()
+    wide = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)
+    offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
+    present = None
+    if array.null_count:
+        present = np.asarray(array.is_valid()).astype(np.uint8)
+    return (data if data is not None else pa.py_buffer(b""), offsets, present)
 
 
 def _native_columns(batch: Any, n: int) -> list[Any]:

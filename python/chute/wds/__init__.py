@@ -17,7 +17,8 @@ dataset; ``elastic`` deals an epoch's samples to the ranks; ``resume`` is the
 state dict; ``run`` and ``parallel`` iterate one epoch (Python stages in this
 process, or on worker processes); and ``dataset``, ``shardlists``,
 ``pipeline`` and ``loader`` hold ``WebDataset``, the shard sources,
-``DataPipeline`` and ``WebLoader``.
+``DataPipeline`` and ``WebLoader``; ``parquet_stream`` holds
+``ParquetStream``, whose shards are Parquet row groups.
 """
 
 from chute import handlers
@@ -68,6 +69,7 @@ from chute.wds.filters import (
     xdecode,
 )
 from chute.wds.loader import WebLoader
+from chute.wds.parquet_stream import ParquetStream
 from chute.wds.pipeline import (
     DataPipeline,
     FluidWrapper,
@@ -96,6 +98,7 @@ __all__ = [
     "ImageHandler",
     "LMDBCached",
     "MockDataset",
+    "ParquetStream",
     "ResampledShards",
     "SimpleShardList",
     "WebDataset",

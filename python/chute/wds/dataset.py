@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import urlparse
 
 from torch.utils.data import IterableDataset
 from typing_extensions import Self
@@ -118,7 +119,9 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       shards again; ``"off"`` leaves counts as they fall. Ranks count their
       samples once (a header scan, cached per shard) and agree through
       ``torch.distributed`` when it is initialised, else by splitting the
-      shard list as ``split_by_node`` does.
+      shard list as ``split_by_node`` does. In torch DataLoader worker
+      processes, worker w of every rank yields the same count (the node
+      and worker splits redone: ``split_by_node``, ``split_by_worker``).
     - ``elastic``: the epoch's samples in one global order from (seed,
       epoch), dealt to the ranks (world size from torch.distributed or
       RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
@@ -211,6 +214,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("no shards given")
+        self.check_shard_urls(self.urls)
         if cache_limit_bytes is None and cache_size > 0:
             cache_limit_bytes = cache_size
         self.remote = merge_options(
@@ -248,6 +252,17 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         self._epoch_set = False
         self._resume: StreamPosition | None = None
         self._reset_runtime()
+
+    def check_shard_urls(self, urls: list[str]) -> None:
+        """ValueError for urls of a format other than tar that this class
+        is not the reader of (a subclass reads its own)."""
+        parquet = [u for u in urls if urlparse(u).path.endswith(".parquet")]
+        if parquet:
+            raise ValueError(
+                f"{parquet[0]!r} is a Parquet file, and WebDataset reads tar shards: read "
+                "Parquet files with chute.wds.ParquetStream(urls, columns=...), whose samples' "
+                "fields are the columns"
+            )
 
     def _reset_runtime(self) -> None:
         """Per-object runtime state, never shared with copies or pickled."""
@@ -421,6 +436,20 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
                 break
         return found + [e for e in NATIVE_MEMBER_EXTENSIONS if e not in found]
 
+    def compile_pipeline(
+        self,
+        first_sample_extensions: Callable[[], Sequence[str]],
+        *,
+        seed: int,
+        shuffle_seed: int | None = None,
+    ) -> CompiledPipeline:
+        """The stages compiled (``chute.wds.compiler.compile_stages``); a
+        format whose members are typed otherwise than by extension adjusts
+        the decoders here."""
+        return compile_stages(
+            self.stages, first_sample_extensions, seed=seed, shuffle_seed=shuffle_seed
+        )
+
     def shard_urls(self) -> tuple[list[str], int]:
         if any(is_remote_glob(u) for u in self.urls):
             self.urls = expand_remote_globs(self.urls, self.remote)
@@ -562,8 +591,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             return False  # nothing runs on the engine: everything stays here
         # The shuffle seed given keeps the compiler from drawing on a
         # shuffle's rng (that draw belongs to the epoch).
-        compiled = compile_stages(
-            self.stages, lambda: self.first_sample_extensions(self.urls), seed=0, shuffle_seed=0
+        compiled = self.compile_pipeline(
+            lambda: self.first_sample_extensions(self.urls), seed=0, shuffle_seed=0
         )
         return has_worker_work(compiled)
 
@@ -595,12 +624,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.urls = urls
         plan.cache_dir = self.cache_dir or ""
         plan.pipe_timeout = float(self.pipe_timeout)
-        remote_source = native_source(urls, self.remote)
-        if remote_source is not None:
-            plan.remote = remote_source.remote
-            plan.cache_dir = remote_source.cache_dir
-            plan.cache_limit_bytes = remote_source.cache_limit_bytes
-            plan.cache_fsync = remote_source.cache_fsync
+        remote_source = self.set_plan_source(plan, urls)
         batched = compiled.batch_size is not None
         native_fields = [f for f in compiled.fields if f.extensions]
         # A field some samples may lack is never stacked: a list column says
@@ -655,6 +679,19 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             plan.repeat = True  # a rank short of batches reads its shards again
         return plan
 
+    def set_plan_source(self, plan: Any, urls: list[str]) -> Any:
+        """Tells `plan` how to reach `urls`. Returns what reaches them when
+        their bytes arrive slowly (the remote session's native source; a
+        subclass's own reader), and more shards are then opened ahead;
+        None for local tar shards."""
+        remote_source = native_source(urls, self.remote)
+        if remote_source is not None:
+            plan.remote = remote_source.remote
+            plan.cache_dir = remote_source.cache_dir
+            plan.cache_limit_bytes = remote_source.cache_limit_bytes
+            plan.cache_fsync = remote_source.cache_fsync
+        return remote_source
+
     def _even_batch_count(self, compiled: CompiledPipeline, urls: list[str]) -> int | None:
         """The batch count every rank yields this epoch, or None when ranks
         need not agree (see even_batch_count; a Python stage, several passes
@@ -676,4 +713,5 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             self.cache_dir or "",
             self.pipe_timeout,
             remote=self.remote,
+            workersplitter=self.workersplitter,
         )

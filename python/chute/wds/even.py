@@ -18,7 +18,13 @@ import torch
 import torch.distributed as dist
 
 from chute.remote import RemoteOptions, is_remote_url
-from chute.shards import Splitter, rank_and_world_size, split_by_node
+from chute.shards import (
+    Splitter,
+    rank_and_world_size,
+    split_by_node,
+    split_by_worker,
+    worker_and_num_workers,
+)
 from chute.wds.sample_counts import CountSettings, sample_counter
 from chute.wds.stages import Stage
 
@@ -55,18 +61,38 @@ def even_batch_count(
     cache_dir: str,
     pipe_timeout: float,
     remote: RemoteOptions | None = None,
+    workersplitter: Splitter | None = split_by_worker,
 ) -> int | None:
     """The batch count every rank yields this epoch under `mode`, or None
     when ranks need not agree (a single process, or ``"off"``). `urls` are
     this rank's shards, `all_urls` every rank's before the node split.
     Without torch.distributed the ranks can agree only when `nodesplitter`
-    is ``split_by_node``, whose split every rank can redo."""
+    is ``split_by_node``, whose split every rank can redo.
+
+    In a torch DataLoader worker process each worker yields its own batches:
+    worker w of every rank then yields the same count (so the ranks' totals
+    agree), found by redoing the node and worker splits (``split_by_node``,
+    ``split_by_worker``); the process group is not used from a worker."""
     rank, world_size = rank_and_world_size()
     if world_size <= 1 or mode == "off":
         return None
     one = functools.partial(shard_samples, cache_dir=cache_dir, timeout=pipe_timeout, remote=remote)
     reduce_max = mode == "repeat"
-    if dist.is_available() and dist.is_initialized():
+    worker, num_workers = worker_and_num_workers()
+    if num_workers > 1:
+        if nodesplitter is not split_by_node or workersplitter is not split_by_worker:
+            raise ValueError(
+                f"rank {rank} of {world_size}, worker {worker} of {num_workers}: the workers "
+                "of every rank can agree on a batch count only with split_by_node and "
+                "split_by_worker; pass even_batches='off' (or read in chute.DataLoader's threads)"
+            )
+        counted = _count_all(one, all_urls)
+        per_rank = [
+            sum(counted[u] for u in all_urls[r::world_size][worker::num_workers])
+            for r in range(world_size)
+        ]
+        samples = max(per_rank) if reduce_max else min(per_rank)
+    elif dist.is_available() and dist.is_initialized():
         counted = _count_all(one, urls)
         total = torch.tensor([sum(counted[u] for u in urls)], dtype=torch.int64)
         dist.all_reduce(total, op=dist.ReduceOp.MAX if reduce_max else dist.ReduceOp.MIN)

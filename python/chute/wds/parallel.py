@@ -28,7 +28,7 @@ from chute.errors import engine_errors
 from chute.handlers import Handler
 from chute.loading import LoaderSettings
 from chute.stats import add_figures
-from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
+from chute.wds.compiler import CompiledPipeline, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter
 from chute.wds.native import EngineSettings, report_skips
 from chute.wds.resume import StreamPosition, check_resume_reached
@@ -239,11 +239,8 @@ def stream_task(
 ) -> Iterator[Outgoing]:
     """A worker's part of one pass: for each of its engine batches, the
     items the loader would make of it after the worker's Python stages."""
-    compiled = compile_stages(
-        dataset.stages,
-        lambda: task.extensions or [],
-        seed=dataset.seed,
-        shuffle_seed=task.shuffle_seed,
+    compiled = dataset.compile_pipeline(
+        lambda: task.extensions or [], seed=dataset.seed, shuffle_seed=task.shuffle_seed
     )
     if task.torch_batch is not None:
         batching = native_torch_batch(compiled, *task.torch_batch, single_pass=True)

@@ -24,7 +24,6 @@ from chute.shards import rank_and_world_size
 from chute.stats import add_figures, empty_stats, with_running
 from chute.wds.compiler import (
     CompiledPipeline,
-    compile_stages,
     error_handlers,
     native_torch_batch,
 )
@@ -143,8 +142,8 @@ class EpochRun:
             self.sample_extensions = dataset.first_sample_extensions(self.urls)
             return self.sample_extensions
 
-        self.compiled = compile_stages(
-            dataset.stages, sample_extensions, seed=dataset.seed, shuffle_seed=start.shuffle_seed
+        self.compiled = dataset.compile_pipeline(
+            sample_extensions, seed=dataset.seed, shuffle_seed=start.shuffle_seed
         )
         native_batch = (
             native_torch_batch(self.compiled, *torch_batch, single_pass=dataset.repetitions == 1)

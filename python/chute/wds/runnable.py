@@ -6,6 +6,7 @@ modules, so they name this protocol rather than it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from chute.handlers import Handler
@@ -41,6 +42,14 @@ class RunnableDataset(Protocol):
     def shard_urls(self) -> tuple[list[str], int]: ...
 
     def first_sample_extensions(self, urls: list[str]) -> list[str]: ...
+
+    def compile_pipeline(
+        self,
+        first_sample_extensions: Callable[[], Sequence[str]],
+        *,
+        seed: int,
+        shuffle_seed: int | None = None,
+    ) -> CompiledPipeline: ...
 
     def state_fingerprint(self) -> dict[str, Any]: ...
 
