@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/mapped_region.h"
 
 namespace chute {
 
@@ -73,8 +74,21 @@ std::vector<int64_t> document_ends(DType src, const uint8_t* bytes, int64_t n, i
 TokenPacker::TokenPacker(std::vector<std::shared_ptr<const TokenFile>> files, PackOptions options)
     : files_(std::move(files)), options_(options) {
   CHUTE_CHECK(options_.seq_len > 0, kUsage, "seq_len must be positive, not " << options_.seq_len);
-  CHUTE_CHECK(options_.out_dtype == DType::kI64 || options_.out_dtype == DType::kI32, kUsage,
-              "token batches are int64 or int32, not " << dtype_name(options_.out_dtype));
+  const DType out = options_.out_dtype;
+  if (out != DType::kI64 && out != DType::kI32) {
+    CHUTE_CHECK(is_token_dtype(out), kUsage,
+                "token batches are int64, int32 or the files' own dtype, not "
+                    << dtype_name(out));
+    CHUTE_CHECK(options_.mode == PackMode::kWindows, kUsage,
+                "token batches in the files' own dtype (" << dtype_name(out)
+                    << ") are for windows packing: packed documents' labels hold -100");
+    for (const auto& file : files_) {
+      CHUTE_CHECK(file->dtype() == out, kUsage,
+                  "'" << file->path() << "' holds " << dtype_name(file->dtype())
+                      << " tokens: batches of " << dtype_name(out)
+                      << " are for files of that dtype (int64 and int32 take any)");
+    }
+  }
   for (const auto& file : files_) add_file(*file);
   if (options_.mode == PackMode::kWindows) {
     num_sequences_ = total_tokens_ > options_.seq_len ? (total_tokens_ - 1) / options_.seq_len : 0;
@@ -177,44 +191,104 @@ void TokenPacker::bad_token(const Span& span, int64_t index, int64_t value) cons
 }
 
 template <typename Out>
-void TokenPacker::copy_stream(int64_t start, int64_t n, Out* out) const {
-  auto it = std::upper_bound(spans_.begin(), spans_.end(), start,
-                             [](int64_t s, const Span& span) { return s < span.start; });
-  CHUTE_CHECK(it != spans_.begin(), kUsage, "token " << start << " is before the stream");
-  --it;
-  const auto vocab = static_cast<uint64_t>(options_.vocab_size);
-  while (n > 0) {
-    CHUTE_CHECK(it != spans_.end(), kUsage, "token " << start << " is past the stream");
-    const Span& span = *it;
-    const int64_t skip = start - span.start;
-    const int64_t take = std::min(n, span.tokens - skip);
-    const DType src = span.file->dtype();
-    convert_from(src, span.data + skip * static_cast<int64_t>(dtype_size(src)), take, out);
-    if (vocab > 0) {
-      bool bad = false;
-      for (int64_t j = 0; j < take; ++j) bad |= static_cast<uint64_t>(out[j]) >= vocab;
-      if (bad) {
-        for (int64_t j = 0; j < take; ++j) {
-          const int64_t v = token_at(src, span.data, skip + j);
-          if (static_cast<uint64_t>(v) >= vocab) bad_token(span, skip + j, v);
-        }
-      }
+void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
+  // Each run cut at the spans it crosses. A segment in the files' own
+  // dtype is copied straight into the batch; the others go through a
+  // staging buffer and are converted from there, so that every read of a
+  // mapping is one guarded copy (a single sigaction and setjmp for all).
+  struct Segment {
+    const Span* span;
+    int64_t skip;  // tokens into the span
+    int64_t n;
+    Out* out;
+    size_t staged;  // byte offset in `staging`, unless direct
+    bool direct;
+  };
+  thread_local std::vector<Segment> segments;
+  thread_local std::vector<CopySpan> copies;
+  thread_local std::vector<uint8_t> staging;
+  segments.clear();
+  copies.clear();
+  size_t staged = 0;
+  for (const Run& run : runs) {
+    int64_t start = run.start;
+    int64_t n = run.n;
+    Out* out = reinterpret_cast<Out*>(run.out);
+    auto it = std::upper_bound(spans_.begin(), spans_.end(), start,
+                               [](int64_t s, const Span& span) { return s < span.start; });
+    CHUTE_CHECK(it != spans_.begin(), kUsage, "token " << start << " is before the stream");
+    --it;
+    while (n > 0) {
+      CHUTE_CHECK(it != spans_.end(), kUsage, "token " << start << " is past the stream");
+      const Span& span = *it;
+      const int64_t skip = start - span.start;
+      const int64_t take = std::min(n, span.tokens - skip);
+      const DType src = span.file->dtype();
+      const bool direct = src == options_.out_dtype;
+      segments.push_back({&span, skip, take, out, staged, direct});
+      if (!direct) staged += static_cast<size_t>(take) * dtype_size(src);
+      out += take;
+      n -= take;
+      start += take;
+      ++it;
     }
-    out += take;
-    n -= take;
-    start += take;
-    ++it;
+  }
+  if (staging.size() < staged) staging.resize(staged);
+  for (const Segment& g : segments) {
+    const size_t item = dtype_size(g.span->file->dtype());
+    uint8_t* to = g.direct ? reinterpret_cast<uint8_t*>(g.out) : staging.data() + g.staged;
+    copies.push_back({to, g.span->data + static_cast<size_t>(g.skip) * item,
+                      static_cast<size_t>(g.n) * item});
+  }
+  const size_t done = copy_from_mapping(copies.data(), copies.size());
+  // A file cut while mapped faults past its new end, but the rest of the
+  // page that end falls in reads as zeros: the size now tells them apart.
+  const TokenFile* checked = nullptr;
+  uint64_t size_now = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& g = segments[i];
+    const TokenFile& file = *g.span->file;
+    const uint64_t item = dtype_size(file.dtype());
+    const uint64_t begin = g.span->byte_offset + static_cast<uint64_t>(g.skip) * item;
+    const uint64_t end = begin + static_cast<uint64_t>(g.n) * item;
+    if (&file != checked) {
+      size_now = file.current_size();
+      checked = &file;
+    }
+    CHUTE_CHECK(i != done && end <= size_now, kIo,
+                "'" << file.path() << "': tokens at byte offset " << begin << " to " << end
+                    << " are gone: the file was cut to " << size_now
+                    << " bytes after it was opened");
+  }
+  const auto vocab = static_cast<uint64_t>(options_.vocab_size);
+  for (const Segment& g : segments) {
+    const DType src = g.span->file->dtype();
+    if (!g.direct) convert_from(src, staging.data() + g.staged, g.n, g.out);
+    if (vocab == 0) continue;
+    bool bad = false;
+    for (int64_t j = 0; j < g.n; ++j) bad |= static_cast<uint64_t>(g.out[j]) >= vocab;
+    if (!bad) continue;
+    // The exact value for the message (a converted one may have wrapped).
+    const uint8_t* held = g.direct ? reinterpret_cast<const uint8_t*>(g.out)
+                                   : staging.data() + g.staged;
+    for (int64_t j = 0; j < g.n; ++j) {
+      const int64_t v = token_at(src, held, j);
+      if (static_cast<uint64_t>(v) >= vocab) bad_token(*g.span, g.skip + j, v);
+    }
   }
 }
 
 template <typename Out>
-void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
+void TokenPacker::plan_row(TokenField field, int64_t seq, Out* out, std::vector<Run>* runs) const {
   const int64_t S = options_.seq_len;
+  auto take = [runs](int64_t start, int64_t n, Out* to) {
+    if (n > 0) runs->push_back({start, n, reinterpret_cast<uint8_t*>(to)});
+  };
   if (options_.mode == PackMode::kWindows) {
     switch (field) {
-      case TokenField::kInputIds: return copy_stream(seq * S, S, out);
-      case TokenField::kLabels: return copy_stream(seq * S + 1, S, out);
-      case TokenField::kWindow: return copy_stream(seq * S, S + 1, out);
+      case TokenField::kInputIds: return take(seq * S, S, out);
+      case TokenField::kLabels: return take(seq * S + 1, S, out);
+      case TokenField::kWindow: return take(seq * S, S + 1, out);
       case TokenField::kPositionIds:
         for (int64_t j = 0; j < S; ++j) out[j] = static_cast<Out>(j);
         return;
@@ -230,13 +304,13 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
     Out* row = out + at;
     switch (field) {
       case TokenField::kInputIds:
-        copy_stream(piece.start, piece.length, row);
+        take(piece.start, piece.length, row);
         break;
       case TokenField::kLabels:
         if (piece.continues) {
-          copy_stream(piece.start + 1, piece.length, row);
+          take(piece.start + 1, piece.length, row);
         } else {
-          copy_stream(piece.start + 1, piece.length - 1, row);
+          take(piece.start + 1, piece.length - 1, row);
           row[piece.length - 1] = static_cast<Out>(kIgnoreLabel);
         }
         break;
@@ -261,17 +335,37 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
   }
 }
 
+template <typename Out>
+void TokenPacker::write_rows_as(TokenField field, const int64_t* seqs, size_t n,
+                                uint8_t* out) const {
+  thread_local std::vector<Run> runs;
+  runs.clear();
+  const int64_t row = row_tokens(field);
+  Out* rows = reinterpret_cast<Out*>(out);
+  for (size_t i = 0; i < n; ++i) plan_row(field, seqs[i], rows + static_cast<int64_t>(i) * row, &runs);
+  copy_runs<Out>(runs);
+}
+
 int64_t TokenPacker::row_tokens(TokenField field) const {
   return field == TokenField::kWindow ? options_.seq_len + 1 : options_.seq_len;
 }
 
-void TokenPacker::write(TokenField field, int64_t seq, uint8_t* out) const {
-  CHUTE_CHECK(seq >= 0 && seq < num_sequences_, kUsage,
-              "sequence " << seq << " is out of range for " << num_sequences_ << " sequences");
-  if (options_.out_dtype == DType::kI64) {
-    write_as(field, seq, reinterpret_cast<int64_t*>(out));
-  } else {
-    write_as(field, seq, reinterpret_cast<int32_t*>(out));
+void TokenPacker::write_rows(TokenField field, const int64_t* seqs, size_t n,
+                             uint8_t* out) const {
+  for (size_t i = 0; i < n; ++i) {
+    CHUTE_CHECK(seqs[i] >= 0 && seqs[i] < num_sequences_, kUsage,
+                "sequence " << seqs[i] << " is out of range for " << num_sequences_
+                            << " sequences");
+  }
+  switch (options_.out_dtype) {
+    case DType::kI64: return write_rows_as<int64_t>(field, seqs, n, out);
+    case DType::kI32: return write_rows_as<int32_t>(field, seqs, n, out);
+    case DType::kU32: return write_rows_as<uint32_t>(field, seqs, n, out);
+    case DType::kU16: return write_rows_as<uint16_t>(field, seqs, n, out);
+    case DType::kI16: return write_rows_as<int16_t>(field, seqs, n, out);
+    case DType::kU8: return write_rows_as<uint8_t>(field, seqs, n, out);
+    case DType::kI8: return write_rows_as<int8_t>(field, seqs, n, out);
+    default: CHUTE_CHECK(false, kUsage, "token batches of " << dtype_name(options_.out_dtype));
   }
 }
 
