@@ -32,7 +32,9 @@ void convert_from(DType src, const uint8_t* bytes, int64_t n, Out* out) {
     case DType::kU32: return convert<uint32_t>(bytes, n, out);
     case DType::kI32: return convert<int32_t>(bytes, n, out);
     case DType::kI64: return convert<int64_t>(bytes, n, out);
-    default: CHUTE_CHECK(false, kUsage, "token dtype " << dtype_name(src) << " is not an integer");
+    // Throws nothing: it runs under the SIGBUS guard, and TokenFile::open
+    // admits token dtypes only.
+    default: return;
   }
 }
 
@@ -192,24 +194,22 @@ void TokenPacker::bad_token(const Span& span, int64_t index, int64_t value) cons
 
 template <typename Out>
 void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
-  // Each run cut at the spans it crosses. A segment in the files' own
-  // dtype is copied straight into the batch; the others go through a
-  // staging buffer and are converted from there, so that every read of a
-  // mapping is one guarded copy (a single sigaction and setjmp for all).
+  // Each run cut at the spans it crosses; all of them are read (copied, or
+  // converted as they are copied) under one SIGBUS guard.
   struct Segment {
     const Span* span;
     int64_t skip;  // tokens into the span
     int64_t n;
     Out* out;
-    size_t staged;  // byte offset in `staging`, unless direct
-    bool direct;
+  };
+  struct Reading {
+    const Segment* segments;
+    size_t count;
+    DType out_dtype;
+    volatile size_t done;  // read after a fault has left the loop midway
   };
   thread_local std::vector<Segment> segments;
-  thread_local std::vector<CopySpan> copies;
-  thread_local std::vector<uint8_t> staging;
   segments.clear();
-  copies.clear();
-  size_t staged = 0;
   for (const Run& run : runs) {
     int64_t start = run.start;
     int64_t n = run.n;
@@ -223,24 +223,31 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
       const Span& span = *it;
       const int64_t skip = start - span.start;
       const int64_t take = std::min(n, span.tokens - skip);
-      const DType src = span.file->dtype();
-      const bool direct = src == options_.out_dtype;
-      segments.push_back({&span, skip, take, out, staged, direct});
-      if (!direct) staged += static_cast<size_t>(take) * dtype_size(src);
+      segments.push_back({&span, skip, take, out});
       out += take;
       n -= take;
       start += take;
       ++it;
     }
   }
-  if (staging.size() < staged) staging.resize(staged);
-  for (const Segment& g : segments) {
-    const size_t item = dtype_size(g.span->file->dtype());
-    uint8_t* to = g.direct ? reinterpret_cast<uint8_t*>(g.out) : staging.data() + g.staged;
-    copies.push_back({to, g.span->data + static_cast<size_t>(g.skip) * item,
-                      static_cast<size_t>(g.n) * item});
-  }
-  const size_t done = copy_from_mapping(copies.data(), copies.size());
+  Reading reading{segments.data(), segments.size(), options_.out_dtype, 0};
+  const bool whole = read_from_mapping(
+      [](void* context) {
+        auto* r = static_cast<Reading*>(context);
+        for (size_t i = 0; i < r->count; ++i) {
+          const Segment& g = r->segments[i];
+          const DType src = g.span->file->dtype();
+          const uint8_t* from = g.span->data + g.skip * static_cast<int64_t>(dtype_size(src));
+          if (src == r->out_dtype) {
+            std::memcpy(g.out, from, static_cast<size_t>(g.n) * sizeof(Out));
+          } else {
+            convert_from(src, from, g.n, g.out);
+          }
+          r->done = i + 1;
+        }
+      },
+      &reading);
+  const size_t done = whole ? segments.size() : reading.done;
   // A file cut while mapped faults past its new end, but the rest of the
   // page that end falls in reads as zeros: the size now tells them apart.
   const TokenFile* checked = nullptr;
@@ -261,18 +268,19 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
                     << " bytes after it was opened");
   }
   const auto vocab = static_cast<uint64_t>(options_.vocab_size);
+  if (vocab == 0) return;
   for (const Segment& g : segments) {
-    const DType src = g.span->file->dtype();
-    if (!g.direct) convert_from(src, staging.data() + g.staged, g.n, g.out);
-    if (vocab == 0) continue;
     bool bad = false;
     for (int64_t j = 0; j < g.n; ++j) bad |= static_cast<uint64_t>(g.out[j]) >= vocab;
     if (!bad) continue;
-    // The exact value for the message (a converted one may have wrapped).
-    const uint8_t* held = g.direct ? reinterpret_cast<const uint8_t*>(g.out)
-                                   : staging.data() + g.staged;
+    // The file's value for the message (a converted one may have wrapped).
+    const DType src = g.span->file->dtype();
+    const size_t item = dtype_size(src);
     for (int64_t j = 0; j < g.n; ++j) {
-      const int64_t v = token_at(src, held, j);
+      uint8_t raw[sizeof(int64_t)] = {};
+      const CopySpan one{raw, g.span->data + static_cast<size_t>(g.skip + j) * item, item};
+      const int64_t v = copy_from_mapping(&one, 1) == 1 ? token_at(src, raw, 0)
+                                                         : static_cast<int64_t>(g.out[j]);
       if (static_cast<uint64_t>(v) >= vocab) bad_token(*g.span, g.skip + j, v);
     }
   }
