@@ -350,7 +350,9 @@ void TokenPacker::write_rows_as(TokenField field, const int64_t* seqs, size_t n,
   runs.clear();
   const int64_t row = row_tokens(field);
   Out* rows = reinterpret_cast<Out*>(out);
-  for (size_t i = 0; i < n; ++i) plan_row(field, seqs[i], rows + static_cast<int64_t>(i) * row, &runs);
+  for (size_t i = 0; i < n; ++i) {
+    plan_row(field, seqs[i], rows + static_cast<int64_t>(i) * row, &runs);
+  }
   copy_runs<Out>(runs);
 }
 

@@ -68,7 +68,7 @@ class TokenPacker {
 
   // Writes rows `seqs[0..n)` of `field` (row_tokens(field) elements of
   // out_dtype each) one after another to `out`. Thread-safe. The files are
-  // read through guarded copies (io/mapped_region.h): a file cut while
+  // read under the SIGBUS guard (io/mapped_region.h): a file cut while
   // mapped raises kIo naming it and the byte offset it no longer reaches,
   // never SIGBUS and never zeros. kData naming the file and byte offset for
   // a token id outside the vocabulary; kUsage for kWindow when packing

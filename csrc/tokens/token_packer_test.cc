@@ -208,8 +208,8 @@ TEST(TokenPacker, AFileCutWhileMappedIsAnIoErrorNotSigbus) {
           [&] { p.write(TokenField::kWindow, seq, reinterpret_cast<uint8_t*>(out.data())); });
       ASSERT_TRUE(e) << seq;
       EXPECT_EQ(e->kind(), ErrorKind::kIo);
-      EXPECT_NE(e->message().find("t.bin': tokens at byte offset " + std::to_string(seq * page / 4)),
-                std::string::npos)
+      const std::string at = "t.bin': tokens at byte offset " + std::to_string(seq * page / 4);
+      EXPECT_NE(e->message().find(at), std::string::npos)
           << e->message();
       EXPECT_NE(e->message().find("cut to " + std::to_string(page + 10) + " bytes"),
                 std::string::npos)
