@@ -6,7 +6,9 @@ into contiguous windows of 2,048 + 1 tokens, batches of 32, shuffled:
 - ``chute.TokenDataset(pack="windows")`` in ``chute.DataLoader`` (native
   threads, int64 ``input_ids`` and ``labels``); and with
   ``window_views=True`` (``input_ids`` and ``labels`` views of one
-  ``[32, 2049]`` batch tensor, written once), int64 and int32;
+  ``[32, 2049]`` batch tensor, written once), int64, int32, and in the
+  file's own dtype (``out_dtype=torch.uint16``: the same bytes memcpy
+  moves);
 - nanoGPT's loader under torch's DataLoader: ``np.memmap`` of the file made
   again for each batch, and ``torch.stack`` of ``from_numpy(window.astype(
   np.int64))`` for inputs and targets, as nanoGPT's ``get_batch`` does, over
@@ -22,7 +24,7 @@ epochs for at least MIN_SECONDS. memcpy and the chute loaders run in
 and the fractions of the memcpy limit are the median round's (each round's
 runs see about the same load). Figures are tokens/s of ``input_ids``
 delivered, and GB/s written into batches (memcpy writes 2 bytes per token,
-chute 16, with window_views 8, and 4 in int32, nanoGPT's loader 16).
+chute 16, with window_views 8, 4 in int32 and 2 in uint16, nanoGPT's loader 16).
 Targets: chute >= 80% of the memcpy limit and ahead of the memmap loader.
 The load average before and after (and at each run) is printed and saved:
 on a shared machine the figures mean little without it.
@@ -96,6 +98,7 @@ BYTES_PER_TOKEN = {
     "chute": 16,
     "chute-views": 8 * 2049 / 2048,
     "chute-views-int32": 4 * 2049 / 2048,
+    "chute-views-uint16": 2 * 2049 / 2048,
     "memmap": 16,
 }  # GPT-2's, as nanoGPT's OpenWebText file holds
 
@@ -170,7 +173,7 @@ def worker_a(config: dict[str, Any]) -> None:
     if kind == "chute":
         import chute
 
-        out_dtype = torch.int32 if config.get("int32") else torch.int64
+        out_dtype = getattr(torch, config.get("out_dtype", "int64"))
         ds = chute.TokenDataset(
             path,
             SEQ_LEN,
@@ -222,12 +225,14 @@ def part_a(args: argparse.Namespace) -> None:
         ("chute", threads),
         ("chute-views", threads),
         ("chute-views-int32", threads),
+        ("chute-views-uint16", threads),
     ]
     names = {
         "memcpy": "memcpy of the same windows, 1 thread",
         "chute": "chute.TokenDataset + chute.DataLoader",
         "chute-views": "the same, window_views=True",
         "chute-views-int32": "the same, window_views + out_dtype=torch.int32",
+        "chute-views-uint16": "the same, window_views + out_dtype=torch.uint16",
         "memmap": "nanoGPT np.memmap + torch DataLoader",
     }
 
@@ -235,7 +240,7 @@ def part_a(args: argparse.Namespace) -> None:
         config = {
             "part": "a",
             "loader": kind.split("-")[0],
-            "int32": kind.endswith("int32"),
+            "out_dtype": kind.rsplit("-", 1)[1] if kind.endswith(("int32", "uint16")) else "int64",
             "views": "views" in kind,
             "workers": workers,
             "path": path,

@@ -118,3 +118,46 @@ def test_mix_of_window_views_and_contiguous_sources(tmp_path: Path) -> None:
     assert len(rows) == len(mixed)
     assert all(tuple(r["input_ids"] + r["labels"][-1:]) in expected for r in rows)
     assert all(r["labels"][:-1] == r["input_ids"][1:] for r in rows)
+
+
+@pytest.mark.parametrize("window_views", [False, True])
+def test_batches_in_the_files_own_dtype(tmp_path: Path, window_views: bool) -> None:
+    # out_dtype=torch.uint16 over nanoGPT's uint16 files: the batch is the
+    # files' bytes, ids above int16's range included, across two files.
+    first, second = tmp_path / "a.bin", tmp_path / "b.bin"
+    stream = np.random.default_rng(7).integers(0, 65536, size=700).astype(np.uint16)
+    stream[:300].tofile(first)
+    stream[300:].tofile(second)
+    ds = chute.TokenDataset(
+        [str(first), str(second)],
+        16,
+        dtype="uint16",
+        out_dtype=torch.uint16,
+        window_views=window_views,
+    )
+    g = torch.Generator().manual_seed(5)
+    batches = list(chute.DataLoader(ds, batch_size=5, shuffle=True, generator=g))
+    assert all(b[k].dtype == torch.uint16 for b in batches for k in ("input_ids", "labels"))
+    order = torch.utils.data.DataLoader(
+        range(len(ds)), batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(5)
+    )
+    expected = reference_windows(stream.tolist(), 16)
+    assert as_rows(batches) == [expected[i] for b in order for i in b.tolist()]
+
+
+def test_files_own_dtype_must_be_the_files_and_windows(tmp_path: Path) -> None:
+    np.arange(50, dtype=np.uint32).tofile(tmp_path / "u32.bin")
+    np.arange(50, dtype=np.uint16).tofile(tmp_path / "u16.bin")
+    with pytest.raises(ValueError, match=r"u32.bin' holds uint32 tokens: batches of uint16 are"):
+        chute.TokenDataset(str(tmp_path / "u32.bin"), 4, dtype="uint32", out_dtype=torch.uint16)
+    with pytest.raises(ValueError, match=r"out_dtype=torch.uint16 \(the files' own dtype\) is for"):
+        chute.TokenDataset(
+            str(tmp_path / "u16.bin"),
+            4,
+            dtype="uint16",
+            pack="documents",
+            eod_id=0,
+            out_dtype=torch.uint16,
+        )
+    with pytest.raises(ValueError, match=r"out_dtype must be torch.int64, torch.int32 or the"):
+        chute.TokenDataset(str(tmp_path / "u16.bin"), 4, dtype="uint16", out_dtype=torch.float32)

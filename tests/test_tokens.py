@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import collections
 import struct
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -564,3 +567,50 @@ def test_megatron_sequences_with_gaps_between_them(tmp_path: Path):
     assert as_rows(list(chute.DataLoader(docs, batch_size=8))) == reference_documents(
         [[1, 2, 3, 4, 5], [6]], 6, pad_id=0
     )
+
+
+# -- a token file cut while it is mapped ---------------------------------------------
+
+TOKENS_CUT = """
+import os, sys
+sys.path.insert(0, {python!r})
+import numpy as np
+import torch
+import chute
+
+path = {path!r}
+ds = chute.TokenDataset(path, 256, dtype="uint16", out_dtype=getattr(torch, {out_dtype!r}))
+g = torch.Generator().manual_seed(0)
+loader = chute.DataLoader(ds, batch_size=8, shuffle=True, generator=g)
+it = iter(loader)
+next(it)
+# Another process rewrites the file: a third of it is left, the rest is gone.
+os.truncate(path, 100_000 + 1)
+try:
+    for batch in it:
+        pass
+except chute.ReadError as e:
+    print("ReadError:", e)
+"""
+
+
+@pytest.mark.parametrize("out_dtype", ["int64", "uint16"])
+def test_token_file_cut_while_mapped_raises_read_error(tmp_path: Path, out_dtype: str):
+    # Pages past the new end fault (SIGBUS, which would kill the process:
+    # hence the subprocess); the end's own page reads as zeros. Both must be
+    # a ReadError naming the file and the byte offset.
+    path = tmp_path / "train.bin"
+    np.random.default_rng(0).integers(1, 50000, size=150_000, dtype=np.uint16).tofile(path)
+    script = TOKENS_CUT.format(
+        python=str(Path(chute.__file__).parent.parent), path=str(path), out_dtype=out_dtype
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "ReadError:" in done.stdout, done.stdout
+    assert f"'{path}': tokens at byte offset " in done.stdout
+    assert "are gone: the file was cut to 100001 bytes after it was opened" in done.stdout

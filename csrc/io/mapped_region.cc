@@ -197,11 +197,30 @@ size_t guarded_copy(const CopySpan* spans, size_t count) {
   return count;
 }
 
+bool guarded_read(void (*read)(void* context), void* context) {
+  sigjmp_buf env;
+  if (sigsetjmp(env, 0) != 0) {
+    t_guard = nullptr;
+    return false;
+  }
+  t_guard = &env;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  read(context);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_guard = nullptr;
+  return true;
+}
+
 }  // namespace
 
 size_t copy_from_mapping(const CopySpan* spans, size_t count) {
   ensure_handler();
   return guarded_copy(spans, count);
+}
+
+bool read_from_mapping(void (*read)(void* context), void* context) {
+  ensure_handler();
+  return guarded_read(read, context);
 }
 
 std::shared_ptr<MappedFile> MappedFile::map(int fd, uint64_t size) {

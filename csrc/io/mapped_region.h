@@ -59,6 +59,13 @@ struct CopySpan {
 // ignored.
 size_t copy_from_mapping(const CopySpan* spans, size_t count);
 
+// Runs `read(context)`, which reads from mappings (converting as it
+// copies, say), under the same guard: false when it touched a page that no
+// longer exists, instead of the process dying. It is then left midway, by
+// siglongjmp: `read` must not throw, and its frames (and those of what it
+// calls) may hold only trivially destructible objects.
+bool read_from_mapping(void (*read)(void* context), void* context);
+
 // A whole file mapped so that tar shards are parsed and decoded where they lie
 // in the page cache: no copy into process memory and no page faults on fresh
 // payload buffers (benchmarks/README.md, "Measurements behind code choices").

@@ -11,7 +11,7 @@ TokenFieldSource::TokenFieldSource(std::shared_ptr<const TokenPacker> packer, To
 
 void TokenFieldSource::read_rows(const int64_t* rows, size_t n, uint8_t* out) {
   const size_t rb = row_bytes();
-  for (size_t i = 0; i < n; ++i) packer_->write(field_, rows[i], out + i * rb);
+  packer_->write_rows(field_, rows, n, out);
   bytes_read_.fetch_add(n * rb, std::memory_order_relaxed);
 }
 

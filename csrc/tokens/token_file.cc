@@ -1,5 +1,7 @@
 #include "tokens/token_file.h"
 
+#include <sys/stat.h>
+
 #include <cstring>
 
 #include "core/error.h"
@@ -54,12 +56,18 @@ TokenFile::~TokenFile() = default;
 
 const uint8_t* TokenFile::data() const { return bin_ ? bin_->data() : nullptr; }
 
-void TokenFile::map(const std::string& path, std::unique_ptr<MappedRegion>* region,
-                    uint64_t* size) {
-  const UniqueFd fd = open_for_mapping(path, size);
+uint64_t TokenFile::current_size() const {
+  struct stat st {};
+  return ::fstat(bin_fd_.get(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+UniqueFd TokenFile::map(const std::string& path, std::unique_ptr<MappedRegion>* region,
+                        uint64_t* size) {
+  UniqueFd fd = open_for_mapping(path, size);
   if (*size > 0) {
     *region = std::make_unique<MappedRegion>(fd.get(), 0, static_cast<size_t>(*size), path);
   }
+  return fd;
 }
 
 std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, TokenFormat format,
@@ -68,7 +76,7 @@ std::shared_ptr<const TokenFile> TokenFile::open(const std::string& path, TokenF
   file->path_ = path;
   file->format_ = format;
   file->dtype_ = dtype;
-  file->map(path, &file->bin_, &file->size_);
+  file->bin_fd_ = map(path, &file->bin_, &file->size_);
   switch (format) {
     case TokenFormat::kRaw: file->read_raw(); break;
     case TokenFormat::kNpy: file->read_npy(); break;
@@ -114,7 +122,7 @@ void TokenFile::read_npy() {
 void TokenFile::read_megatron() {
   std::unique_ptr<MappedRegion> idx;
   uint64_t idx_size = 0;
-  map(index_path_, &idx, &idx_size);
+  map(index_path_, &idx, &idx_size);  // read here, at open, only
   const std::string& at = index_path_;
   CHUTE_CHECK(idx_size >= kIndexHeaderBytes, kData,
               "'" << at << "': truncated Megatron index: " << idx_size

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/unique_fd.h"
 
 namespace chute {
 
@@ -58,10 +59,16 @@ class TokenFile {
   // sequence count; empty for the other formats.
   const std::vector<int64_t>& document_starts() const { return document_starts_; }
   int64_t num_tokens() const { return num_tokens_; }
+  // The (.bin) file's size now (one fstat of the descriptor it was mapped
+  // from); 0 when it cannot be looked at. Below size(), the file was cut
+  // while mapped: its bytes past the new end read as zeros or fault.
+  uint64_t current_size() const;
 
  private:
   TokenFile() = default;
-  void map(const std::string& path, std::unique_ptr<MappedRegion>* region, uint64_t* size);
+  // Maps `path`; returns the descriptor it was mapped from.
+  static UniqueFd map(const std::string& path, std::unique_ptr<MappedRegion>* region,
+                      uint64_t* size);
   void read_raw();
   void read_npy();
   void read_megatron();
@@ -71,6 +78,7 @@ class TokenFile {
   TokenFormat format_ = TokenFormat::kRaw;
   DType dtype_ = DType::kU16;
   uint64_t size_ = 0;
+  UniqueFd bin_fd_;
   std::unique_ptr<MappedRegion> bin_;
   std::vector<TokenSpan> sequences_;
   std::vector<int64_t> document_starts_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/mapped_region.h"
 
 namespace chute {
 
@@ -31,7 +32,9 @@ void convert_from(DType src, const uint8_t* bytes, int64_t n, Out* out) {
     case DType::kU32: return convert<uint32_t>(bytes, n, out);
     case DType::kI32: return convert<int32_t>(bytes, n, out);
     case DType::kI64: return convert<int64_t>(bytes, n, out);
-    default: CHUTE_CHECK(false, kUsage, "token dtype " << dtype_name(src) << " is not an integer");
+    // Throws nothing: it runs under the SIGBUS guard, and TokenFile::open
+    // admits token dtypes only.
+    default: return;
   }
 }
 
@@ -73,8 +76,21 @@ std::vector<int64_t> document_ends(DType src, const uint8_t* bytes, int64_t n, i
 TokenPacker::TokenPacker(std::vector<std::shared_ptr<const TokenFile>> files, PackOptions options)
     : files_(std::move(files)), options_(options) {
   CHUTE_CHECK(options_.seq_len > 0, kUsage, "seq_len must be positive, not " << options_.seq_len);
-  CHUTE_CHECK(options_.out_dtype == DType::kI64 || options_.out_dtype == DType::kI32, kUsage,
-              "token batches are int64 or int32, not " << dtype_name(options_.out_dtype));
+  const DType out = options_.out_dtype;
+  if (out != DType::kI64 && out != DType::kI32) {
+    CHUTE_CHECK(is_token_dtype(out), kUsage,
+                "token batches are int64, int32 or the files' own dtype, not "
+                    << dtype_name(out));
+    CHUTE_CHECK(options_.mode == PackMode::kWindows, kUsage,
+                "token batches in the files' own dtype (" << dtype_name(out)
+                    << ") are for windows packing: packed documents' labels hold -100");
+    for (const auto& file : files_) {
+      CHUTE_CHECK(file->dtype() == out, kUsage,
+                  "'" << file->path() << "' holds " << dtype_name(file->dtype())
+                      << " tokens: batches of " << dtype_name(out)
+                      << " are for files of that dtype (int64 and int32 take any)");
+    }
+  }
   for (const auto& file : files_) add_file(*file);
   if (options_.mode == PackMode::kWindows) {
     num_sequences_ = total_tokens_ > options_.seq_len ? (total_tokens_ - 1) / options_.seq_len : 0;
@@ -177,44 +193,110 @@ void TokenPacker::bad_token(const Span& span, int64_t index, int64_t value) cons
 }
 
 template <typename Out>
-void TokenPacker::copy_stream(int64_t start, int64_t n, Out* out) const {
-  auto it = std::upper_bound(spans_.begin(), spans_.end(), start,
-                             [](int64_t s, const Span& span) { return s < span.start; });
-  CHUTE_CHECK(it != spans_.begin(), kUsage, "token " << start << " is before the stream");
-  --it;
-  const auto vocab = static_cast<uint64_t>(options_.vocab_size);
-  while (n > 0) {
-    CHUTE_CHECK(it != spans_.end(), kUsage, "token " << start << " is past the stream");
-    const Span& span = *it;
-    const int64_t skip = start - span.start;
-    const int64_t take = std::min(n, span.tokens - skip);
-    const DType src = span.file->dtype();
-    convert_from(src, span.data + skip * static_cast<int64_t>(dtype_size(src)), take, out);
-    if (vocab > 0) {
-      bool bad = false;
-      for (int64_t j = 0; j < take; ++j) bad |= static_cast<uint64_t>(out[j]) >= vocab;
-      if (bad) {
-        for (int64_t j = 0; j < take; ++j) {
-          const int64_t v = token_at(src, span.data, skip + j);
-          if (static_cast<uint64_t>(v) >= vocab) bad_token(span, skip + j, v);
-        }
-      }
+void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
+  // Each run cut at the spans it crosses; all of them are read (copied, or
+  // converted as they are copied) under one SIGBUS guard.
+  struct Segment {
+    const Span* span;
+    int64_t skip;  // tokens into the span
+    int64_t n;
+    Out* out;
+  };
+  struct Reading {
+    const Segment* segments;
+    size_t count;
+    DType out_dtype;
+    volatile size_t done;  // read after a fault has left the loop midway
+  };
+  thread_local std::vector<Segment> segments;
+  segments.clear();
+  for (const Run& run : runs) {
+    int64_t start = run.start;
+    int64_t n = run.n;
+    Out* out = reinterpret_cast<Out*>(run.out);
+    auto it = std::upper_bound(spans_.begin(), spans_.end(), start,
+                               [](int64_t s, const Span& span) { return s < span.start; });
+    CHUTE_CHECK(it != spans_.begin(), kUsage, "token " << start << " is before the stream");
+    --it;
+    while (n > 0) {
+      CHUTE_CHECK(it != spans_.end(), kUsage, "token " << start << " is past the stream");
+      const Span& span = *it;
+      const int64_t skip = start - span.start;
+      const int64_t take = std::min(n, span.tokens - skip);
+      segments.push_back({&span, skip, take, out});
+      out += take;
+      n -= take;
+      start += take;
+      ++it;
     }
-    out += take;
-    n -= take;
-    start += take;
-    ++it;
+  }
+  Reading reading{segments.data(), segments.size(), options_.out_dtype, 0};
+  const bool whole = read_from_mapping(
+      [](void* context) {
+        auto* r = static_cast<Reading*>(context);
+        for (size_t i = 0; i < r->count; ++i) {
+          const Segment& g = r->segments[i];
+          const DType src = g.span->file->dtype();
+          const uint8_t* from = g.span->data + g.skip * static_cast<int64_t>(dtype_size(src));
+          if (src == r->out_dtype) {
+            std::memcpy(g.out, from, static_cast<size_t>(g.n) * sizeof(Out));
+          } else {
+            convert_from(src, from, g.n, g.out);
+          }
+          r->done = i + 1;
+        }
+      },
+      &reading);
+  const size_t done = whole ? segments.size() : reading.done;
+  // A file cut while mapped faults past its new end, but the rest of the
+  // page that end falls in reads as zeros: the size now tells them apart.
+  const TokenFile* checked = nullptr;
+  uint64_t size_now = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& g = segments[i];
+    const TokenFile& file = *g.span->file;
+    const uint64_t item = dtype_size(file.dtype());
+    const uint64_t begin = g.span->byte_offset + static_cast<uint64_t>(g.skip) * item;
+    const uint64_t end = begin + static_cast<uint64_t>(g.n) * item;
+    if (&file != checked) {
+      size_now = file.current_size();
+      checked = &file;
+    }
+    CHUTE_CHECK(i != done && end <= size_now, kIo,
+                "'" << file.path() << "': tokens at byte offset " << begin << " to " << end
+                    << " are gone: the file was cut to " << size_now
+                    << " bytes after it was opened");
+  }
+  const auto vocab = static_cast<uint64_t>(options_.vocab_size);
+  if (vocab == 0) return;
+  for (const Segment& g : segments) {
+    bool bad = false;
+    for (int64_t j = 0; j < g.n; ++j) bad |= static_cast<uint64_t>(g.out[j]) >= vocab;
+    if (!bad) continue;
+    // The file's value for the message (a converted one may have wrapped).
+    const DType src = g.span->file->dtype();
+    const size_t item = dtype_size(src);
+    for (int64_t j = 0; j < g.n; ++j) {
+      uint8_t raw[sizeof(int64_t)] = {};
+      const CopySpan one{raw, g.span->data + static_cast<size_t>(g.skip + j) * item, item};
+      const int64_t v = copy_from_mapping(&one, 1) == 1 ? token_at(src, raw, 0)
+                                                         : static_cast<int64_t>(g.out[j]);
+      if (static_cast<uint64_t>(v) >= vocab) bad_token(*g.span, g.skip + j, v);
+    }
   }
 }
 
 template <typename Out>
-void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
+void TokenPacker::plan_row(TokenField field, int64_t seq, Out* out, std::vector<Run>* runs) const {
   const int64_t S = options_.seq_len;
+  auto take = [runs](int64_t start, int64_t n, Out* to) {
+    if (n > 0) runs->push_back({start, n, reinterpret_cast<uint8_t*>(to)});
+  };
   if (options_.mode == PackMode::kWindows) {
     switch (field) {
-      case TokenField::kInputIds: return copy_stream(seq * S, S, out);
-      case TokenField::kLabels: return copy_stream(seq * S + 1, S, out);
-      case TokenField::kWindow: return copy_stream(seq * S, S + 1, out);
+      case TokenField::kInputIds: return take(seq * S, S, out);
+      case TokenField::kLabels: return take(seq * S + 1, S, out);
+      case TokenField::kWindow: return take(seq * S, S + 1, out);
       case TokenField::kPositionIds:
         for (int64_t j = 0; j < S; ++j) out[j] = static_cast<Out>(j);
         return;
@@ -230,13 +312,13 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
     Out* row = out + at;
     switch (field) {
       case TokenField::kInputIds:
-        copy_stream(piece.start, piece.length, row);
+        take(piece.start, piece.length, row);
         break;
       case TokenField::kLabels:
         if (piece.continues) {
-          copy_stream(piece.start + 1, piece.length, row);
+          take(piece.start + 1, piece.length, row);
         } else {
-          copy_stream(piece.start + 1, piece.length - 1, row);
+          take(piece.start + 1, piece.length - 1, row);
           row[piece.length - 1] = static_cast<Out>(kIgnoreLabel);
         }
         break;
@@ -261,17 +343,39 @@ void TokenPacker::write_as(TokenField field, int64_t seq, Out* out) const {
   }
 }
 
+template <typename Out>
+void TokenPacker::write_rows_as(TokenField field, const int64_t* seqs, size_t n,
+                                uint8_t* out) const {
+  thread_local std::vector<Run> runs;
+  runs.clear();
+  const int64_t row = row_tokens(field);
+  Out* rows = reinterpret_cast<Out*>(out);
+  for (size_t i = 0; i < n; ++i) {
+    plan_row(field, seqs[i], rows + static_cast<int64_t>(i) * row, &runs);
+  }
+  copy_runs<Out>(runs);
+}
+
 int64_t TokenPacker::row_tokens(TokenField field) const {
   return field == TokenField::kWindow ? options_.seq_len + 1 : options_.seq_len;
 }
 
-void TokenPacker::write(TokenField field, int64_t seq, uint8_t* out) const {
-  CHUTE_CHECK(seq >= 0 && seq < num_sequences_, kUsage,
-              "sequence " << seq << " is out of range for " << num_sequences_ << " sequences");
-  if (options_.out_dtype == DType::kI64) {
-    write_as(field, seq, reinterpret_cast<int64_t*>(out));
-  } else {
-    write_as(field, seq, reinterpret_cast<int32_t*>(out));
+void TokenPacker::write_rows(TokenField field, const int64_t* seqs, size_t n,
+                             uint8_t* out) const {
+  for (size_t i = 0; i < n; ++i) {
+    CHUTE_CHECK(seqs[i] >= 0 && seqs[i] < num_sequences_, kUsage,
+                "sequence " << seqs[i] << " is out of range for " << num_sequences_
+                            << " sequences");
+  }
+  switch (options_.out_dtype) {
+    case DType::kI64: return write_rows_as<int64_t>(field, seqs, n, out);
+    case DType::kI32: return write_rows_as<int32_t>(field, seqs, n, out);
+    case DType::kU32: return write_rows_as<uint32_t>(field, seqs, n, out);
+    case DType::kU16: return write_rows_as<uint16_t>(field, seqs, n, out);
+    case DType::kI16: return write_rows_as<int16_t>(field, seqs, n, out);
+    case DType::kU8: return write_rows_as<uint8_t>(field, seqs, n, out);
+    case DType::kI8: return write_rows_as<int8_t>(field, seqs, n, out);
+    default: CHUTE_CHECK(false, kUsage, "token batches of " << dtype_name(options_.out_dtype));
   }
 }
 

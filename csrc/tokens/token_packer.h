@@ -41,7 +41,9 @@ struct PackOptions {
   int64_t eod_id = -1;      // documents of raw and .npy files end with it; -1: none
   int64_t pad_id = 0;
   int64_t vocab_size = 0;   // > 0: a token id outside [0, vocab_size) is an error
-  DType out_dtype = DType::kI64;  // kI64 or kI32
+  // kI64, kI32, or (windows only) the files' own dtype: rows are then the
+  // files' bytes, copied as they lie.
+  DType out_dtype = DType::kI64;
 };
 
 class TokenPacker {
@@ -64,11 +66,15 @@ class TokenPacker {
   // Elements of a row of `field`: seq_len, or seq_len + 1 for kWindow.
   int64_t row_tokens(TokenField field) const;
 
-  // Writes row `seq` of `field` (row_tokens(field) elements of out_dtype)
-  // to `out`. Thread-safe. kData naming the file and byte offset for a
-  // token id outside the vocabulary; kUsage for kWindow when packing
+  // Writes rows `seqs[0..n)` of `field` (row_tokens(field) elements of
+  // out_dtype each) one after another to `out`. Thread-safe. The files are
+  // read under the SIGBUS guard (io/mapped_region.h): a file cut while
+  // mapped raises kIo naming it and the byte offset it no longer reaches,
+  // never SIGBUS and never zeros. kData naming the file and byte offset for
+  // a token id outside the vocabulary; kUsage for kWindow when packing
   // documents.
-  void write(TokenField field, int64_t seq, uint8_t* out) const;
+  void write_rows(TokenField field, const int64_t* seqs, size_t n, uint8_t* out) const;
+  void write(TokenField field, int64_t seq, uint8_t* out) const { write_rows(field, &seq, 1, out); }
 
  private:
   struct Span {
@@ -88,14 +94,25 @@ class TokenPacker {
     bool continues;  // the document goes on after the piece
   };
 
+  // The stream's tokens [start, start + n) go to out[0..n) (elements of out_dtype).
+  struct Run {
+    int64_t start;
+    int64_t n;
+    uint8_t* out;
+  };
+
   void add_file(const TokenFile& file);
   void find_documents(const Span& span);
   void pack_documents();
-  // Converts the stream's tokens [start, start + n) into out[0..n).
+  // Writes what row `seq` holds besides the stream's tokens (positions,
+  // padding, ignored labels) and lists the runs of tokens it takes.
   template <typename Out>
-  void copy_stream(int64_t start, int64_t n, Out* out) const;
+  void plan_row(TokenField field, int64_t seq, Out* out, std::vector<Run>* runs) const;
   template <typename Out>
-  void write_as(TokenField field, int64_t seq, Out* out) const;
+  void write_rows_as(TokenField field, const int64_t* seqs, size_t n, uint8_t* out) const;
+  // Copies the runs' tokens out of the mapped files and converts them.
+  template <typename Out>
+  void copy_runs(const std::vector<Run>& runs) const;
   [[noreturn]] void bad_token(const Span& span, int64_t index, int64_t value) const;
 
   std::vector<std::shared_ptr<const TokenFile>> files_;

@@ -1,6 +1,7 @@
 #include "tokens/token_packer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -148,6 +149,76 @@ TEST(TokenFile, BadInputsNameFileAndOffset) {
   e = test::error_from([&] { row(p, TokenField::kLabels, 0); });
   ASSERT_TRUE(e);
   EXPECT_NE(e->message().find("token id 3 at byte offset 4"), std::string::npos) << e->message();
+}
+
+TEST(TokenPacker, RowsInTheFilesOwnDtypeAreItsBytes) {
+  test::TempDir dir;
+  std::vector<uint16_t> a{0, 1, 2, 3, 60000}, b{5, 6, 7, 8, 9, 10};
+  auto fa = TokenFile::open(dir.write("a.bin", bytes_of(a)), TokenFormat::kRaw, DType::kU16);
+  auto fb = TokenFile::open(dir.write("b.bin", bytes_of(b)), TokenFormat::kRaw, DType::kU16);
+  PackOptions o;
+  o.seq_len = 4;
+  o.out_dtype = DType::kU16;
+  o.vocab_size = 60001;
+  TokenPacker p({fa, fb}, o);
+  std::vector<uint16_t> out(10);
+  const int64_t seqs[] = {1, 0};
+  p.write_rows(TokenField::kWindow, seqs, 2, reinterpret_cast<uint8_t*>(out.data()));
+  EXPECT_EQ(out, (std::vector<uint16_t>{60000, 5, 6, 7, 8, 0, 1, 2, 3, 60000}));
+
+  o.vocab_size = 60000;
+  TokenPacker narrow({fa, fb}, o);
+  auto e = test::error_from([&] {
+    narrow.write(TokenField::kInputIds, 1, reinterpret_cast<uint8_t*>(out.data()));
+  });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("token id 60000 at byte offset 8"), std::string::npos)
+      << e->message();
+
+  std::vector<uint32_t> c{1, 2, 3, 4, 5};
+  auto fc = TokenFile::open(dir.write("c.bin", bytes_of(c)), TokenFormat::kRaw, DType::kU32);
+  o.vocab_size = 0;
+  e = test::error_from([&] { TokenPacker({fa, fc}, o); });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("c.bin' holds uint32 tokens"), std::string::npos) << e->message();
+  o.mode = PackMode::kDocuments;
+  o.eod_id = 0;
+  e = test::error_from([&] { TokenPacker({fa}, o); });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("for windows packing"), std::string::npos) << e->message();
+}
+
+TEST(TokenPacker, AFileCutWhileMappedIsAnIoErrorNotSigbus) {
+  test::TempDir dir;
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::vector<uint16_t> t(static_cast<size_t>(page) * 2, 7);  // four pages
+  const std::string path = dir.write("t.bin", bytes_of(t));
+  auto f = TokenFile::open(path, TokenFormat::kRaw, DType::kU16);
+  for (DType out_dtype : {DType::kI64, DType::kU16}) {
+    PackOptions o;
+    o.seq_len = page / 8;  // window i: bytes [i * page / 4, i * page / 4 + page / 4 + 2)
+    o.out_dtype = out_dtype;
+    TokenPacker p({f}, o);
+    ASSERT_EQ(::truncate(path.c_str(), page + 10), 0);
+    std::vector<int64_t> out(static_cast<size_t>(o.seq_len) + 1);
+    // Window 5 lies past the new end but on its page (zeros, no fault);
+    // window 12 on the fourth page, which is gone (SIGBUS).
+    for (int64_t seq : {int64_t{5}, int64_t{12}}) {
+      auto e = test::error_from(
+          [&] { p.write(TokenField::kWindow, seq, reinterpret_cast<uint8_t*>(out.data())); });
+      ASSERT_TRUE(e) << seq;
+      EXPECT_EQ(e->kind(), ErrorKind::kIo);
+      const std::string at = "t.bin': tokens at byte offset " + std::to_string(seq * page / 4);
+      EXPECT_NE(e->message().find(at), std::string::npos)
+          << e->message();
+      EXPECT_NE(e->message().find("cut to " + std::to_string(page + 10) + " bytes"),
+                std::string::npos)
+          << e->message();
+    }
+    out.assign(out.size(), -1);
+    p.write(TokenField::kWindow, 0, reinterpret_cast<uint8_t*>(out.data()));  // still there
+    EXPECT_EQ(out[0], out_dtype == DType::kI64 ? 7 : int64_t{0x0007000700070007});
+  }
 }
 
 }  // namespace

@@ -29,6 +29,14 @@ from chute.text_tokens import as_tokenizer, id_bound, tokenize_shards
 
 _PACK_MODES = ("windows", "documents")
 _OUT_DTYPES = {torch.int64: "int64", torch.int32: "int32"}
+# Batches in the files' own dtype (windows only): the files' bytes as they lie.
+_FILE_OUT_DTYPES = {
+    torch.uint16: "uint16",
+    torch.uint32: "uint32",
+    torch.int16: "int16",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+}
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,11 @@ class TokenDataset(IndexedDataset):
             writing into one changes the other (see
             docs/language-models.md).
         out_dtype: ``torch.int64`` (default, what embeddings and
-            cross-entropy take) or ``torch.int32``.
+            cross-entropy take), ``torch.int32``, or, packing windows, the
+            token files' own dtype (``torch.uint16`` for nanoGPT's files):
+            the batch is then the files' bytes copied as they lie, a
+            quarter of int64's, to widen where it is used (``.long()`` on
+            the GPU after the copy).
         num_threads: native threads of ``__getitem__`` (the loader's
             ``num_workers`` sets its own).
         storage_options, cache_dir, cache_limit_bytes, remote: how remote
@@ -139,8 +151,16 @@ class TokenDataset(IndexedDataset):
             raise ValueError(
                 "window_views=True is for pack='windows' (labels are input_ids shifted)"
             )
-        if out_dtype not in _OUT_DTYPES:
-            raise ValueError(f"out_dtype must be torch.int64 or torch.int32, not {out_dtype}")
+        if out_dtype not in _OUT_DTYPES and out_dtype not in _FILE_OUT_DTYPES:
+            raise ValueError(
+                "out_dtype must be torch.int64, torch.int32 or the token files' own dtype"
+                f" (such as torch.uint16), not {out_dtype}"
+            )
+        if out_dtype in _FILE_OUT_DTYPES and pack != "windows":
+            raise ValueError(
+                f"out_dtype={out_dtype} (the files' own dtype) is for pack='windows':"
+                " packed documents' labels hold -100"
+            )
         self._remote = merge_options(
             remote,
             storage_options=storage_options,
@@ -236,7 +256,7 @@ class TokenDataset(IndexedDataset):
             -1 if self.eod_id is None else int(self.eod_id),
             int(self.pad_id),
             0 if self.vocab_size is None else int(self.vocab_size),
-            _OUT_DTYPES[self.out_dtype],
+            _OUT_DTYPES.get(self.out_dtype) or _FILE_OUT_DTYPES[self.out_dtype],
         )
         return files, packer
 
