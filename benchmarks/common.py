@@ -21,7 +21,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def _load_rss() -> ModuleType:
-    """chute's RSS sampler (chute/rss.py), loaded from its file without
+    """chute's RSS sampler (chute/common/rss.py), loaded from its file without
     importing chute: a worker's baseline RSS, and the runs of other loaders,
     must not include chute."""
     package = importlib.util.find_spec("chute")

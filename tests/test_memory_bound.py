@@ -26,7 +26,7 @@ PROBE = """
 import json, os, sys
 import torch
 import chute
-from chute import rss
+from chute.common import rss
 cfg = json.loads(sys.argv[1])
 base = rss.process_rss(os.getpid())
 with rss.PeakRss(os.getpid(), interval=0.005) as peak:

@@ -22,7 +22,7 @@ import chute
 import chute.wds as wds
 import pytest
 import torch
-from chute.handlers import ignore_and_continue
+from chute.common.handlers import ignore_and_continue
 from conftest import same_values, tiny_samples, write_shards
 from remote_servers import S3, Fault, FaultProxy, ObjectServer
 

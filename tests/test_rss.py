@@ -1,4 +1,4 @@
-"""chute.rss: the resident-memory figures behind `chute bench` and benchmarks/."""
+"""chute.common.rss: the resident-memory figures behind `chute bench` and benchmarks/."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chute import rss
+from chute.common import rss
 
 MIB = 1 << 20
 SHARED = 64 * MIB

@@ -84,7 +84,7 @@ def test_indexed_stats(tmp_path: Any) -> None:
 
 
 def test_streams_and_map_style_datasets_report_one_schema(tiny_shards: list[str]) -> None:
-    from chute.stats import STATS_KEYS
+    from chute.common.stats import STATS_KEYS
 
     stream = chute.WebDataset(tiny_shards, shardshuffle=False).decode().to_tuple("npy").batched(50)
     table = chute.ArrayDataset(x=np.arange(1000, dtype=np.float32))

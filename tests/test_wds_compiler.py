@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from chute import _core
-from chute.handlers import ignore_and_continue, reraise_exception, warn_and_continue
+from chute.common.handlers import ignore_and_continue, reraise_exception, warn_and_continue
 from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
 from chute.wds.fluent import Fluent
 from chute.wds.stages import Stage

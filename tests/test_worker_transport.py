@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 from chute import _core
-from chute.errors import MemberDecodeError
-from chute.intraop import one_intraop_thread, single_threaded
+from chute.common.errors import MemberDecodeError
+from chute.common.intraop import one_intraop_thread, single_threaded
 from chute.wds.compiler import compile_stages, error_handlers
 from chute.wds.native import EngineSettings
 from chute.workers.failures import Failure, caught_warnings

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 from chute import wds
-from chute.errors import MemberDecodeError
+from chute.common.errors import MemberDecodeError
 from conftest import image_samples, write_shards
 
 # -------------------------------------------------------------------- data

@@ -2,12 +2,12 @@
 
 from chute._core import DataError, ReadError
 from chute.arrays import ArrayDataset
+from chute.common.handlers import SkippedSampleWarning
+from chute.common.limits import get_max_image_pixels, set_max_image_pixels
 from chute.curriculum import Curriculum
 from chute.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
-from chute.handlers import SkippedSampleWarning
 from chute.indexed import IndexedDataset
-from chute.limits import get_max_image_pixels, set_max_image_pixels
 from chute.mix import MixedDataset, mix
 from chute.mix_stream import MixedStream
 from chute.parquet import ParquetDataset

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from chute import _core
-from chute.errors import EngineReadError
+from chute.common.errors import EngineReadError
 from chute.indexed import IndexedDataset
 
 ArrayLike = np.ndarray | torch.Tensor | str | os.PathLike[str]

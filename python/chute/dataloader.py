@@ -32,6 +32,7 @@ import torch
 import torch.utils.data
 
 from chute import pinning
+from chute.common.intraop import single_threaded
 from chute.device import CudaCopies, DeviceBatches, handoff_device
 from chute.elastic import (
     ElasticSampler,
@@ -43,7 +44,6 @@ from chute.elastic import (
     segment_after,
 )
 from chute.index_batches import array_index_batches
-from chute.intraop import single_threaded
 from chute.loading import EngineDataset, LoaderSettings
 from chute.progress import with_progress
 from chute.shards import rank_and_world_size

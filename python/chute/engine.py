@@ -11,7 +11,7 @@ import torch.utils.data
 
 from chute import _core
 from chute._core import DataError, ReadError
-from chute.errors import engine_errors
+from chute.common.errors import engine_errors
 
 
 def default_threads() -> int:
@@ -30,7 +30,7 @@ def default_threads() -> int:
 def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
     """The indexed engine's next batch, as its columns. The native wait
     handles Ctrl-C between short slices and raises TimeoutError after
-    `timeout` > 0 seconds; a failure as ``chute.errors`` maps it."""
+    `timeout` > 0 seconds; a failure as ``chute.common.errors`` maps it."""
     try:
         batch = engine.next(timeout)
     except (DataError, ReadError, UnicodeDecodeError):

@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from chute.common.stats import add_figures, empty_stats, figures_since, with_running
 from chute.engine import default_threads, make_indexed_engine, wait_batch
 from chute.loading import EngineDataset, LoaderSettings
 from chute.pinning import pin_hooks
-from chute.stats import add_figures, empty_stats, figures_since, with_running
 
 if TYPE_CHECKING:
     from chute.workers.main import Outgoing, WorkerContext
@@ -73,7 +73,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     index_driven: ClassVar[bool] = True
     _proc: ProcessState | None
     _num_threads: int
-    _totals: dict[str, Any]  # figures of the engines that finished (chute.stats)
+    _totals: dict[str, Any]  # figures of the engines that finished (chute.common.stats)
 
     def _init_indexed(self, num_threads: int | None) -> None:
         self._proc = None

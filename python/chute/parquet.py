@@ -50,8 +50,8 @@ import numpy as np
 import torch
 
 from chute import _core
+from chute.common.errors import EngineDataError, EngineReadError
 from chute.decoders import IMAGE_SPECS, NativeDecode
-from chute.errors import EngineDataError, EngineReadError
 from chute.image_options import image_options
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings

@@ -36,17 +36,17 @@ import torch
 import torch.utils.data
 
 from chute import _core
-from chute.decoders import python_decode
-from chute.engine import default_threads
-from chute.errors import translate
-from chute.extensions import KEY_FIELD, URL_FIELD
-from chute.handlers import (
+from chute.common.errors import translate
+from chute.common.handlers import (
     Handler,
     SkippedSampleWarning,
     ignore_and_continue,
     reraise_exception,
     warn_and_continue,
 )
+from chute.decoders import python_decode
+from chute.engine import default_threads
+from chute.extensions import KEY_FIELD, URL_FIELD
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.pinning import pin_hooks

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
-from chute.rss import PeakRss
+from chute.common.rss import PeakRss
 
 
 class _Progress:

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
-from chute.errors import translate
+from chute.common.errors import translate
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:

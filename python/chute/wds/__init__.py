@@ -20,9 +20,9 @@ process, or on worker processes); and ``dataset``, ``shardlists``,
 ``DataPipeline`` and ``WebLoader``.
 """
 
-from chute import handlers
-from chute.errors import DecodingError
-from chute.handlers import (
+from chute.common import handlers
+from chute.common.errors import DecodingError
+from chute.common.handlers import (
     ignore_and_continue,
     ignore_and_stop,
     reraise_exception,

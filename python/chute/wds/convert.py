@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from chute import _core
-from chute.collate import combine_values, default_collate
+from chute.common.collate import combine_values, default_collate
+from chute.common.errors import DecodingError
 from chute.decoders import NativeDecode, python_decode
-from chute.errors import DecodingError
 from chute.extensions import (
     IMAGE_EXTENSIONS,
     KEY_FIELD,

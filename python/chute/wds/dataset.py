@@ -29,10 +29,11 @@ from torch.utils.data import IterableDataset
 from typing_extensions import Self
 
 from chute import _core
+from chute.common.errors import engine_errors
+from chute.common.handlers import Handler, reraise_exception
+from chute.common.stats import empty_stats
 from chute.engine import default_threads
-from chute.errors import engine_errors
 from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
-from chute.handlers import Handler, reraise_exception
 from chute.loading import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions, is_remote_url
 from chute.remote.datasets import (
@@ -51,7 +52,6 @@ from chute.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
-from chute.stats import empty_stats
 from chute.wds.compiler import CompiledPipeline, compile_stages
 from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.fluent import Fluent

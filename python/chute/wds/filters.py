@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from chute.collate import default_collate
+from chute.common.collate import default_collate
+from chute.common.handlers import Handler, reraise_exception
 from chute.decoders import IMAGE_SPECS
-from chute.handlers import Handler, reraise_exception
 from chute.image_options import image_options
 from chute.wds.autodecode import unknown_imagespec
 from chute.wds.stages import (

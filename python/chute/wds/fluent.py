@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from typing_extensions import Self
 
-from chute.collate import default_collate
-from chute.handlers import Handler, reraise_exception
+from chute.common.collate import default_collate
+from chute.common.handlers import Handler, reraise_exception
 from chute.wds import filters
 from chute.wds.stages import Compose, Stage
 

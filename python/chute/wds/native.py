@@ -10,15 +10,15 @@ from typing import Any
 import torch
 
 from chute import _core
-from chute.decoders import IMAGE_SPECS
-from chute.errors import failure_scope, from_engine_failure, split_where
-from chute.handlers import (
+from chute.common.errors import failure_scope, from_engine_failure, split_where
+from chute.common.handlers import (
     Handler,
     SkippedSampleWarning,
     ignore_and_continue,
     reraise_exception,
     warn_and_continue,
 )
+from chute.decoders import IMAGE_SPECS
 from chute.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.pinning import pin_hooks
 from chute.wds.prefix import OutputField
@@ -51,7 +51,7 @@ UNBATCHED_BATCH_BYTES = 8 << 20
 @dataclass(frozen=True)
 class ErrorHandlers:
     """The handlers of the failures in the native part of a pipeline, by
-    scope (see ``chute.errors.failure_scope``)."""
+    scope (see ``chute.common.errors.failure_scope``)."""
 
     read: Handler  # opening, reading, tar structure, compression; anything else
     member: Handler  # a member that does not decode

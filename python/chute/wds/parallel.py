@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chute import _core
-from chute.errors import engine_errors
-from chute.handlers import Handler
+from chute.common.errors import engine_errors
+from chute.common.handlers import Handler
+from chute.common.stats import add_figures
 from chute.loading import LoaderSettings
-from chute.stats import add_figures
 from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
 from chute.wds.convert import DROPPED, BatchConverter
 from chute.wds.native import EngineSettings, report_skips

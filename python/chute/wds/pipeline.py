@@ -23,9 +23,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import Self
 
-from chute.handlers import Handler, reraise_exception
+from chute.common.handlers import Handler, reraise_exception
+from chute.common.stats import empty_stats
 from chute.loading import EngineDataset, LoaderSettings
-from chute.stats import empty_stats
 from chute.wds.dataset import WebDataset
 from chute.wds.fluent import Fluent
 from chute.wds.run import converted_items

@@ -16,12 +16,17 @@ import torch
 from torch.utils.data import default_convert
 
 from chute import _core
-from chute.errors import engine_errors
-from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
-from chute.intraop import one_intraop_thread
+from chute.common.errors import engine_errors
+from chute.common.handlers import (
+    Handler,
+    SkippedSampleWarning,
+    reraise_exception,
+    warn_and_continue,
+)
+from chute.common.intraop import one_intraop_thread
+from chute.common.stats import add_figures, empty_stats, with_running
 from chute.loading import LoaderSettings
 from chute.shards import rank_and_world_size
-from chute.stats import add_figures, empty_stats, with_running
 from chute.wds.compiler import (
     CompiledPipeline,
     compile_stages,
@@ -155,7 +160,7 @@ class EpochRun:
             self.compiled = native_batch
         # The Python stages this process runs (see chute.wds.parallel), and
         # whether Python runs per item here: then each next() follows the
-        # one-thread rule (chute.intraop).
+        # one-thread rule (chute.common.intraop).
         self.local_stages = self.compiled.python_stages
         self.python_batching = (
             loader is not None and loader.batch_size is not None and native_batch is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from chute.handlers import Handler
+from chute.common.handlers import Handler
 from chute.remote import RemoteOptions
 from chute.wds.compiler import CompiledPipeline
 from chute.wds.native import EngineSettings, ErrorHandlers

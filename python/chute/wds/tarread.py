@@ -22,7 +22,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from chute.handlers import Handler
+from chute.common.handlers import Handler
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.shards import local_path
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chute.handlers import Handler, reraise_exception
+from chute.common.handlers import Handler, reraise_exception
 from chute.wds.native import ErrorHandlers
 from chute.wds.prefix import NativePrefix
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chute.collate import default_collate
+from chute.common.collate import default_collate
 from chute.wds.prefix import NativePrefix
 from chute.wds.stages.base import PythonRun, Stage
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from chute.handlers import Handler, reraise_exception
+from chute.common.handlers import Handler, reraise_exception
 from chute.image_options import has_transforms
 from chute.wds.autodecode import DecodeHandler, decoder_of
 from chute.wds.native import ErrorHandlers

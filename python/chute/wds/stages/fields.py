@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from chute.handlers import Handler, reraise_exception
+from chute.common.handlers import Handler, reraise_exception
 from chute.wds.native import ErrorHandlers
 from chute.wds.prefix import NativePrefix
 from chute.wds.stages.base import PythonRun, Stage

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from chute.handlers import Handler, reraise_exception
+from chute.common.handlers import Handler, reraise_exception
 from chute.wds.stages.base import Counter, PythonRun, Stage, own_handler
 
 
