@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 from chute import _core
-from chute.image_options import image_options
+from chute.decoding.image_options import image_options
 from chute.wds.dataset import engine_seed
 from chute.wds.native import image_output_spec
 from conftest import write_shards

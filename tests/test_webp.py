@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import chute
-import chute.decoders
+import chute.decoding.decoders
 import chute_testing
 import numpy as np
 import pytest
 import torch
 import webdataset
 from chute import _core
-from chute.decoders import native_decode_for
-from chute.extensions import IMAGE_EXTENSIONS, NATIVE_IMAGE_EXTENSIONS
+from chute.decoding.decoders import native_decode_for
+from chute.decoding.extensions import IMAGE_EXTENSIONS, NATIVE_IMAGE_EXTENSIONS
 from conftest import write_shards
 from PIL import Image
 from test_faults_tar import assert_names, member_offsets
@@ -92,7 +92,7 @@ def native_only(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(data: bytes, spec: str) -> Any:
         raise AssertionError(f"decoded in Python ({spec}), not by the engine")
 
-    monkeypatch.setattr(chute.decoders, "decode_image_python", refuse)
+    monkeypatch.setattr(chute.decoding.decoders, "decode_image_python", refuse)
 
 
 def assert_close(ref: Any, got: Any, levels: int, where: str = "") -> None:

@@ -51,8 +51,8 @@ import torch
 
 from chute import _core
 from chute.common.errors import EngineDataError, EngineReadError
-from chute.decoders import IMAGE_SPECS, NativeDecode
-from chute.image_options import image_options
+from chute.decoding.decoders import IMAGE_SPECS, NativeDecode
+from chute.decoding.image_options import image_options
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url

@@ -44,9 +44,9 @@ from chute.common.handlers import (
     reraise_exception,
     warn_and_continue,
 )
-from chute.decoders import python_decode
+from chute.decoding.decoders import python_decode
+from chute.decoding.extensions import KEY_FIELD, URL_FIELD
 from chute.engine import default_threads
-from chute.extensions import KEY_FIELD, URL_FIELD
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.pinning import pin_hooks

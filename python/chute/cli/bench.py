@@ -248,7 +248,7 @@ _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 def _image_options(args: argparse.Namespace, decode: str) -> dict[str, Any]:
     """decode()'s image options from the flags (only those given), checked."""
-    from chute.image_options import image_options
+    from chute.decoding.image_options import image_options
 
     opts: dict[str, Any] = {}
     try:
@@ -325,7 +325,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         )
     if not args.paths:
         raise UsageError("bench needs at least one tar shard or Parquet file")
-    from chute.decoders import IMAGE_SPECS
+    from chute.decoding.decoders import IMAGE_SPECS
 
     remote.configure(args)
     paths = expand(args.paths)

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size, kind_of
 from chute.common.errors import engine_errors, translate
-from chute.extensions import (
+from chute.decoding.extensions import (
     INT_EXTENSIONS,
     JSON_EXTENSIONS,
     NATIVE_IMAGE_EXTENSIONS,

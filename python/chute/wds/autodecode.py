@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from chute.common.errors import DecodingError
-from chute.decoders import IMAGE_SPECS, basic_decoder, decode_image_python, gunzip_name
-from chute.extensions import IMAGE_EXTENSIONS, last_extension
+from chute.decoding.decoders import IMAGE_SPECS, basic_decoder, decode_image_python, gunzip_name
+from chute.decoding.extensions import IMAGE_EXTENSIONS, last_extension
 
 DecodeHandler = Callable[[str, bytes], Any]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chute.common.handlers import Handler, reraise_exception
-from chute.decoders import NativeDecode, native_decode_for
+from chute.decoding.decoders import NativeDecode, native_decode_for
 from chute.wds.native import ErrorHandlers
 from chute.wds.prefix import MEMBER, NativePrefix, OutputField
 from chute.wds.stages import Stage

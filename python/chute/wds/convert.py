@@ -15,8 +15,8 @@ import torch
 from chute import _core
 from chute.common.collate import combine_values, default_collate
 from chute.common.errors import DecodingError
-from chute.decoders import NativeDecode, python_decode
-from chute.extensions import (
+from chute.decoding.decoders import NativeDecode, python_decode
+from chute.decoding.extensions import (
     IMAGE_EXTENSIONS,
     KEY_FIELD,
     NATIVE_IMAGE_EXTENSIONS,
@@ -24,7 +24,7 @@ from chute.extensions import (
     URL_FIELD,
     last_extension,
 )
-from chute.image_options import has_transforms
+from chute.decoding.image_options import has_transforms
 from chute.shards import local_path
 from chute.wds.compiler import CompiledPipeline
 from chute.wds.prefix import MEMBER, OutputField

@@ -32,8 +32,13 @@ from chute import _core
 from chute.common.errors import engine_errors
 from chute.common.handlers import Handler, reraise_exception
 from chute.common.stats import empty_stats
+from chute.decoding.extensions import (
+    INT_EXTENSIONS,
+    KEY_FIELD,
+    NATIVE_IMAGE_EXTENSIONS,
+    NPY_EXTENSION,
+)
 from chute.engine import default_threads
-from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
 from chute.loading import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions, is_remote_url
 from chute.remote.datasets import (

@@ -20,8 +20,8 @@ import torch
 
 from chute.common.collate import default_collate
 from chute.common.handlers import Handler, reraise_exception
-from chute.decoders import IMAGE_SPECS
-from chute.image_options import image_options
+from chute.decoding.decoders import IMAGE_SPECS
+from chute.decoding.image_options import image_options
 from chute.wds.autodecode import unknown_imagespec
 from chute.wds.stages import (
     Associate,

@@ -18,8 +18,8 @@ from chute.common.handlers import (
     reraise_exception,
     warn_and_continue,
 )
-from chute.decoders import IMAGE_SPECS
-from chute.image_options import DEFAULT_RATIO, DEFAULT_SCALE
+from chute.decoding.decoders import IMAGE_SPECS
+from chute.decoding.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.pinning import pin_hooks
 from chute.wds.prefix import OutputField
 
@@ -92,7 +92,7 @@ _LAYOUTS = {"CHW": _core.Layout.CHW, "HWC": _core.Layout.HWC}
 
 def image_output_spec(image_spec: str, decode_opts: dict[str, Any]) -> Any:
     """The engine's output spec for images decoded under `image_spec` with
-    the decode stage's canonical image options (see chute.image_options)."""
+    the decode stage's canonical image options (see chute.decoding.image_options)."""
     atype, etype, mode = IMAGE_SPECS[image_spec]
     spec = _core.ImageOutputSpec()
     layout = decode_opts.get("layout") or ("CHW" if atype == "torch" else "HWC")
@@ -117,7 +117,7 @@ def image_output_spec(image_spec: str, decode_opts: dict[str, Any]) -> Any:
 
 def field_plan(f: OutputField, stack: bool, optional: bool, decode_opts: dict[str, Any]) -> Any:
     """The engine's plan for one native field; `decode_opts` are the decode
-    stage's image options (see chute.image_options)."""
+    stage's image options (see chute.decoding.image_options)."""
     plan = _core.FieldPlan()
     plan.name = f.name
     plan.extensions = [e.lower() for e in f.extensions]

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute.decoders import NativeDecode
-from chute.extensions import SAMPLE_FIELDS
+from chute.decoding.decoders import NativeDecode
+from chute.decoding.extensions import SAMPLE_FIELDS
 
 # A field decoded under the name of whichever member it holds (dict samples,
 # and names no rename touched), as webdataset's Decoder sees each member.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from chute.common.handlers import Handler, reraise_exception
-from chute.image_options import has_transforms
+from chute.decoding.image_options import has_transforms
 from chute.wds.autodecode import DecodeHandler, decoder_of
 from chute.wds.native import ErrorHandlers
 from chute.wds.prefix import NativePrefix
@@ -22,7 +22,7 @@ from chute.wds.stages.base import PythonRun, Stage, own_handler
 class Decode(Stage):
     """``decode(*specs, ...)``: `specs` are image specs and handler
     callables; `image_options` chute's canonical image options
-    (chute.image_options)."""
+    (chute.decoding.image_options)."""
 
     kind: ClassVar[str] = "decode"
     itemwise: ClassVar[bool] = True

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from chute import _core
-from chute.extensions import (
+from chute.decoding.extensions import (
     IMAGE_EXTENSIONS,
     INT_EXTENSIONS,
     JSON_EXTENSIONS,

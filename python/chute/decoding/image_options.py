@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from chute.decoders import IMAGE_SPECS
+from chute.decoding.decoders import IMAGE_SPECS
 
 CROP_MODES = ("center", "random", "none", "random_resized")
 DTYPES = ("uint8", "float32", "float16", "bfloat16")
