@@ -1,5 +1,5 @@
 """DataLoader(device=...): batches handed over on a CUDA device, the next
-copied on a side stream while the current step runs (chute.device). Without
+copied on a side stream while the current step runs (chute.gpu.device). Without
 CUDA: the argument is refused, "cpu" changes nothing, and the hand-off's
 logic (structure, order, the host batch kept until its copy ends, the
 state of the batches handed over) runs against stand-in copies."""
@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import chute
-import chute.device
+import chute.gpu.device
 import numpy as np
 import pytest
 import torch
-from chute.device import DeviceBatches, move_tensors
+from chute.gpu.device import DeviceBatches, move_tensors
 from conftest import assert_same_typed
 
 Pair = collections.namedtuple("Pair", ["image", "label"])
@@ -73,7 +73,7 @@ def test_every_tensor_moves_and_the_rest_stays() -> None:
     assert type(moved["ordered"]) is collections.OrderedDict
     assert moved["ordered"]["a"].device.type == "meta"
     assert moved["array"] is array and moved["none"] is None
-    assert list(chute.device.tensors_in(moved)) == [
+    assert list(chute.gpu.device.tensors_in(moved)) == [
         moved["pair"].image,
         moved["list"][0],
         moved["list"][2][0],
@@ -147,7 +147,7 @@ def _with_fake_cuda(monkeypatch: pytest.MonkeyPatch) -> list[FakeCopies]:
         made.append(FakeCopies(device))
         return made[-1]
 
-    monkeypatch.setattr(chute.device, "cuda_available", lambda: True)
+    monkeypatch.setattr(chute.gpu.device, "cuda_available", lambda: True)
     monkeypatch.setattr(chute.dataloader, "CudaCopies", copies)
     return made
 

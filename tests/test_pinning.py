@@ -1,5 +1,5 @@
 """pin_memory: arenas page-locked once at creation and unlocked right before
-they are freed, through the hooks chute.pinning finds in the CUDA runtime."""
+they are freed, through the hooks chute.gpu.pinning finds in the CUDA runtime."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import chute
 import chute.dataloader
+import chute.gpu.pinning
 import chute.indexed
-import chute.pinning
 import chute.wds.native
 import numpy as np
 import pytest
@@ -104,7 +104,7 @@ def test_indexed_arenas_registered(hooks: RecordingHooks) -> None:
 def test_pin_memory_without_cuda_is_accepted(tiny_shards: list[str]) -> None:
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU-only behaviour")
-    assert chute.pinning.pin_hooks() is None
+    assert chute.gpu.pinning.pin_hooks() is None
     ds = (
         chute.WebDataset(tiny_shards, shardshuffle=False)
         .decode()
@@ -168,7 +168,7 @@ class FakeCudart:
 def cudart(monkeypatch: pytest.MonkeyPatch) -> FakeCudart:
     gc.collect()  # batches of earlier tests die before this one's runtime stands in
     fake = FakeCudart()
-    monkeypatch.setattr(chute.pinning, "cuda_runtime", lambda: fake)
+    monkeypatch.setattr(chute.gpu.pinning, "cuda_runtime", lambda: fake)
     return fake
 
 

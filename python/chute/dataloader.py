@@ -31,9 +31,7 @@ from typing import Any, TypeVar, cast
 import torch
 import torch.utils.data
 
-from chute import pinning
 from chute.common.intraop import single_threaded
-from chute.device import CudaCopies, DeviceBatches, handoff_device
 from chute.elastic import (
     ElasticSampler,
     GlobalOrderSampler,
@@ -43,6 +41,8 @@ from chute.elastic import (
     sampler_fingerprint,
     segment_after,
 )
+from chute.gpu import pinning
+from chute.gpu.device import CudaCopies, DeviceBatches, handoff_device
 from chute.index_batches import array_index_batches
 from chute.loading import EngineDataset, LoaderSettings
 from chute.progress import with_progress
@@ -91,7 +91,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
       the CPUs this process may use, divided among the workers).
     - ``device``: hand batches over on this CUDA device (``"cuda"``: the
       current one, as ``tensor.to("cuda")``; ``"cuda:N"``), the next batch
-      copied on a side stream while the current step runs (``chute.device``);
+      copied on a side stream while the current step runs (``chute.gpu.device``);
       host batches are then page-locked as with ``pin_memory=True``.
       ``None`` or ``"cpu"``: batches stay in host memory. Refused with a
       ValueError where CUDA is not available. ``pin_memory_device`` is

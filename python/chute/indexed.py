@@ -29,8 +29,8 @@ from torch.utils.data import Dataset
 
 from chute.common.stats import add_figures, empty_stats, figures_since, with_running
 from chute.engine import default_threads, make_indexed_engine, wait_batch
+from chute.gpu.pinning import pin_hooks
 from chute.loading import EngineDataset, LoaderSettings
-from chute.pinning import pin_hooks
 
 if TYPE_CHECKING:
     from chute.workers.main import Outgoing, WorkerContext

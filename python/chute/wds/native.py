@@ -20,7 +20,7 @@ from chute.common.handlers import (
 )
 from chute.decoding.decoders import IMAGE_SPECS
 from chute.decoding.image_options import DEFAULT_RATIO, DEFAULT_SCALE
-from chute.pinning import pin_hooks
+from chute.gpu.pinning import pin_hooks
 from chute.wds.prefix import OutputField
 
 

@@ -67,6 +67,6 @@ def cuda_runtime() -> Any:
 def pin_rest(batch: Any) -> Any:
     """`batch` with each tensor that is not page-locked yet copied into
     page-locked memory (those over registered arenas are kept as they are)."""
-    from chute.device import move_tensors
+    from chute.gpu.device import move_tensors
 
     return move_tensors(batch, lambda t: t if t.is_pinned() else t.pin_memory())
