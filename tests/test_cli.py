@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from chute import _core
 from chute.cli import main
-from chute.tarindex import index_path, read_index
+from chute.sources.tarindex import index_path, read_index
 from conftest import npy_bytes
 
 

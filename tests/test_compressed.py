@@ -142,7 +142,7 @@ def test_dataloader_over_gzip_shards(plain: list[str], tmp_path: Path) -> None:
 
 
 def test_a_gzip_shard_cannot_be_indexed(plain: list[str], tmp_path: Path) -> None:
-    from chute.tarindex import build_index
+    from chute.sources.tarindex import build_index
 
     with pytest.raises(ValueError, match="gzip-compressed: an index needs a plain tar"):
         build_index(gzipped(plain[0], tmp_path, "a.tgz"))

@@ -75,7 +75,7 @@ def store(request: pytest.FixtureRequest, object_server: ObjectServer) -> Iterat
 @pytest.fixture(autouse=True)
 def fresh_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test counts as a new process would (no layout kept from another test)."""
-    from chute.wds.sample_counts import sample_counter
+    from chute.sources.sample_counts import sample_counter
 
     counter = sample_counter("shard.tar")
     monkeypatch.setattr(counter, "_counts", {})
@@ -84,7 +84,7 @@ def fresh_counts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def bound_sidecar(store: Store, path: str, url: str) -> None:
     """Puts beside the shard the index `chute index URL` would write (bound to its ETag)."""
-    from chute.tarindex import _write_document, build_index
+    from chute.sources.tarindex import _write_document, build_index
 
     version = str(remote.get_session(store.options()).ranges(url).version)
     target = Path(path + ".bound.idx.json")
@@ -157,7 +157,7 @@ def test_remote_and_local_elastic_runs_deliver_the_same_batches(
 def test_built_indexes_are_kept_in_the_node_cache(
     monkeypatch: pytest.MonkeyPatch, store: Store, shards: list[str], tmp_path: Path
 ):
-    from chute.wds.sample_counts import sample_counter
+    from chute.sources.sample_counts import sample_counter
 
     urls = store.upload(shards[:3])
     cache = tmp_path / "cache"
@@ -170,12 +170,12 @@ def test_built_indexes_are_kept_in_the_node_cache(
     # Another process of the node (a fresh counter) reads them, not the shards.
     counter = sample_counter(urls[0])
     monkeypatch.setattr(counter, "_layouts", {})
-    import chute.remote.datasets
+    import chute.sources.remote_urls
 
     def no_build(*args: Any) -> Any:
         raise AssertionError("an index kept in the node cache was built again")
 
-    monkeypatch.setattr(chute.remote.datasets, "build_remote_index", no_build)
+    monkeypatch.setattr(chute.sources.remote_urls, "build_remote_index", no_build)
     again, _ = run_ranks(monkeypatch, 2, make, keys)
     assert again == whole
 
@@ -205,9 +205,9 @@ def same_size_shards(tmp_path: Path) -> tuple[bytes, bytes]:
 def test_an_index_of_a_replaced_shard_is_rebuilt(
     monkeypatch: pytest.MonkeyPatch, store: Store, tmp_path: Path, where: str
 ):
-    from chute.tarindex import INDEX_SUFFIX, _write_document, build_index, index_path
+    from chute.sources.sample_counts import remote_index_dir
+    from chute.sources.tarindex import INDEX_SUFFIX, _write_document, build_index, index_path
     from chute.wds.even import shard_samples
-    from chute.wds.sample_counts import remote_index_dir
 
     one, two = same_size_shards(tmp_path)
     url = store.url("data/swap.tar")
@@ -269,7 +269,7 @@ def test_a_state_taken_before_a_shard_changed_is_refused(
 def test_even_batches_over_remote_shards_count_from_bound_indexes(
     monkeypatch: pytest.MonkeyPatch, store: Store, tmp_path: Path
 ):
-    import chute.remote.datasets
+    import chute.sources.remote_urls
 
     # Ranks of split_by_node: rank 0 reads shards 0 and 2 (40 + 30 samples),
     # rank 1 shard 1 (20): "cap" gives both ceil(20 / 8) = 3 batches (rank 1
@@ -285,7 +285,7 @@ def test_even_batches_over_remote_shards_count_from_bound_indexes(
     def no_build(*args: Any) -> Any:
         raise AssertionError("a shard was read to count it: its sidecar was not used")
 
-    monkeypatch.setattr(chute.remote.datasets, "build_remote_index", no_build)
+    monkeypatch.setattr(chute.sources.remote_urls, "build_remote_index", no_build)
 
     def make() -> Any:
         ds = chute.WebDataset(
@@ -304,9 +304,9 @@ def test_even_batches_over_remote_shards_count_from_bound_indexes(
 def test_an_unversioned_sidecar_is_checked_by_the_shard_headers(
     monkeypatch: pytest.MonkeyPatch, object_server: ObjectServer, tmp_path: Path
 ):
-    import chute.remote.datasets
+    import chute.sources.remote_urls
     import numpy as np
-    from chute.tarindex import write_index
+    from chute.sources.tarindex import write_index
     from chute.wds.even import shard_samples
 
     # Members far larger than the gap ranged reads merge over: reading the
@@ -323,7 +323,7 @@ def test_an_unversioned_sidecar_is_checked_by_the_shard_headers(
         raise AssertionError("the sidecar was not used")
 
     with monkeypatch.context() as m:
-        m.setattr(chute.remote.datasets, "build_remote_index", no_build)
+        m.setattr(chute.sources.remote_urls, "build_remote_index", no_build)
         assert shard_samples(url, "", 0.0, remote=store.options()) == 4
     fetched = object_server.range_bytes(os.path.basename(path))
     sidecar_bytes = object_server.range_bytes(sidecar.name)

@@ -280,9 +280,9 @@ def _ranked_counts(ds_factory: Any, world: int, monkeypatch: pytest.MonkeyPatch)
 def test_ddp_ranks_yield_equal_batch_counts(
     http: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sidecar: str
 ):
-    from chute.tarindex import _write_document, build_index, write_index
+    from chute.sources.sample_counts import sample_counter
+    from chute.sources.tarindex import _write_document, build_index, write_index
     from chute.wds.even import shard_samples
-    from chute.wds.sample_counts import sample_counter
 
     samples = tiny_samples(30 + 50 + 70 + 20)
     shards = []
@@ -472,7 +472,7 @@ def test_break_cancels_requests_in_flight(http: Store, tmp_path: Path):
 def test_tar_dataset_over_a_store_equals_the_local_one(
     proxied: Store, image_shards: list[str], tmp_path: Path, indexed: bool
 ):
-    from chute.tarindex import write_index
+    from chute.sources.tarindex import write_index
 
     proxied.upload(image_shards)
     if indexed:  # indexes beside the objects: the shards are read only for samples

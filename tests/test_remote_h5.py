@@ -284,7 +284,7 @@ def test_cli_index_puts_the_index_beside_the_shard(
     assert code == 0 and "30 samples" in text
     body: Any = s3.client().get_object(Bucket=name, Key="train/shard-000000.tar.idx.json")  # type: ignore[attr-defined]
     document = json.loads(body["Body"].read())
-    from chute.tarindex import build_index
+    from chute.sources.tarindex import build_index
 
     local = build_index(shards[0])
     assert document["samples"] == local["samples"]
@@ -294,13 +294,13 @@ def test_cli_index_puts_the_index_beside_the_shard(
     assert code == 0 and "up to date" in text
     # Stream counting (even batches, elastic resume) takes it as it is: it
     # names the shard's ETag.
-    import chute.remote.datasets
+    import chute.sources.remote_urls
     from chute.wds.even import shard_samples
 
     def no_build(*args: Any) -> Any:
         raise AssertionError("the index beside the shard was not used")
 
-    monkeypatch.setattr(chute.remote.datasets, "build_remote_index", no_build)
+    monkeypatch.setattr(chute.sources.remote_urls, "build_remote_index", no_build)
     assert shard_samples(url, "", 0.0, remote=remote.RemoteOptions()) == 30
 
 

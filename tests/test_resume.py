@@ -172,7 +172,7 @@ def test_stream_state_past_the_end_of_unbatched_rows_is_refused(tiny_shards: lis
 
 
 def test_stream_state_past_the_indexed_end_is_refused_before_reading(tmp_path: Path) -> None:
-    from chute.tarindex import write_index
+    from chute.sources.tarindex import write_index
 
     urls = write_shards(tmp_path, tiny_samples(100), per_shard=25)
 

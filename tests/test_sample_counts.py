@@ -1,4 +1,4 @@
-"""Stream sample counting asks the shard's format (chute.wds.sample_counts):
+"""Stream sample counting asks the shard's format (chute.sources.sample_counts):
 even batch counts, with_length() and elastic resume all go through the
 counter registered for the url, a format registered later is asked before
 tar, and tar claims every url no other format claims."""
@@ -11,8 +11,8 @@ from typing import Any
 
 import chute
 import pytest
-from chute.wds import sample_counts
-from chute.wds.sample_counts import (
+from chute.sources import sample_counts
+from chute.sources.sample_counts import (
     CountSettings,
     ShardSamples,
     TarCounter,
@@ -67,8 +67,8 @@ def test_the_counter_registered_last_that_claims_a_url_counts_it(recording: Reco
 def test_stream_counts_are_asked_of_the_registered_format(
     recording: RecordingCounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from chute.shards import split_by_node
-    from chute.tarindex import write_index
+    from chute.sources.shards import split_by_node
+    from chute.sources.tarindex import write_index
     from chute.wds.even import even_batch_count
 
     urls = write_shards(tmp_path / "counted", tiny_samples(45, dim=4), per_shard=15)

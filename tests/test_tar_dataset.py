@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.utils.data
 import webdataset
-from chute import tarindex
+from chute.sources import tarindex
 from chute.wds import ignore_and_continue, warn_and_continue
 from conftest import jpeg_bytes, npy_bytes, png_bytes, write_shards
 
@@ -652,7 +652,7 @@ def _drop_last_sample_from_index(shard: str) -> None:
 def test_stream_counts_come_from_a_current_index(
     tiny: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chute.shards import split_by_node
+    from chute.sources.shards import split_by_node
     from chute.wds.even import even_batch_count, shard_samples
 
     paths = _copy_shards(tiny, tmp_path)

@@ -14,7 +14,7 @@ import chute
 import pytest
 import webdataset
 from chute import wds
-from chute.tarindex import write_index
+from chute.sources.tarindex import write_index
 from chute.wds.fluent import Fluent
 from chute.wds.stages import STAGE_CLASSES, PythonRun, Stage
 from conftest import tiny_samples, write_shards

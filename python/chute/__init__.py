@@ -11,9 +11,9 @@ from chute.indexed import IndexedDataset
 from chute.mix import MixedDataset, mix
 from chute.mix_stream import MixedStream
 from chute.parquet import ParquetDataset
+from chute.sources.tarindex import ChuteIndexWarning, TarIndexError
 from chute.splits import create_loader
 from chute.tardataset import TarDataset
-from chute.tarindex import ChuteIndexWarning, TarIndexError
 from chute.text_tokens import tokenize_shards
 from chute.tokens import TokenDataset, cu_seqlens
 from chute.validate import ValidationError, validate_batch, validate_first_batch

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from chute.shards import rank_and_world_size
+from chute.sources.shards import rank_and_world_size
 
 GroupKey = Any  # str for named groups, or any hashable label of a label array
 Weights = Mapping[GroupKey, float]

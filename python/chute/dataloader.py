@@ -46,7 +46,7 @@ from chute.gpu.device import CudaCopies, DeviceBatches, handoff_device
 from chute.index_batches import array_index_batches
 from chute.loading import EngineDataset, LoaderSettings
 from chute.progress import with_progress
-from chute.shards import rank_and_world_size
+from chute.sources.shards import rank_and_world_size
 from chute.workers.loader import LoaderWorkers, python_work
 from chute.workers.pool import WorkerPool
 

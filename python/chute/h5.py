@@ -42,10 +42,10 @@ import h5py
 import numpy as np
 
 from chute import _core
-from chute.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import (
+from chute.sources.h5layout import RemoteStat, describe_dataset, native_layout
+from chute.sources.remote_urls import (
     cached_copy,
     expand_remote_globs,
     is_remote_glob,

@@ -33,7 +33,7 @@ from chute.elastic import deal, per_rank_count
 from chute.engine import default_threads
 from chute.indexed import Batch, BatchReader, IndexedDataset, submitted_ahead
 from chute.mix_stream import MixedStream
-from chute.shards import rank_and_world_size
+from chute.sources.shards import rank_and_world_size
 from chute.tardataset import TarDataset
 
 

@@ -56,8 +56,8 @@ from chute.decoding.image_options import image_options
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import cached_copy, expand_file_patterns, merge_options
-from chute.shards import local_path, remote_scheme_list
+from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
+from chute.sources.shards import local_path, remote_scheme_list
 from chute.wds.native import field_plan
 from chute.wds.prefix import OutputField
 

@@ -1,6 +1,6 @@
 """``TarDataset``: tar shards (the webdataset layout) as a map-style dataset.
 
-Each shard's sidecar index (``chute.tarindex``) says where every sample's
+Each shard's sidecar index (``chute.sources.tarindex``) says where every sample's
 members lie, so sample ``i`` is read by offset: any torch sampler works,
 ``shuffle=True`` is an exact shuffle of the whole dataset rather than a
 buffer's, and ``DistributedSampler`` partitions it. The indexed engine reads
@@ -51,10 +51,10 @@ from chute.gpu.pinning import pin_hooks
 from chute.indexed import IndexedDataset, ProcessState
 from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import expand_remote_globs, merge_options, remote_tar_index
-from chute.shards import expand_urls, local_path, remote_scheme_list
-from chute.tarcolumns import concatenate_indexes
-from chute.tarindex import ShardColumns, load_indexes
+from chute.sources.remote_urls import expand_remote_globs, merge_options, remote_tar_index
+from chute.sources.shards import expand_urls, local_path, remote_scheme_list
+from chute.sources.tarcolumns import concatenate_indexes
+from chute.sources.tarindex import ShardColumns, load_indexes
 from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers
 from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
 from chute.wds.fluent import Fluent
@@ -99,7 +99,7 @@ class TarDataset(IndexedDataset):
             directory (a local one, for remote shards too). A missing, stale
             or corrupt index is built on first open (every shard on several
             threads, with progress on a terminal) and saved there; see
-            ``chute.tarindex``.
+            ``chute.sources.tarindex``.
         handler: webdataset's handler for bad samples: ``reraise_exception``
             raises (naming shard, member and offset), the ``*_and_continue``
             handlers drop the sample, so its batch comes out shorter.

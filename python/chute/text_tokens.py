@@ -61,8 +61,8 @@ from chute import _core
 from chute._core import DataError
 from chute.parquet import RemoteFooter, pyarrow_module
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import expand_file_patterns
-from chute.shards import local_path
+from chute.sources.remote_urls import expand_file_patterns
+from chute.sources.shards import local_path
 
 logger = logging.getLogger("chute")
 

@@ -23,8 +23,8 @@ import torch
 from chute import _core
 from chute.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import cached_copy, expand_file_patterns, merge_options
-from chute.shards import local_path
+from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
+from chute.sources.shards import local_path
 from chute.text_tokens import as_tokenizer, id_bound, tokenize_shards
 
 _PACK_MODES = ("windows", "documents")

@@ -82,7 +82,7 @@ def _batch_len(batch: Any) -> int:
 
 def _known_sample_count(paths: list[str]) -> int | None:
     """From sidecar indexes, when every shard has a current one (for the bar's total)."""
-    from chute.tarindex import read_index
+    from chute.sources.tarindex import read_index
 
     total = 0
     for p in paths:

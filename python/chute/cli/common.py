@@ -56,7 +56,7 @@ def kind_of(path: str) -> str:
 
 def expand(paths: Sequence[str]) -> list[str]:
     """The paths with brace patterns expanded; UsageError when there are none."""
-    from chute.shards import expand_urls
+    from chute.sources.shards import expand_urls
 
     out = expand_urls(list(paths))
     if not out:

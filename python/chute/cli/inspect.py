@@ -92,7 +92,7 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     """What is in the tar shard `path`: counted from its sidecar index when
     that is current (unless `scan`), else from the shard itself."""
     from chute import _core
-    from chute.tarindex import TarIndexError, index_path, read_index
+    from chute.sources.tarindex import TarIndexError, index_path, read_index
 
     report = TarReport(path=path, size=remote.size_of(path))
     # (name, key, extension, header offset, payload offset, size) of each member.
@@ -233,7 +233,7 @@ def _peek_sample(
 def inspect_hdf5(path: str) -> dict[str, Any]:
     import h5py
 
-    from chute.h5layout import describe_dataset
+    from chute.sources.h5layout import describe_dataset
 
     st = remote.h5_stat(path)
     datasets: list[dict[str, Any]] = []

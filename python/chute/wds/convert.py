@@ -25,7 +25,7 @@ from chute.decoding.extensions import (
     last_extension,
 )
 from chute.decoding.image_options import has_transforms
-from chute.shards import local_path
+from chute.sources.shards import local_path
 from chute.wds.compiler import CompiledPipeline
 from chute.wds.prefix import MEMBER, OutputField
 

@@ -41,13 +41,13 @@ from chute.decoding.extensions import (
 from chute.engine import default_threads
 from chute.loading import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions, is_remote_url
-from chute.remote.datasets import (
+from chute.sources.remote_urls import (
     expand_remote_globs,
     is_remote_glob,
     merge_options,
     native_source,
 )
-from chute.shards import (
+from chute.sources.shards import (
     Splitter,
     apply_splitter,
     expand_urls,
@@ -129,7 +129,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
       ``state_dict()`` then holds the global position and resumes on any
       world size (``chute.wds.elastic``). Needs each shard's sample count
-      (``chute.wds.sample_counts``: a tar shard's sidecar index, built when
+      (``chute.sources.sample_counts``: a tar shard's sidecar index, built when
       missing; local or remote shards, not ``pipe:``), the same
       ``seed`` on every rank, a native batch size, ``streams=1`` and one pass
       per epoch; ``nodesplitter``, ``workersplitter`` and ``even_batches``

@@ -4,7 +4,7 @@ The epoch's global order depends only on (seed, epoch): the shards in one
 order (a permutation drawn from (seed, epoch) with ``shardshuffle``, else the
 list's), and within each shard its samples in archive order. Global sample
 g is the g-th of that sequence; each shard's format gives its sample count
-(``chute.wds.sample_counts``; tar: the sidecar index, local or remote,
+(``chute.sources.sample_counts``; tar: the sidecar index, local or remote,
 built on first use when missing), so every rank knows the sequence without
 reading a shard.
 
@@ -59,11 +59,11 @@ from typing import Any
 import numpy as np
 
 from chute import _core
-from chute.shards import rank_and_world_size, worker_and_num_workers
+from chute.sources.sample_counts import CountSettings, shard_layouts
+from chute.sources.shards import rank_and_world_size, worker_and_num_workers
 from chute.wds.compiler import CompiledPipeline
 from chute.wds.native import engine_seed
 from chute.wds.runnable import RunnableDataset
-from chute.wds.sample_counts import CountSettings, shard_layouts
 
 Intervals = np.ndarray  # int64 (m, 2): [begin, end) of global samples, sorted, disjoint
 
@@ -71,7 +71,7 @@ Intervals = np.ndarray  # int64 (m, 2): [begin, end) of global samples, sorted, 
 @dataclass(frozen=True)
 class ShardLayout:
     """Sample counts and per-sample encoded sizes of a shard list, from the
-    shards' formats (``chute.wds.sample_counts``)."""
+    shards' formats (``chute.sources.sample_counts``)."""
 
     urls: tuple[str, ...]
     counts: np.ndarray  # int64 per shard, in list order

@@ -26,7 +26,8 @@ from chute.common.handlers import (
 from chute.common.intraop import one_intraop_thread
 from chute.common.stats import add_figures, empty_stats, with_running
 from chute.loading import LoaderSettings
-from chute.shards import rank_and_world_size
+from chute.sources.sample_counts import sample_counter
+from chute.sources.shards import rank_and_world_size
 from chute.wds.compiler import (
     CompiledPipeline,
     compile_stages,
@@ -38,7 +39,6 @@ from chute.wds.elastic import ElasticRun
 from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.runnable import RunnableDataset
-from chute.wds.sample_counts import sample_counter
 from chute.wds.stages import PythonRun
 from chute.wds.stages.batching import python_batched
 

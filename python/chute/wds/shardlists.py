@@ -19,7 +19,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from chute.shards import (
+from chute.sources.shards import (
     expand_urls,
     rank_and_world_size,
     single_node_only,

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from chute.common.handlers import Handler
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.shards import local_path
+from chute.sources.shards import local_path
 
 # webdataset's rules: metadata members, and a name's key and extension.
 _META = re.compile(r"__[^/]*__($|/)")

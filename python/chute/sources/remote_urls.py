@@ -22,7 +22,7 @@ from chute import _core
 from chute.remote._options import RemoteOptions
 from chute.remote._session import RemoteSession, get_session
 from chute.remote._stores import is_remote_url, split_url
-from chute.shards import expand_urls, local_path
+from chute.sources.shards import expand_urls, local_path
 
 _GLOB = re.compile(r"[*?\[]")
 
@@ -113,11 +113,11 @@ def native_source(urls: Iterable[str], options: RemoteOptions) -> _core.SourceOp
 
 
 def build_remote_index(url: str, session: RemoteSession, version: str) -> dict[str, Any]:
-    """The sidecar index document of a remote tar shard (chute.tarindex's
+    """The sidecar index document of a remote tar shard (chute.sources.tarindex's
     format) of `version` (its ETag, as a HEAD gave it), made by reading the
     shard once: into the session's cache when it has a ``cache_dir`` (where
     the epoch then finds it), else into a temporary file that is removed."""
-    from chute.tarindex import build_index
+    from chute.sources.tarindex import build_index
 
     cache_dir = session.options.cache_dir
     with tempfile.TemporaryDirectory(prefix="chute-index-") as tmp:
@@ -171,7 +171,7 @@ def remote_tar_index(
     in `index_dir` when given). The document returned holds the version the
     shard has now, which its reads then require.
 
-    With `bound` (sample counts for streams, ``chute.wds.sample_counts``),
+    With `bound` (sample counts for streams, ``chute.sources.sample_counts``),
     `index_dir` is looked in first and the sidecar beside the shard after
     it, and an index counts only when it is bound to the shard as it is now:
     it names the version (ETag) the shard has, or, when it names none or
@@ -181,7 +181,7 @@ def remote_tar_index(
     against an index, as indexed reads do, so an index whose size alone
     matches (a replaced shard can keep its size) is rebuilt, never trusted.
     """
-    from chute.tarindex import INDEX_SUFFIX, _problem, _write_document, index_path
+    from chute.sources.tarindex import INDEX_SUFFIX, _problem, _write_document, index_path
 
     session = get_session(options)
     ranges = session.ranges(url)

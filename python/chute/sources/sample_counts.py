@@ -39,9 +39,9 @@ import numpy as np
 
 from chute import _core
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.remote.datasets import remote_tar_index
-from chute.shards import local_path
-from chute.tarindex import ShardColumns, indexed_sample_count, load_indexes
+from chute.sources.remote_urls import remote_tar_index
+from chute.sources.shards import local_path
+from chute.sources.tarindex import ShardColumns, indexed_sample_count, load_indexes
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def encoded_sizes(columns: ShardColumns) -> np.ndarray:
 
 
 class TarCounter:
-    """Tar shards, counted through their sidecar indexes (``chute.tarindex``).
+    """Tar shards, counted through their sidecar indexes (``chute.sources.tarindex``).
 
     Local shards: ``count`` reads a current index beside the shard (never
     building one) and otherwise scans the shard once per (url, size,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chute.tarindex import ShardColumns
+from chute.sources.tarindex import ShardColumns
 
 
 @dataclass
