@@ -12,7 +12,7 @@ import chute
 import chute.dataloader
 import chute.gpu.pinning
 import chute.indexed
-import chute.wds.native
+import chute.stream.native
 import numpy as np
 import pytest
 import torch
@@ -59,7 +59,7 @@ def hooks(monkeypatch: pytest.MonkeyPatch) -> RecordingHooks:
     gc.collect()  # batches of earlier tests die under their own hooks
     recording = RecordingHooks()
     _ALIVE.append(recording)
-    monkeypatch.setattr(chute.wds.native, "pin_hooks", recording.addresses)
+    monkeypatch.setattr(chute.stream.native, "pin_hooks", recording.addresses)
     monkeypatch.setattr(chute.indexed, "pin_hooks", recording.addresses)
     return recording
 

@@ -26,8 +26,8 @@ import pytest
 import torch
 from chute import _core
 from chute.decoding.image_options import image_options
+from chute.stream.native import image_output_spec
 from chute.wds.dataset import engine_seed
-from chute.wds.native import image_output_spec
 from conftest import write_shards
 from PIL import Image
 

@@ -9,9 +9,14 @@ from typing import Any
 import pytest
 from chute import _core
 from chute.common.handlers import ignore_and_continue, reraise_exception, warn_and_continue
-from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers, native_torch_batch
-from chute.wds.fluent import Fluent
-from chute.wds.stages import Stage
+from chute.stream.compiler import (
+    CompiledPipeline,
+    compile_stages,
+    error_handlers,
+    native_torch_batch,
+)
+from chute.stream.fluent import Fluent
+from chute.stream.stages import Stage
 
 IMAGE, NPY, INT = _core.FieldDecoder.IMAGE, _core.FieldDecoder.NPY, _core.FieldDecoder.INT
 

@@ -105,7 +105,7 @@ def test_only_a_stage_class_knows_its_kind() -> None:
     class."""
     compared: list[str] = []
     for name, path in package_sources().items():
-        if name == "chute.wds.stages.base":
+        if name == "chute.stream.stages.base":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Compare):

@@ -1,4 +1,4 @@
-"""Stage kinds as classes (chute.wds.stages): a stage added as one class
+"""Stage kinds as classes (chute.stream.stages): a stage added as one class
 runs in Python where its class says (in the loader or on worker processes),
 counts and resumes as its class says, and takes part in a pipeline like the
 stages chute ships; a kind names one class; every shipped kind is built
@@ -15,8 +15,8 @@ import pytest
 import webdataset
 from chute import wds
 from chute.sources.tarindex import write_index
-from chute.wds.fluent import Fluent
-from chute.wds.stages import STAGE_CLASSES, PythonRun, Stage
+from chute.stream.fluent import Fluent
+from chute.stream.stages import STAGE_CLASSES, PythonRun, Stage
 from conftest import tiny_samples, write_shards
 
 

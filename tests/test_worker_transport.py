@@ -23,8 +23,8 @@ import torch
 from chute import _core
 from chute.common.errors import MemberDecodeError
 from chute.common.intraop import one_intraop_thread, single_threaded
-from chute.wds.compiler import compile_stages, error_handlers
-from chute.wds.native import EngineSettings
+from chute.stream.compiler import compile_stages, error_handlers
+from chute.stream.native import EngineSettings
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.transport import (
     ArenaMappings,

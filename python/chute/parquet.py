@@ -58,8 +58,8 @@ from chute.loading import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
 from chute.sources.shards import local_path, remote_scheme_list
-from chute.wds.native import field_plan
-from chute.wds.prefix import OutputField
+from chute.stream.native import field_plan
+from chute.stream.prefix import OutputField
 
 DEFAULT_CACHE_BYTES = 1 << 30
 # Row groups read ahead of the batches submitted (the pool's queue).

@@ -7,7 +7,7 @@ buffer's, and ``DistributedSampler`` partitions it. The indexed engine reads
 the samples of an index batch together (neighbours in one read) and decodes
 them on native threads with the field decoders a ``WebDataset.decode(...)``
 would use: the decode options go through the same compiler
-(``chute.wds.compiler``) as a WebDataset's stages. Members the engine does
+(``chute.stream.compiler``) as a WebDataset's stages. Members the engine does
 not decode (txt, json, ...) come back as bytes and are decoded in Python as
 webdataset decodes them: the slow path.
 
@@ -55,12 +55,12 @@ from chute.sources.remote_urls import expand_remote_globs, merge_options, remote
 from chute.sources.shards import expand_urls, local_path, remote_scheme_list
 from chute.sources.tarcolumns import concatenate_indexes
 from chute.sources.tarindex import ShardColumns, load_indexes
-from chute.wds.compiler import CompiledPipeline, compile_stages, error_handlers
-from chute.wds.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
-from chute.wds.fluent import Fluent
-from chute.wds.native import ErrorHandlers, field_plan
-from chute.wds.prefix import MEMBER, OutputField
-from chute.wds.stages import PythonRun, Stage
+from chute.stream.compiler import CompiledPipeline, compile_stages, error_handlers
+from chute.stream.convert import DROPPED, BatchConverter, pin_copy, refuse_python_image
+from chute.stream.fluent import Fluent
+from chute.stream.native import ErrorHandlers, field_plan
+from chute.stream.prefix import MEMBER, OutputField
+from chute.stream.stages import PythonRun, Stage
 
 _GLOB_CHARS = set("*?[")
 
@@ -506,7 +506,7 @@ class TarDataset(IndexedDataset):
 
     def _report(self, errors: list[Exception]) -> bool:
         """Hands the skipped samples' errors to the handlers of their scopes
-        (see ``chute.wds.native.ErrorHandlers``); True when one asks to stop."""
+        (see ``chute.stream.native.ErrorHandlers``); True when one asks to stop."""
         self._skipped += len(errors)
         for raw in errors:
             error = translate(raw)

@@ -1,7 +1,7 @@
 """chute's image options on ``decode``: resize and crop (torchvision's
 RandomResizedCrop, Resize + CenterCrop, ...), flip, normalisation, element
 type and layout, checked once and brought to one canonical form, which the
-engine's field plans are built from (see ``chute.wds.native``)."""
+engine's field plans are built from (see ``chute.stream.native``)."""
 
 from __future__ import annotations
 

@@ -29,8 +29,7 @@ from chute.common.handlers import (
     warn_and_continue,
     warn_and_stop,
 )
-from chute.wds import autodecode, filters, shardlists
-from chute.wds.autodecode import (
+from chute.stream.autodecode import (
     Continue,
     Decoder,
     ImageHandler,
@@ -38,8 +37,7 @@ from chute.wds.autodecode import (
     handle_extension,
     imagehandler,
 )
-from chute.wds.dataset import WebDataset
-from chute.wds.filters import (
+from chute.stream.filters import (
     Cached,
     LMDBCached,
     associate,
@@ -67,6 +65,8 @@ from chute.wds.filters import (
     unlisted,
     xdecode,
 )
+from chute.wds import autodecode, filters, shardlists
+from chute.wds.dataset import WebDataset
 from chute.wds.loader import WebLoader
 from chute.wds.pipeline import (
     DataPipeline,

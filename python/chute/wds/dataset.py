@@ -57,20 +57,20 @@ from chute.sources.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
-from chute.wds.compiler import CompiledPipeline, compile_stages
-from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
-from chute.wds.fluent import Fluent
-from chute.wds.native import (
+from chute.stream.compiler import CompiledPipeline, compile_stages
+from chute.stream.fluent import Fluent
+from chute.stream.native import (
     UNBATCHED_BATCH_BYTES,
     EngineSettings,
     ErrorHandlers,
     engine_seed,
     field_plan,
 )
+from chute.stream.stages import PythonRun, Stage
+from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import EMPTY_MESSAGE, EpochIteration, EpochRun, as_torch_loader
-from chute.wds.stages import PythonRun, Stage
 from chute.wds.tarread import tar_samples
 
 if TYPE_CHECKING:

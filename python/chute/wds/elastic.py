@@ -61,8 +61,8 @@ import numpy as np
 from chute import _core
 from chute.sources.sample_counts import CountSettings, shard_layouts
 from chute.sources.shards import rank_and_world_size, worker_and_num_workers
-from chute.wds.compiler import CompiledPipeline
-from chute.wds.native import engine_seed
+from chute.stream.compiler import CompiledPipeline
+from chute.stream.native import engine_seed
 from chute.wds.runnable import RunnableDataset
 
 Intervals = np.ndarray  # int64 (m, 2): [begin, end) of global samples, sorted, disjoint

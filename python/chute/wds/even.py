@@ -20,7 +20,7 @@ import torch.distributed as dist
 from chute.remote import RemoteOptions, is_remote_url
 from chute.sources.sample_counts import CountSettings, sample_counter
 from chute.sources.shards import Splitter, rank_and_world_size, split_by_node
-from chute.wds.stages import Stage
+from chute.stream.stages import Stage
 
 EVEN_BATCH_MODES = ("cap", "repeat", "off")
 

@@ -7,8 +7,8 @@ from itertools import islice
 from typing import Any
 
 from chute.dataloader import DataLoader
+from chute.stream.fluent import Fluent
 from chute.wds.dataset import WebDataset
-from chute.wds.fluent import Fluent
 from chute.wds.run import EMPTY_MESSAGE
 
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chute.stream.stages import Stage
 from chute.wds.elastic import ElasticRun
-from chute.wds.stages import Stage
 
 # The layout of the state dicts this module writes and reads.
 STATE_VERSION = 1

@@ -28,19 +28,19 @@ from chute.common.stats import add_figures, empty_stats, with_running
 from chute.loading import LoaderSettings
 from chute.sources.sample_counts import sample_counter
 from chute.sources.shards import rank_and_world_size
-from chute.wds.compiler import (
+from chute.stream.compiler import (
     CompiledPipeline,
     compile_stages,
     error_handlers,
     native_torch_batch,
 )
-from chute.wds.convert import DROPPED, BatchConverter, pin_copy
+from chute.stream.convert import DROPPED, BatchConverter, pin_copy
+from chute.stream.native import EngineSettings, apply_pin_hooks, report_skips
+from chute.stream.stages import PythonRun
+from chute.stream.stages.batching import python_batched
 from chute.wds.elastic import ElasticRun
-from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.runnable import RunnableDataset
-from chute.wds.stages import PythonRun
-from chute.wds.stages.batching import python_batched
 
 # torch ships default_convert without annotations.
 _default_convert: Callable[[Any], Any] = default_convert

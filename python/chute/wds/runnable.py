@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 from chute.common.handlers import Handler
 from chute.remote import RemoteOptions
-from chute.wds.compiler import CompiledPipeline
-from chute.wds.native import EngineSettings, ErrorHandlers
-from chute.wds.stages import Stage
+from chute.stream.compiler import CompiledPipeline
+from chute.stream.native import EngineSettings, ErrorHandlers
+from chute.stream.stages import Stage
 
 
 class RunnableDataset(Protocol):

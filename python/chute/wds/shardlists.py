@@ -27,7 +27,7 @@ from chute.sources.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
-from chute.wds.filters import pipelinefilter
+from chute.stream.filters import pipelinefilter
 
 
 class SimpleShardList(IterableDataset[dict[str, str]]):

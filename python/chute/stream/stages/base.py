@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chute.common.handlers import Handler, reraise_exception
-from chute.wds.native import ErrorHandlers
-from chute.wds.prefix import NativePrefix
+from chute.stream.native import ErrorHandlers
+from chute.stream.prefix import NativePrefix
 
 # Told of each item a Python stage's per-item function sees (the slow-path
 # counter of ``stats()``).

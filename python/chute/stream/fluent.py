@@ -1,5 +1,5 @@
 """webdataset's fluent interface, recorded: each stage method returns a copy
-with one more stage (the same `Stage` that ``chute.wds.filters`` builds), and
+with one more stage (the same `Stage` that ``chute.stream.filters`` builds), and
 nothing runs until the pipeline is iterated. ``with_epoch``, ``repeat`` and
 ``with_length`` change the pipeline itself and return it, as in webdataset.
 """
@@ -17,8 +17,8 @@ from typing_extensions import Self
 
 from chute.common.collate import default_collate
 from chute.common.handlers import Handler, reraise_exception
-from chute.wds import filters
-from chute.wds.stages import Compose, Stage
+from chute.stream import filters
+from chute.stream.stages import Compose, Stage
 
 
 class Fluent:
@@ -70,7 +70,7 @@ class Fluent:
         dtype: torch.dtype | str | None = None,
         layout: str | None = None,
     ) -> Self:
-        """See ``chute.wds.filters.decode``."""
+        """See ``chute.stream.filters.decode``."""
         return self._compose(
             filters.decode(
                 *args,

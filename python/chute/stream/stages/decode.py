@@ -1,7 +1,7 @@
 """``decode``: members to values. With one image spec (or none) and the
 default handler chain the engine decodes, with chute's image options; with
 handler callables or pre/post handlers, webdataset's Decoder runs in Python
-(chute.wds.autodecode)."""
+(chute.stream.autodecode)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 from chute.common.handlers import Handler, reraise_exception
 from chute.decoding.image_options import has_transforms
-from chute.wds.autodecode import DecodeHandler, decoder_of
-from chute.wds.native import ErrorHandlers
-from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import PythonRun, Stage, own_handler
+from chute.stream.autodecode import DecodeHandler, decoder_of
+from chute.stream.native import ErrorHandlers
+from chute.stream.prefix import NativePrefix
+from chute.stream.stages.base import PythonRun, Stage, own_handler
 
 
 @dataclass(eq=False)

@@ -21,7 +21,7 @@ from chute.common.handlers import (
 from chute.decoding.decoders import IMAGE_SPECS
 from chute.decoding.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.gpu.pinning import pin_hooks
-from chute.wds.prefix import OutputField
+from chute.stream.prefix import OutputField
 
 
 def engine_seed(base_seed: int, rank: int, worker: int, pass_index: int = 0) -> int:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from typing import Any, ClassVar
 
-from chute.wds.stages.base import Counter, PythonRun, Stage
-from chute.wds.stages.fields import split_alternatives
+from chute.stream.stages.base import Counter, PythonRun, Stage
+from chute.stream.stages.fields import split_alternatives
 
 StreamDecoder = Callable[[Any], Any]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chute.common.collate import default_collate
-from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import PythonRun, Stage
+from chute.stream.prefix import NativePrefix
+from chute.stream.stages.base import PythonRun, Stage
 
 Collate = Callable[[list[Any]], Any]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chute.wds.stages.base import PythonRun, Stage
+from chute.stream.stages.base import PythonRun, Stage
 
 
 @dataclass(eq=False)

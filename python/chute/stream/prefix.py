@@ -1,8 +1,8 @@
 """The native prefix of a pipeline while it is compiled: what the stages the
 engine runs have asked of it so far (a shuffle, a decode, the output fields,
 a batch size). Each stage class adds itself to it
-(``chute.wds.stages.base.Stage.compile``); the compiler
-(``chute.wds.compiler``) starts one and turns the finished one into the
+(``chute.stream.stages.base.Stage.compile``); the compiler
+(``chute.stream.compiler``) starts one and turns the finished one into the
 engine's description.
 """
 

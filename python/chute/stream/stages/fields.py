@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from chute.common.handlers import Handler, reraise_exception
-from chute.wds.native import ErrorHandlers
-from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import PythonRun, Stage
+from chute.stream.native import ErrorHandlers
+from chute.stream.prefix import NativePrefix
+from chute.stream.stages.base import PythonRun, Stage
 
 
 class FieldStage(Stage):

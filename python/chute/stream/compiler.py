@@ -19,9 +19,9 @@ from typing import Any
 
 from chute.common.handlers import Handler, reraise_exception
 from chute.decoding.decoders import NativeDecode, native_decode_for
-from chute.wds.native import ErrorHandlers
-from chute.wds.prefix import MEMBER, NativePrefix, OutputField
-from chute.wds.stages import Stage
+from chute.stream.native import ErrorHandlers
+from chute.stream.prefix import MEMBER, NativePrefix, OutputField
+from chute.stream.stages import Stage
 
 
 @dataclass

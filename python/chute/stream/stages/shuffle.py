@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chute.wds.prefix import NativePrefix
-from chute.wds.stages.base import PythonRun, Stage
+from chute.stream.prefix import NativePrefix
+from chute.stream.stages.base import PythonRun, Stage
 
 
 @dataclass(eq=False)

@@ -26,8 +26,8 @@ from chute.decoding.extensions import (
 )
 from chute.decoding.image_options import has_transforms
 from chute.sources.shards import local_path
-from chute.wds.compiler import CompiledPipeline
-from chute.wds.prefix import MEMBER, OutputField
+from chute.stream.compiler import CompiledPipeline
+from chute.stream.prefix import MEMBER, OutputField
 
 # Told of a member that failed to decode in Python: True skips its sample,
 # False ends the iteration after this batch; it may raise instead.

@@ -11,18 +11,18 @@ a family's stages share their Python helpers.
 - ``patterns``: ``rename_keys``, ``extract_keys``, ``xdecode``
 - ``passthrough``: ``slice``, ``rsample``, ``log_keys``, ``info``
 
-``chute.wds.filters`` builds them under webdataset's function names and
-``chute.wds.fluent`` under its method names.
+``chute.stream.filters`` builds them under webdataset's function names and
+``chute.stream.fluent`` under its method names.
 """
 
-from chute.wds.stages.base import STAGE_CLASSES, PythonRun, Stage
-from chute.wds.stages.batching import Batched, Unbatched, Unlisted
-from chute.wds.stages.decode import Decode
-from chute.wds.stages.fields import Rename, ToTuple
-from chute.wds.stages.functions import Associate, Compose, Map, MapDict, MapTuple, Select
-from chute.wds.stages.passthrough import Info, LogKeys, RSample, Slice
-from chute.wds.stages.patterns import ExtractKeys, RenameKeys, XDecode
-from chute.wds.stages.shuffle import Shuffle
+from chute.stream.stages.base import STAGE_CLASSES, PythonRun, Stage
+from chute.stream.stages.batching import Batched, Unbatched, Unlisted
+from chute.stream.stages.decode import Decode
+from chute.stream.stages.fields import Rename, ToTuple
+from chute.stream.stages.functions import Associate, Compose, Map, MapDict, MapTuple, Select
+from chute.stream.stages.passthrough import Info, LogKeys, RSample, Slice
+from chute.stream.stages.patterns import ExtractKeys, RenameKeys, XDecode
+from chute.stream.stages.shuffle import Shuffle
 
 __all__ = [
     "STAGE_CLASSES",

@@ -22,8 +22,8 @@ from chute.common.collate import default_collate
 from chute.common.handlers import Handler, reraise_exception
 from chute.decoding.decoders import IMAGE_SPECS
 from chute.decoding.image_options import image_options
-from chute.wds.autodecode import unknown_imagespec
-from chute.wds.stages import (
+from chute.stream.autodecode import unknown_imagespec
+from chute.stream.stages import (
     Associate,
     Batched,
     Decode,
@@ -45,9 +45,9 @@ from chute.wds.stages import (
     Unlisted,
     XDecode,
 )
-from chute.wds.stages.fields import getfirst
-from chute.wds.stages.patterns import XDECODE_DEFAULTS
-from chute.wds.stages.shuffle import python_shuffle
+from chute.stream.stages.fields import getfirst
+from chute.stream.stages.patterns import XDECODE_DEFAULTS
+from chute.stream.stages.shuffle import python_shuffle
 
 default_collation_fn = default_collate
 

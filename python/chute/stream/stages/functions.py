@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from chute.common.handlers import Handler, reraise_exception
-from chute.wds.stages.base import Counter, PythonRun, Stage, own_handler
+from chute.stream.stages.base import Counter, PythonRun, Stage, own_handler
 
 
 @dataclass(eq=False)
