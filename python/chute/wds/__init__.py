@@ -29,6 +29,7 @@ from chute.common.handlers import (
     warn_and_continue,
     warn_and_stop,
 )
+from chute.stream import autodecode, filters
 from chute.stream.autodecode import (
     Continue,
     Decoder,
@@ -65,7 +66,7 @@ from chute.stream.filters import (
     unlisted,
     xdecode,
 )
-from chute.wds import autodecode, filters, shardlists
+from chute.wds import shardlists
 from chute.wds.dataset import WebDataset
 from chute.wds.loader import WebLoader
 from chute.wds.pipeline import (
