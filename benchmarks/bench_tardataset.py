@@ -134,7 +134,7 @@ def main() -> None:
     if args.worker:
         worker(json.loads(args.worker))
         return
-    from chute.engine import default_threads
+    from chute.loader.engine import default_threads
     from chute.sources import tarindex
 
     urls = jpeg_shards(400 if args.quick else 4_000)

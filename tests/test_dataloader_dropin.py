@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import chute
-import chute.dataloader
+import chute.loader.dataloader
 import numpy as np
 import pytest
 import torch
@@ -116,7 +116,7 @@ def test_worker_init_fn_runs_in_torch_workers(tmp_path: Path) -> None:
 def test_worker_init_fn_with_native_threads_warns_once_and_is_not_called(
     shards: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chute.dataloader, "_warned_worker_init_fn", set())
+    monkeypatch.setattr(chute.loader.dataloader, "_warned_worker_init_fn", set())
     calls: list[int] = []
     with pytest.warns(chute.WorkerInitFnWarning, match="worker_init_fn is not called"):
         loader = chute.DataLoader(
@@ -135,7 +135,7 @@ def test_worker_init_fn_with_native_threads_warns_once_and_is_not_called(
         )
     assert len(list(loader)) == 12 and calls == []
     # Without workers torch does not call it either, and says nothing.
-    monkeypatch.setattr(chute.dataloader, "_warned_worker_init_fn", set())
+    monkeypatch.setattr(chute.loader.dataloader, "_warned_worker_init_fn", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         chute.DataLoader(stream(shards), batch_size=10, worker_init_fn=calls.append)
@@ -174,8 +174,8 @@ def test_a_collate_fn_fixed_after_it_raised_works_in_the_next_epoch_as_in_torch(
             list(loader)
         monkeypatch.setattr(__import__(__name__), "COLLATE_FAILS", False)
         epochs[make.__module__] = [b["x"].flatten().tolist() for b in loader]
-    assert epochs["chute.dataloader"] == epochs["torch.utils.data.dataloader"]
-    assert len(epochs["chute.dataloader"]) == 5
+    assert epochs["chute.loader.dataloader"] == epochs["torch.utils.data.dataloader"]
+    assert len(epochs["chute.loader.dataloader"]) == 5
     ds[1]  # and the dataset still reads in this process
 
 

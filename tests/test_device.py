@@ -148,7 +148,7 @@ def _with_fake_cuda(monkeypatch: pytest.MonkeyPatch) -> list[FakeCopies]:
         return made[-1]
 
     monkeypatch.setattr(chute.gpu.device, "cuda_available", lambda: True)
-    monkeypatch.setattr(chute.dataloader, "CudaCopies", copies)
+    monkeypatch.setattr(chute.loader.dataloader, "CudaCopies", copies)
     return made
 
 

@@ -1,7 +1,7 @@
 """Elastic resume: a state taken on 4 ranks resumes on 2, 3 and 6 (ranks
 simulated through RANK/WORLD_SIZE, run in turn in this process), and over
 both parts every sample of the epoch is delivered once, with the same
-batch count on every rank; for map-style data (chute.elastic) and streams
+batch count on every rank; for map-style data (chute.loader.elastic_sampler) and streams
 (WebDataset(elastic=True), chute.wds.elastic)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import chute
 import h5py
 import numpy as np
 import pytest
-from chute.elastic import Segment
+from chute.loader.elastic_sampler import Segment
 from conftest import tiny_samples, write_shards
 
 N = 103  # rows of the map-style datasets

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import torch
-from chute.index_batches import array_index_batches
+from chute.loader.index_batches import array_index_batches
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
 

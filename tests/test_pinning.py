@@ -9,9 +9,9 @@ import warnings
 from typing import Any
 
 import chute
-import chute.dataloader
 import chute.gpu.pinning
 import chute.indexed
+import chute.loader.dataloader
 import chute.stream.native
 import numpy as np
 import pytest

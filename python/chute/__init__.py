@@ -5,9 +5,10 @@ from chute.arrays import ArrayDataset
 from chute.common.handlers import SkippedSampleWarning
 from chute.common.limits import get_max_image_pixels, set_max_image_pixels
 from chute.curriculum import Curriculum
-from chute.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
 from chute.h5 import ChuteSlowPathWarning, H5Dataset
 from chute.indexed import IndexedDataset
+from chute.loader.dataloader import DataLoader, WorkerInitFnWarning, set_epoch
+from chute.loader.validate import ValidationError, validate_batch, validate_first_batch
 from chute.mix import MixedDataset, mix
 from chute.mix_stream import MixedStream
 from chute.parquet import ParquetDataset
@@ -16,7 +17,6 @@ from chute.splits import create_loader
 from chute.tardataset import TarDataset
 from chute.text_tokens import tokenize_shards
 from chute.tokens import TokenDataset, cu_seqlens
-from chute.validate import ValidationError, validate_batch, validate_first_batch
 from chute.wds import WebDataset, WebLoader
 from chute.workers.pool import WorkerFallbackWarning
 

@@ -4,7 +4,7 @@
 torch's map-style protocol (`__len__`, `__getitem__`, and `__getitems__` so
 that torch's own DataLoader hands over whole index batches), and
 `iter_batches`, the entry point `chute.DataLoader` uses (through
-`loader_batches`, see `chute.loading`): index batches go down to native
+`loader_batches`, see `chute.loader.protocol`): index batches go down to native
 threads, finished batches come back in submission order as
 `{field: tensor[n, ...]}` whose memory the engine wrote once.
 
@@ -28,9 +28,9 @@ import torch
 from torch.utils.data import Dataset
 
 from chute.common.stats import add_figures, empty_stats, figures_since, with_running
-from chute.engine import default_threads, make_indexed_engine, wait_batch
 from chute.gpu.pinning import pin_hooks
-from chute.loading import EngineDataset, LoaderSettings
+from chute.loader.engine import default_threads, make_indexed_engine, wait_batch
+from chute.loader.protocol import EngineDataset, LoaderSettings
 
 if TYPE_CHECKING:
     from chute.workers.main import Outgoing, WorkerContext

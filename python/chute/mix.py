@@ -29,9 +29,9 @@ from torch.utils.data import Sampler
 
 from chute import _core
 from chute.curriculum import Curriculum, GroupKey, Schedule, apportion, normalized_weights
-from chute.elastic import deal, per_rank_count
-from chute.engine import default_threads
 from chute.indexed import Batch, BatchReader, IndexedDataset, submitted_ahead
+from chute.loader.elastic_sampler import deal, per_rank_count
+from chute.loader.engine import default_threads
 from chute.mix_stream import MixedStream
 from chute.sources.shards import rank_and_world_size
 from chute.tardataset import TarDataset
@@ -459,7 +459,7 @@ def mix(
                 raise ValueError(
                     f"mix source {name!r} is map-style and is mixed per batch: give batch_size"
                 )
-            from chute.dataloader import DataLoader
+            from chute.loader.dataloader import DataLoader
 
             part = DataLoader(
                 part,

@@ -35,7 +35,7 @@ from torch.utils.data import IterableDataset
 
 from chute import _core
 from chute.curriculum import GroupKey, Schedule, normalized_weights
-from chute.loading import EngineDataset, LoaderSettings
+from chute.loader.protocol import EngineDataset, LoaderSettings
 
 _MAX_DENOMINATOR = 10_000
 # The layout of a mix state; a state of another version is refused.

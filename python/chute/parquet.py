@@ -54,7 +54,7 @@ from chute.common.errors import EngineDataError, EngineReadError
 from chute.decoding.decoders import IMAGE_SPECS, NativeDecode
 from chute.decoding.image_options import image_options
 from chute.indexed import IndexedDataset, ProcessState
-from chute.loading import LoaderSettings
+from chute.loader.protocol import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
 from chute.sources.shards import local_path, remote_scheme_list

@@ -37,8 +37,8 @@ import torch
 import torch.utils.data
 
 from chute.arrays import ArrayDataset
-from chute.dataloader import DataLoader
 from chute.indexed import Batch, IndexedDataset
+from chute.loader.dataloader import DataLoader
 
 
 def create_loader(

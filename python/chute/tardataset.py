@@ -46,10 +46,10 @@ from chute.common.handlers import (
 )
 from chute.decoding.decoders import python_decode
 from chute.decoding.extensions import KEY_FIELD, URL_FIELD
-from chute.engine import default_threads
 from chute.gpu.pinning import pin_hooks
 from chute.indexed import IndexedDataset, ProcessState
-from chute.loading import LoaderSettings
+from chute.loader.engine import default_threads
+from chute.loader.protocol import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import expand_remote_globs, merge_options, remote_tar_index
 from chute.sources.shards import expand_urls, local_path, remote_scheme_list

@@ -38,8 +38,8 @@ from chute.decoding.extensions import (
     NATIVE_IMAGE_EXTENSIONS,
     NPY_EXTENSION,
 )
-from chute.engine import default_threads
-from chute.loading import EngineDataset, LoaderSettings
+from chute.loader.engine import default_threads
+from chute.loader.protocol import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions, is_remote_url
 from chute.sources.remote_urls import (
     expand_remote_globs,
@@ -91,7 +91,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
 
     chute-specific keyword arguments:
 
-    - ``threads``: decode threads (default: ``chute.engine.default_threads()``,
+    - ``threads``: decode threads (default: ``chute.loader.engine.default_threads()``,
       the CPUs this process may run on; one inside a torch DataLoader worker).
     - ``streams``: logical streams (default 1, which keeps webdataset's exact
       single-process order). Shards are dealt round-robin to streams and

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
-from chute.dataloader import DataLoader
+from chute.loader.dataloader import DataLoader
 from chute.stream.fluent import Fluent
 from chute.wds.dataset import WebDataset
 from chute.wds.run import EMPTY_MESSAGE

@@ -27,7 +27,7 @@ from chute import _core
 from chute.common.errors import engine_errors
 from chute.common.handlers import Handler
 from chute.common.stats import add_figures
-from chute.loading import LoaderSettings
+from chute.loader.protocol import LoaderSettings
 from chute.stream.compiler import (
     CompiledPipeline,
     compile_stages,

@@ -25,7 +25,7 @@ from typing_extensions import Self
 
 from chute.common.handlers import Handler, reraise_exception
 from chute.common.stats import empty_stats
-from chute.loading import EngineDataset, LoaderSettings
+from chute.loader.protocol import EngineDataset, LoaderSettings
 from chute.stream.fluent import Fluent
 from chute.stream.stages import Compose, Stage
 from chute.stream.stages.batching import python_batched

@@ -25,7 +25,7 @@ from chute.common.handlers import (
 )
 from chute.common.intraop import one_intraop_thread
 from chute.common.stats import add_figures, empty_stats, with_running
-from chute.loading import LoaderSettings
+from chute.loader.protocol import LoaderSettings
 from chute.sources.sample_counts import sample_counter
 from chute.sources.shards import rank_and_world_size
 from chute.stream.compiler import (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chute.loading import LoaderSettings
+from chute.loader.protocol import LoaderSettings
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.main import Interrupted, Outgoing, WorkerContext
 from chute.workers.transport import pack

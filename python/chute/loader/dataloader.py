@@ -1,6 +1,6 @@
 """``chute.DataLoader``: torch's DataLoader signature, run on the engine.
 
-Datasets that implement ``chute.loading.EngineDataset`` run on the engine:
+Datasets that implement ``chute.loader.protocol.EngineDataset`` run on the engine:
 
 - index-driven ones (``H5Dataset``, ``ArrayDataset``): torch's own sampler
   machinery produces the index batches (so the order is torch's, including
@@ -32,7 +32,9 @@ import torch
 import torch.utils.data
 
 from chute.common.intraop import single_threaded
-from chute.elastic import (
+from chute.gpu import pinning
+from chute.gpu.device import CudaCopies, DeviceBatches, handoff_device
+from chute.loader.elastic_sampler import (
     ElasticSampler,
     GlobalOrderSampler,
     Segment,
@@ -41,13 +43,11 @@ from chute.elastic import (
     sampler_fingerprint,
     segment_after,
 )
-from chute.gpu import pinning
-from chute.gpu.device import CudaCopies, DeviceBatches, handoff_device
-from chute.index_batches import array_index_batches
-from chute.loading import EngineDataset, LoaderSettings
-from chute.progress import with_progress
+from chute.loader.index_batches import array_index_batches
+from chute.loader.loader_workers import LoaderWorkers, python_work
+from chute.loader.progress import with_progress
+from chute.loader.protocol import EngineDataset, LoaderSettings
 from chute.sources.shards import rank_and_world_size
-from chute.workers.loader import LoaderWorkers, python_work
 from chute.workers.pool import WorkerPool
 
 logger = logging.getLogger("chute")
@@ -82,7 +82,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
       ``torch.utils.data.DistributedSampler(shuffle=shuffle, seed=seed,
       drop_last=drop_last)`` does (shuffling unless ``shuffle=False``, as
       DistributedSampler does); call ``set_epoch`` each epoch. The sampler
-      is a ``chute.elastic.ElasticSampler`` (a DistributedSampler), whose
+      is a ``chute.loader.elastic_sampler.ElasticSampler`` (a DistributedSampler), whose
       position survives a change of world size (see ``state_dict``).
     - ``seed``: the DistributedSampler seed.
     - ``progress``: show a progress bar with samples/s (tqdm when installed).
@@ -121,7 +121,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     ``chute.mix`` sampler) the state also holds the epoch's global position,
     the same on every rank, and loads on another world size: the ranks then
     share what is left of the epoch, each sample once, with equal batch
-    counts (``chute.elastic``).
+    counts (``chute.loader.elastic_sampler``).
     """
 
     def __init__(

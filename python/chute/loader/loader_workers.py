@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from chute.engine import default_threads
-from chute.loading import EngineDataset, LoaderSettings
+from chute.loader.engine import default_threads
+from chute.loader.protocol import EngineDataset, LoaderSettings
 from chute.workers.pool import NotSendable, WorkerFallbackWarning, WorkerPool
 
 _NOT_SENDABLE = "chute.DataLoader: {} cannot be sent to worker processes ({}); its Python " + (
