@@ -4,7 +4,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from chute.arrays import ArrayDataset
+from chute.datasets.arrays import ArrayDataset
 from torch.utils.data import DataLoader, TensorDataset
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from chute import DataError, ReadError
-from chute.h5 import ChuteSlowPathWarning, H5Dataset
+from chute.datasets.h5 import ChuteSlowPathWarning, H5Dataset
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
 N = 500

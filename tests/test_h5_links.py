@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from chute.h5 import ChuteSlowPathWarning, H5Dataset
+from chute.datasets.h5 import ChuteSlowPathWarning, H5Dataset
 
 ROWS = 40
 

@@ -1,4 +1,4 @@
-"""chute.mix: exact, deterministic, per-epoch weighted mixing of map-style
+"""chute.datasets.mix: exact, deterministic, per-epoch weighted mixing of map-style
 datasets (per sample, MixedDataset) and of streams (per batch,
 MixedStream), resumable mid-epoch and elastic under DDP."""
 
@@ -188,7 +188,7 @@ def test_stream_mix_follows_the_schedule_until_a_source_runs_out(stream_shards):
 
 
 def test_stream_mix_weights_are_rationalised():
-    from chute.mix_stream import rational_counts
+    from chute.datasets.mix_stream import rational_counts
 
     assert rational_counts([0.7, 0.3]) == [7, 3]
     assert rational_counts([1 / 3, 2 / 3]) == [1, 2]

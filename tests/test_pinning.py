@@ -9,8 +9,8 @@ import warnings
 from typing import Any
 
 import chute
+import chute.datasets.indexed
 import chute.gpu.pinning
-import chute.indexed
 import chute.loader.dataloader
 import chute.stream.native
 import numpy as np
@@ -60,7 +60,7 @@ def hooks(monkeypatch: pytest.MonkeyPatch) -> RecordingHooks:
     recording = RecordingHooks()
     _ALIVE.append(recording)
     monkeypatch.setattr(chute.stream.native, "pin_hooks", recording.addresses)
-    monkeypatch.setattr(chute.indexed, "pin_hooks", recording.addresses)
+    monkeypatch.setattr(chute.datasets.indexed, "pin_hooks", recording.addresses)
     return recording
 
 

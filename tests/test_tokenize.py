@@ -15,7 +15,7 @@ import tarfile
 from pathlib import Path
 
 import chute
-import chute.text_tokens as text_tokens
+import chute.datasets.text_tokens as text_tokens
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq

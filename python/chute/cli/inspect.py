@@ -305,7 +305,7 @@ def inspect_parquet(path: str, first: int) -> dict[str, Any]:
     ParquetDataset makes of it and its stored bytes), and the image columns'
     first `first` images probed (format and size)."""
     from chute import _core
-    from chute.parquet import ParquetDataset, column_kind
+    from chute.datasets.parquet import ParquetDataset, column_kind
 
     report: dict[str, Any] = {"path": path, "kind": "parquet", "problems": []}
     try:
@@ -460,7 +460,7 @@ def inspect_tokens(path: str, dtype: str | None, eod_id: int | None) -> dict[str
     """A token file's format, dtype and tokens; its documents (Megatron's,
     or ended by `eod_id`) and their lengths."""
     from chute import _core
-    from chute.tokens import token_file_spec
+    from chute.datasets.tokens import token_file_spec
 
     spec = token_file_spec(path)
     report: dict[str, Any] = {

@@ -12,7 +12,7 @@ import torch
 
 from chute import _core
 from chute.common.errors import EngineReadError
-from chute.indexed import IndexedDataset
+from chute.datasets.indexed import IndexedDataset
 
 ArrayLike = np.ndarray | torch.Tensor | str | os.PathLike[str]
 

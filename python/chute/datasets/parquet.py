@@ -51,9 +51,9 @@ import torch
 
 from chute import _core
 from chute.common.errors import EngineDataError, EngineReadError
+from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.decoding.decoders import IMAGE_SPECS, NativeDecode
 from chute.decoding.image_options import image_options
-from chute.indexed import IndexedDataset, ProcessState
 from chute.loader.protocol import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options

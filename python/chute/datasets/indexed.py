@@ -330,7 +330,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
             if close is not None:
                 close()
 
-    # -- worker processes (see chute.workers.indexed) --------------------------------
+    # -- worker processes (see chute.datasets.indexed_workers) --------------------------------
 
     def python_work(self, settings: LoaderSettings) -> bool:
         return settings.collate_fn is not None
@@ -341,13 +341,13 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         index_batches: Iterator[Sequence[int]] | None,
         pool: WorkerPool,
     ) -> Iterator[Any]:
-        from chute.workers.indexed import WorkerBatches
+        from chute.datasets.indexed_workers import WorkerBatches
 
         assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
         return WorkerBatches(pool, self, settings, index_batches)
 
     def worker_task(self, kind: str, spec: Any, context: WorkerContext) -> Iterator[Outgoing]:
-        from chute.workers.indexed import indexed_task
+        from chute.datasets.indexed_workers import indexed_task
 
         return indexed_task(self, spec, context)
 

@@ -1,4 +1,4 @@
-"""Weighted mixing of chute datasets and streams: ``chute.mix``.
+"""Weighted mixing of chute datasets and streams: ``chute.datasets.mix``.
 
 ``chute.mix([a, b], weights=[0.7, 0.3], seed=0)``:
 
@@ -9,7 +9,7 @@
   share (``MixedDataset.global_order``). Under DDP the order is dealt to the
   ranks as DistributedSampler deals its own, and resumes elastically.
 - anything else (``WebDataset`` pipelines, ``TarDataset``) mixes per batch:
-  a `MixedStream` (chute.mix_stream) takes each batch from the source the
+  a `MixedStream` (chute.datasets.mix_stream) takes each batch from the source the
   same schedule names, so every prefix of an epoch's batches is within one
   batch of each source's share.
 
@@ -28,13 +28,13 @@ import torch
 from torch.utils.data import Sampler
 
 from chute import _core
-from chute.curriculum import Curriculum, GroupKey, Schedule, apportion, normalized_weights
-from chute.indexed import Batch, BatchReader, IndexedDataset, submitted_ahead
+from chute.datasets.curriculum import Curriculum, GroupKey, Schedule, apportion, normalized_weights
+from chute.datasets.indexed import Batch, BatchReader, IndexedDataset, submitted_ahead
+from chute.datasets.mix_stream import MixedStream
+from chute.datasets.tardataset import TarDataset
 from chute.loader.elastic_sampler import deal, per_rank_count
 from chute.loader.engine import default_threads
-from chute.mix_stream import MixedStream
 from chute.sources.shards import rank_and_world_size
-from chute.tardataset import TarDataset
 
 
 class MixedDataset(IndexedDataset):

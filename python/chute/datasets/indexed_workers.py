@@ -24,7 +24,7 @@ from chute.workers.main import Interrupted, Outgoing, WorkerContext
 from chute.workers.transport import pack
 
 if TYPE_CHECKING:
-    from chute.indexed import IndexedDataset
+    from chute.datasets.indexed import IndexedDataset
     from chute.workers.pool import WorkerPool
 
 # Results are bounded by the index batches dealt, not by credits.

@@ -44,10 +44,10 @@ from chute.common.handlers import (
     reraise_exception,
     warn_and_continue,
 )
+from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.decoding.decoders import python_decode
 from chute.decoding.extensions import KEY_FIELD, URL_FIELD
 from chute.gpu.pinning import pin_hooks
-from chute.indexed import IndexedDataset, ProcessState
 from chute.loader.engine import default_threads
 from chute.loader.protocol import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url

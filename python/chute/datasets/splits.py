@@ -36,8 +36,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
-from chute.arrays import ArrayDataset
-from chute.indexed import Batch, IndexedDataset
+from chute.datasets.arrays import ArrayDataset
+from chute.datasets.indexed import Batch, IndexedDataset
 from chute.loader.dataloader import DataLoader
 
 

@@ -7,7 +7,7 @@ map-style, item i being the i-th packed sequence, so everything chute's
 map-style datasets have applies: ``chute.DataLoader`` with a seeded shuffle,
 ``distributed=True`` (DistributedSampler's partition, equal batch counts),
 ``state_dict()`` resume mid-epoch and on another world size, and
-``chute.mix`` (per sequence, hence by tokens).
+``chute.datasets.mix`` (per sequence, hence by tokens).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 
 from chute import _core
-from chute.indexed import IndexedDataset, ProcessState
+from chute.datasets.indexed import IndexedDataset, ProcessState
+from chute.datasets.text_tokens import as_tokenizer, id_bound, tokenize_shards
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
 from chute.sources.shards import local_path
-from chute.text_tokens import as_tokenizer, id_bound, tokenize_shards
 
 _PACK_MODES = ("windows", "documents")
 _OUT_DTYPES = {torch.int64: "int64", torch.int32: "int32"}

@@ -42,7 +42,7 @@ import h5py
 import numpy as np
 
 from chute import _core
-from chute.indexed import IndexedDataset, ProcessState
+from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.sources.remote_urls import (

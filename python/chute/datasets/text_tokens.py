@@ -59,7 +59,7 @@ import numpy as np
 
 from chute import _core
 from chute._core import DataError
-from chute.parquet import RemoteFooter, pyarrow_module
+from chute.datasets.parquet import RemoteFooter, pyarrow_module
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import expand_file_patterns
 from chute.sources.shards import local_path

@@ -1,4 +1,4 @@
-"""Per-batch weighted mixing of streams: `MixedStream` (what ``chute.mix``
+"""Per-batch weighted mixing of streams: `MixedStream` (what ``chute.datasets.mix``
 returns for WebDataset pipelines, TarDatasets and other sources that are
 not mixed per sample).
 
@@ -34,7 +34,7 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from chute import _core
-from chute.curriculum import GroupKey, Schedule, normalized_weights
+from chute.datasets.curriculum import GroupKey, Schedule, normalized_weights
 from chute.loader.protocol import EngineDataset, LoaderSettings
 
 _MAX_DENOMINATOR = 10_000
