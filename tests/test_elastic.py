@@ -2,7 +2,7 @@
 simulated through RANK/WORLD_SIZE, run in turn in this process), and over
 both parts every sample of the epoch is delivered once, with the same
 batch count on every rank; for map-style data (chute.loader.elastic_sampler) and streams
-(WebDataset(elastic=True), chute.wds.elastic)."""
+(WebDataset(elastic=True), chute.wds.elastic_stream)."""
 
 from __future__ import annotations
 

@@ -68,7 +68,6 @@ from chute.stream.filters import (
 )
 from chute.wds import shardlists
 from chute.wds.dataset import WebDataset
-from chute.wds.loader import WebLoader
 from chute.wds.pipeline import (
     DataPipeline,
     FluidWrapper,
@@ -86,6 +85,7 @@ from chute.wds.shardlists import (
     split_by_node,
     split_by_worker,
 )
+from chute.wds.webloader import WebLoader
 
 __all__ = [
     "Cached",

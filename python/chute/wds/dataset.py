@@ -128,7 +128,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       epoch), dealt to the ranks (world size from torch.distributed or
       RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
       ``state_dict()`` then holds the global position and resumes on any
-      world size (``chute.wds.elastic``). Needs each shard's sample count
+      world size (``chute.wds.elastic_stream``). Needs each shard's sample count
       (``chute.sources.sample_counts``: a tar shard's sidecar index, built when
       missing; local or remote shards, not ``pipe:``), the same
       ``seed`` on every rank, a native batch size, ``streams=1`` and one pass

@@ -38,7 +38,7 @@ from chute.stream.convert import DROPPED, BatchConverter, pin_copy
 from chute.stream.native import EngineSettings, apply_pin_hooks, report_skips
 from chute.stream.stages import PythonRun
 from chute.stream.stages.batching import python_batched
-from chute.wds.elastic import ElasticRun
+from chute.wds.elastic_stream import ElasticRun
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.runnable import RunnableDataset
 

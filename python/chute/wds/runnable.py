@@ -1,5 +1,5 @@
 """What the run of an epoch (``chute.wds.run``, ``chute.wds.parallel``) and
-its elastic segment (``chute.wds.elastic``) need of the dataset they
+its elastic segment (``chute.wds.elastic_stream``) need of the dataset they
 iterate. ``WebDataset`` is the dataset that has it; it imports those
 modules, so they name this protocol rather than it.
 """
