@@ -1,4 +1,4 @@
-"""chute.datasets.mix: exact, deterministic, per-epoch weighted mixing of map-style
+"""chute.mix: exact, deterministic, per-epoch weighted mixing of map-style
 datasets (per sample, MixedDataset) and of streams (per batch,
 MixedStream), resumable mid-epoch and elastic under DDP."""
 

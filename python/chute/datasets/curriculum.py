@@ -3,7 +3,7 @@
 `Curriculum` is a torch `Sampler[int]`: groups of sample indices (by
 difficulty, by source, ...) and a schedule that gives each epoch's weight per
 group. `set_epoch(e)` switches to epoch e's weights. `MixedDataset`
-(chute.datasets.mix) concatenates map-style chute datasets;
+(chute.mix) concatenates map-style chute datasets;
 `MixedDataset.curriculum(schedule)` is a `Curriculum` over their index
 ranges, i.e. per-epoch mixing weights drawn at random; its `weights` mix
 them with exact counts instead.

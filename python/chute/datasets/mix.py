@@ -1,4 +1,4 @@
-"""Weighted mixing of chute datasets and streams: ``chute.datasets.mix``.
+"""Weighted mixing of chute datasets and streams: ``chute.mix``.
 
 ``chute.mix([a, b], weights=[0.7, 0.3], seed=0)``:
 

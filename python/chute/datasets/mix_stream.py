@@ -1,4 +1,4 @@
-"""Per-batch weighted mixing of streams: `MixedStream` (what ``chute.datasets.mix``
+"""Per-batch weighted mixing of streams: `MixedStream` (what ``chute.mix``
 returns for WebDataset pipelines, TarDatasets and other sources that are
 not mixed per sample).
 

@@ -7,7 +7,7 @@ map-style, item i being the i-th packed sequence, so everything chute's
 map-style datasets have applies: ``chute.DataLoader`` with a seeded shuffle,
 ``distributed=True`` (DistributedSampler's partition, equal batch counts),
 ``state_dict()`` resume mid-epoch and on another world size, and
-``chute.datasets.mix`` (per sequence, hence by tokens).
+``chute.mix`` (per sequence, hence by tokens).
 """
 
 from __future__ import annotations

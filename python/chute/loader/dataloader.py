@@ -118,7 +118,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     A state from another dataset, batch size, loader kind or state version, or
     one past the end of its epoch, is refused with a ValueError naming the
     difference. With ``distributed=True`` (or a ``Curriculum`` or weighted
-    ``chute.datasets.mix`` sampler) the state also holds the epoch's global position,
+    ``chute.mix`` sampler) the state also holds the epoch's global position,
     the same on every rank, and loads on another world size: the ranks then
     share what is left of the epoch, each sample once, with equal batch
     counts (``chute.loader.elastic_sampler``).
@@ -561,7 +561,7 @@ def _own_order(
     drop_last: bool,
 ) -> torch.utils.data.Sampler[Any] | None:
     """The sampler of a dataset that orders its samples itself (a weighted
-    ``chute.datasets.mix``), dealt to this rank when `distributed`; None for others
+    ``chute.mix``), dealt to this rank when `distributed`; None for others
     or when the caller brought a sampler."""
     own = getattr(dataset, "order_sampler", None)
     if not callable(own) or sampler is not None or batch_sampler is not None:

@@ -5,7 +5,7 @@ The epoch's global order depends only on (seed, epoch): a sampler that can
 resume elastically has ``global_order(epoch)`` (``ElasticSampler``, the
 sampler of ``chute.DataLoader(distributed=True)``, is torch's
 ``DistributedSampler`` plus that method; ``Curriculum`` and a weighted
-``chute.datasets.mix`` have it too) and deals that order to the ranks.
+``chute.mix`` have it too) and deals that order to the ranks.
 
 A run of a loader delivers a *segment* of the epoch: positions
 ``[start, n)`` of the global order dealt to ``world_size`` ranks in rounds;
