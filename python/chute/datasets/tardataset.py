@@ -1,13 +1,13 @@
 """``TarDataset``: tar shards (the webdataset layout) as a map-style dataset.
 
-Each shard's sidecar index (``chute.sources.tarindex``) says where every sample's
+Each shard's sidecar index (``chute.tarindex``) says where every sample's
 members lie, so sample ``i`` is read by offset: any torch sampler works,
 ``shuffle=True`` is an exact shuffle of the whole dataset rather than a
 buffer's, and ``DistributedSampler`` partitions it. The indexed engine reads
 the samples of an index batch together (neighbours in one read) and decodes
 them on native threads with the field decoders a ``WebDataset.decode(...)``
 would use: the decode options go through the same compiler
-(``chute.stream.compiler``) as a WebDataset's stages. Members the engine does
+(``chute.wds.compiler``) as a WebDataset's stages. Members the engine does
 not decode (txt, json, ...) come back as bytes and are decoded in Python as
 webdataset decodes them: the slow path.
 
@@ -99,7 +99,7 @@ class TarDataset(IndexedDataset):
             directory (a local one, for remote shards too). A missing, stale
             or corrupt index is built on first open (every shard on several
             threads, with progress on a terminal) and saved there; see
-            ``chute.sources.tarindex``.
+            ``chute.tarindex``.
         handler: webdataset's handler for bad samples: ``reraise_exception``
             raises (naming shard, member and offset), the ``*_and_continue``
             handlers drop the sample, so its batch comes out shorter.
@@ -506,7 +506,7 @@ class TarDataset(IndexedDataset):
 
     def _report(self, errors: list[Exception]) -> bool:
         """Hands the skipped samples' errors to the handlers of their scopes
-        (see ``chute.stream.native.ErrorHandlers``); True when one asks to stop."""
+        (see ``chute.wds.native.ErrorHandlers``); True when one asks to stop."""
         self._skipped += len(errors)
         for raw in errors:
             error = translate(raw)

@@ -113,7 +113,7 @@ def native_source(urls: Iterable[str], options: RemoteOptions) -> _core.SourceOp
 
 
 def build_remote_index(url: str, session: RemoteSession, version: str) -> dict[str, Any]:
-    """The sidecar index document of a remote tar shard (chute.sources.tarindex's
+    """The sidecar index document of a remote tar shard (chute.tarindex's
     format) of `version` (its ETag, as a HEAD gave it), made by reading the
     shard once: into the session's cache when it has a ``cache_dir`` (where
     the epoch then finds it), else into a temporary file that is removed."""
@@ -171,7 +171,7 @@ def remote_tar_index(
     in `index_dir` when given). The document returned holds the version the
     shard has now, which its reads then require.
 
-    With `bound` (sample counts for streams, ``chute.sources.sample_counts``),
+    With `bound` (sample counts for streams, ``chute.wds.sample_counts``),
     `index_dir` is looked in first and the sidecar beside the shard after
     it, and an index counts only when it is bound to the shard as it is now:
     it names the version (ETag) the shard has, or, when it names none or

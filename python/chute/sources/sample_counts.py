@@ -1,7 +1,7 @@
 """How many samples a stream's shard holds, asked of its source format.
 
 Even batch counts (``chute.wds.even``), ``with_length()`` from indexes and
-elastic resume (``chute.wds.elastic_stream``) need each shard's sample count before
+elastic resume (``chute.wds.elastic``) need each shard's sample count before
 reading it. They ask a ``SampleCounter``: one per source format, kept in a
 registry keyed by the format's name. A new stream format registers one
 (``register_sample_counter``); nothing else that counts changes.
@@ -134,7 +134,7 @@ def encoded_sizes(columns: ShardColumns) -> np.ndarray:
 
 
 class TarCounter:
-    """Tar shards, counted through their sidecar indexes (``chute.sources.tarindex``).
+    """Tar shards, counted through their sidecar indexes (``chute.tarindex``).
 
     Local shards: ``count`` reads a current index beside the shard (never
     building one) and otherwise scans the shard once per (url, size,
