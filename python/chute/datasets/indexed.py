@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import Dataset
 
 from chute.common.stats import add_figures, empty_stats, figures_since, with_running
+from chute.datasets.indexed_workers import WorkerBatches, indexed_task
 from chute.gpu.pinning import pin_hooks
 from chute.loader.engine import default_threads, make_indexed_engine, wait_batch
 from chute.loader.protocol import EngineDataset, LoaderSettings
@@ -341,14 +342,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         index_batches: Iterator[Sequence[int]] | None,
         pool: WorkerPool,
     ) -> Iterator[Any]:
-        from chute.datasets.indexed_workers import WorkerBatches
-
         assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
         return WorkerBatches(pool, self, settings, index_batches)
 
     def worker_task(self, kind: str, spec: Any, context: WorkerContext) -> Iterator[Outgoing]:
-        from chute.datasets.indexed_workers import indexed_task
-
         return indexed_task(self, spec, context)
 
     def worker_epoch(self) -> Any:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -24,11 +24,25 @@ from chute.workers.main import Interrupted, Outgoing, WorkerContext
 from chute.workers.transport import pack
 
 if TYPE_CHECKING:
-    from chute.datasets.indexed import IndexedDataset
     from chute.workers.pool import WorkerPool
 
 # Results are bounded by the index batches dealt, not by credits.
 _UNBOUNDED = 1 << 62
+
+
+class WorkerDataset(Protocol):
+    """What the workers ask of an index-driven dataset (``IndexedDataset``
+    implements it; see its methods of the same names)."""
+
+    def worker_epoch(self) -> Any: ...
+
+    def enter_worker_epoch(self, state: Any) -> None: ...
+
+    def loader_batch_outputs(
+        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
+    ) -> Generator[tuple[list[Any], bool], None, None]: ...
+
+    def stats(self) -> dict[str, Any]: ...
 
 
 class WorkerBatches(Iterator[Any]):
@@ -37,7 +51,7 @@ class WorkerBatches(Iterator[Any]):
     def __init__(
         self,
         pool: WorkerPool,
-        dataset: IndexedDataset,
+        dataset: WorkerDataset,
         settings: LoaderSettings,
         index_batches: Iterable[Sequence[int]],
     ) -> None:
@@ -132,7 +146,7 @@ class WorkerBatches(Iterator[Any]):
 
 
 def indexed_task(
-    dataset: IndexedDataset, spec: dict[str, Any], context: WorkerContext
+    dataset: WorkerDataset, spec: dict[str, Any], context: WorkerContext
 ) -> Iterator[Outgoing]:
     """A worker's part of an epoch: its index batches, each turned into what
     the loader yields for it (see `IndexedDataset.loader_batch_outputs`)."""
