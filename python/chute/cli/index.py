@@ -9,7 +9,8 @@ import sys
 from typing import Any, TextIO
 
 from chute.cli import remote
-from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand
+from chute.cli.kinds import kind_of
 from chute.common.errors import translate
 
 

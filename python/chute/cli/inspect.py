@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from chute.cli import remote
-from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size, kind_of
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size
+from chute.cli.kinds import kind_of
 from chute.common.errors import engine_errors, translate
 from chute.decoding.extensions import (
     INT_EXTENSIONS,
