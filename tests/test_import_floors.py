@@ -157,6 +157,23 @@ def test_imports_inside_functions_and_for_type_checking_count() -> None:
     assert found == ["chute.workers.pool", "chute.workers.pool"]
 
 
+def test_the_stream_pipeline_imports_nothing_inside_a_function() -> None:
+    """chute.stream and chute.wds, once held in a circle by imports inside
+    functions, import everything they use at the top."""
+    sources = package_sources()
+    known = set(sources) | COMPILED
+    late: list[str] = []
+    for name, path in sources.items():
+        if package_of(name) not in ("chute.stream", "chute.wds"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(node):
+                    for target in imported_modules(inner, name, known):
+                        late.append(f"{name}: {target} (in {node.name})")
+    assert late == []
+
+
 def test_only_a_stage_class_knows_its_kind() -> None:
     """No module compares a stage's kind (but the registry of the stage
     classes, which keeps one class per kind): what a kind does is in its

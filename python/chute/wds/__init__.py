@@ -1,23 +1,17 @@
 """webdataset's pipeline over tar shards, run by chute: the names a
 webdataset user types (``import chute.wds as wds``).
 
-The package along its seams, each module importing only modules listed
-before it (tests/test_wds_imports.py): ``autodecode`` is webdataset's
-decoding in Python; ``tarread`` reads shards in Python (for
-``select_files=``/``rename_files=``); ``prefix`` is the engine's part of a
-pipeline while it is compiled; ``native`` builds the engine's field plans
-and seeds and routes failures to handlers; ``stages`` holds one class per
-stage kind, each knowing how it compiles, runs in Python, resumes and
-counts; ``compiler`` turns stages into the description of a native pipeline
-(a pure function); ``even`` equalises batch counts across DDP ranks;
-``filters`` builds the stages under webdataset's function names and
-``fluent`` under its method names; ``convert`` turns the engine's batches
-into webdataset's types; ``runnable`` is what an epoch's run needs of its
-dataset; ``elastic`` deals an epoch's samples to the ranks; ``resume`` is the
-state dict; ``run`` and ``parallel`` iterate one epoch (Python stages in this
-process, or on worker processes); and ``dataset``, ``shardlists``,
-``pipeline`` and ``loader`` hold ``WebDataset``, the shard sources,
-``DataPipeline`` and ``WebLoader``.
+The stages, their compiler and webdataset's ``filters`` and ``autodecode``
+are in ``chute.stream`` (which ``TarDataset`` and ``ParquetDataset`` share);
+this package re-exports them. Its own modules, each importing only modules
+listed before it (tests/test_import_floors.py): ``tarread`` reads shards in
+Python (for ``select_files=``/``rename_files=``); ``even`` equalises batch
+counts across DDP ranks; ``runnable`` is what an epoch's run needs of its
+dataset; ``elastic_stream`` deals an epoch's samples to the ranks;
+``resume`` is the state dict; ``run`` and ``parallel`` iterate one epoch
+(Python stages in this process, or on worker processes); and ``dataset``,
+``shardlists``, ``pipeline`` and ``webloader`` hold ``WebDataset``, the
+shard sources, ``DataPipeline`` and ``WebLoader``.
 """
 
 from chute.common import handlers
