@@ -20,7 +20,7 @@ from chute.sources.sample_counts import (
     sample_counter,
 )
 from conftest import tiny_samples, write_shards
-from test_elastic import counts, keys, run_ranks
+from helpers import counts, keys, run_ranks
 
 
 class RecordingCounter:

@@ -13,7 +13,7 @@ import pytest
 from chute import _core, remote
 from chute.remote import _stores
 
-ROOT = Path(os.environ.get("CHUTE_SOURCE_ROOT") or Path(__file__).resolve().parent.parent)
+ROOT = Path(os.environ.get("CHUTE_SOURCE_ROOT") or Path(__file__).resolve().parents[2])
 TABLE = _core.remote_schemes()
 NAMES = {scheme.name for scheme in TABLE}
 EVERY_NAME = NAMES | {alias for scheme in TABLE for alias in scheme.aliases}

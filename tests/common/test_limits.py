@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from chute import _core
 from conftest import jpeg_bytes, write_shards
-from test_faults_tar import png_declaring
+from helpers import png_declaring
 
 
 def bomb_png(side: int) -> bytes:

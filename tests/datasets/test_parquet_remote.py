@@ -167,7 +167,7 @@ def test_hf_urls_through_a_server_standing_in_for_the_hub(
 def test_the_docs_hub_example_runs_against_a_stand_in_hub(
     object_server: ObjectServer, files: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "parquet.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "parquet.md").read_text()
     example = re.search(r"```python\n(.*?)```", doc, re.S)
     assert example is not None and "hf://datasets/org/pets/" in example.group(1)
     for name, data in files["bytes"].items():

@@ -14,7 +14,7 @@ import pytest
 import torch
 from chute import _core
 from conftest import tiny_samples, write_shards
-from test_elastic import assert_equal_batch_counts, counts, run_ranks
+from helpers import assert_equal_batch_counts, counts, run_ranks
 
 A, B_ROWS = 70, 30  # rows of the two map-style sources
 

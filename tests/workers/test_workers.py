@@ -31,6 +31,9 @@ from chute import wds
 from chute.common.errors import MemberDecodeError
 from conftest import image_samples, write_shards
 
+# This folder (the test modules a fresh interpreter imports); its parent holds conftest.
+HERE = Path(__file__).parent
+
 # -------------------------------------------------------------------- data
 
 
@@ -242,7 +245,7 @@ def test_workers_keep_freed_memory_for_the_next_items(images: list[str]) -> None
         capture_output=True,
         text=True,
         timeout=120,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path])),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path])),
     )
     assert int(fresh.stdout) >= 24 << 20, fresh.stderr
     ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls")
@@ -475,7 +478,7 @@ def test_workers_fork_unless_an_engine_runs_in_this_process(
     images: list[str], tmp_path: Path
 ) -> None:
     script = tmp_path / "fork_check.py"
-    script.write_text(_FORK_SCRIPT.format(tests=str(Path(__file__).parent), urls=images))
+    script.write_text(_FORK_SCRIPT.format(tests=str(HERE), urls=images))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=180
@@ -842,7 +845,7 @@ def test_workers_end_on_break_del_and_exceptions(images: list[str]) -> None:
 
 _SCRIPT_HEAD = """
 import os, signal, sys, time
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {tests!r}
 import chute, torch
 from test_workers import normalise
 ds = (chute.WebDataset({urls!r}, shardshuffle=False, repeat=True)
@@ -856,7 +859,7 @@ print("pids", *pids, flush=True)
 
 
 def _run_script(body: str, urls: list[str]) -> subprocess.Popen[str]:
-    source = _SCRIPT_HEAD.format(tests=str(Path(__file__).parent), urls=urls) + body
+    source = _SCRIPT_HEAD.format(tests=[str(HERE), str(HERE.parent)], urls=urls) + body
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(source)],

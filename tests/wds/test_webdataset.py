@@ -9,35 +9,10 @@ from typing import Any
 
 import chute
 import chute.wds as wds
-import numpy as np
 import pytest
 import torch
 import webdataset
-
-
-def assert_same(a: Any, b: Any, path: str = "") -> None:
-    """Exact equality of nested webdataset outputs, types included."""
-    assert type(a) is type(b), f"{path}: {type(a)} != {type(b)}"
-    if isinstance(a, dict):
-        assert set(a) == set(b), f"{path}: keys {set(a)} != {set(b)}"
-        for k in a:
-            assert_same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), f"{path}: len {len(a)} != {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same(x, y, f"{path}[{i}]")
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and a.shape == b.shape, (
-            f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
-        )
-        np.testing.assert_array_equal(a, b, err_msg=path)
-    elif isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape, (
-            f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
-        )
-        assert torch.equal(a, b), path
-    else:
-        assert a == b, path
+from helpers import assert_same
 
 
 def both(urls: list[str], build: Any, **chute_kwargs: Any) -> tuple[list[Any], list[Any]]:

@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 import torch
 import webdataset
-from chute import remote, tarindex
+from chute import remote
+from chute.sources import tarindex
 from remote_servers import S3
 
 FIELDS = ("__key__", "cls", "bin")

@@ -28,8 +28,8 @@ from chute import _core
 from chute.decoding.decoders import native_decode_for
 from chute.decoding.extensions import IMAGE_EXTENSIONS, NATIVE_IMAGE_EXTENSIONS
 from conftest import write_shards
+from helpers import assert_names, assert_same, member_offsets
 from PIL import Image
-from test_faults_tar import assert_names, member_offsets
 from test_train_transforms import (
     SEED,
     diff,
@@ -38,7 +38,6 @@ from test_train_transforms import (
     placement,
     torchvision_resize_center_crop,
 )
-from test_webdataset import assert_same
 
 LOSSY_LEVELS = 1
 SPECS = ["rgb8", "torchrgb8", "rgb", "torchrgb", "torch", "l8", "torchl8", "l"]

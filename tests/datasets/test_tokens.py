@@ -14,7 +14,7 @@ import chute
 import numpy as np
 import pytest
 import torch
-from test_elastic import assert_equal_batch_counts, run_ranks
+from helpers import assert_equal_batch_counts, run_ranks
 
 IGNORE = -100
 MEGATRON_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int32): 4, np.dtype(np.uint16): 8}

@@ -20,8 +20,8 @@ from typing import Any
 import chute
 import pytest
 from conftest import tiny_samples, write_shards
+from helpers import assert_equal_batch_counts, counts, keys, run_ranks
 from remote_servers import S3, ObjectServer
-from test_elastic import assert_equal_batch_counts, counts, keys, run_ranks
 
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import shutil
 import struct
 import subprocess
 import tarfile
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import chute.wds as wds
 import numpy as np
 import pytest
 from conftest import jpeg_bytes, npy_bytes, png_bytes, write_shards
+from helpers import assert_names, member_offsets, png_declaring
 
 SKIP = wds.ignore_and_continue
 
@@ -59,11 +58,6 @@ def keys_of(ds: Any) -> list[str]:
     return [row[0] for row in ds]
 
 
-def member_offsets(path: Path) -> dict[str, int]:
-    with tarfile.open(path) as tf:
-        return {m.name: m.offset for m in tf.getmembers()}
-
-
 def small_shard(tmp_path: Path, n: int = 4) -> Path:
     """n samples of (txt, cls), written by webdataset's TarWriter (PAX headers
     make every member two headers, so there are many boundaries)."""
@@ -85,13 +79,6 @@ def raw_tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
 def fix_checksum(header: bytearray) -> None:
     header[148:156] = b" " * 8
     header[148:156] = b"%06o\0 " % sum(header[:512])
-
-
-def assert_names(message: str, shard: str, where: str | None = None) -> None:
-    assert f"'{shard}'" in message, message
-    assert re.search(r"offset \d+", message), message
-    if where is not None:
-        assert where in message, message
 
 
 # ---------------------------------------------------------------- tar structure
@@ -471,22 +458,6 @@ def test_pipe_stalls_after_data_with_pipe_timeout(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- images
-
-
-def _png_chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-
-def png_declaring(height: int, width: int) -> bytes:
-    """A valid little PNG whose IHDR (with a correct CRC) declares another size."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    pixels = zlib.compress(b"\x00" + b"\x00" * 6 + b"\x00" + b"\x00" * 6)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + _png_chunk(b"IHDR", ihdr)
-        + _png_chunk(b"IDAT", pixels)
-        + _png_chunk(b"IEND", b"")
-    )
 
 
 def jpeg_declaring(height: int, width: int) -> bytes:

@@ -22,7 +22,7 @@ import pytest
 import torch
 import webdataset
 from conftest import image_samples, jpeg_bytes, tiny_samples, write_shards
-from test_webdataset import assert_same
+from helpers import assert_same
 
 
 def both(urls: Any, build: Any, **kw: Any) -> tuple[list[Any], list[Any]]:

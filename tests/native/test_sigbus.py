@@ -31,7 +31,7 @@ def run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     """`body` in a fresh interpreter that imports the chute under test."""
     script = PRELUDE.format(
         python=str(Path(chute.__file__).parent.parent),
-        tests=str(Path(__file__).parent),
+        tests=str(Path(__file__).parents[1]),  # tests/, where conftest is
         tmp=str(tmp_path),
     ) + textwrap.dedent(body)
     return subprocess.run(

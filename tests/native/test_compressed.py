@@ -17,7 +17,7 @@ import chute.wds as wds
 import pytest
 import webdataset
 from conftest import image_samples, tiny_samples, write_shards
-from test_webdataset import assert_same
+from helpers import assert_same
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ batch count on every rank; for map-style data (chute.loader.elastic_sampler) and
 
 from __future__ import annotations
 
-import collections
-import itertools
 import json
 import os
 import subprocess
@@ -22,42 +20,10 @@ import numpy as np
 import pytest
 from chute.loader.elastic_sampler import Segment
 from conftest import tiny_samples, write_shards
+from helpers import assert_equal_batch_counts, counts, keys, run_ranks
 
 N = 103  # rows of the map-style datasets
 B = 5
-
-
-def run_ranks(
-    monkeypatch: pytest.MonkeyPatch,
-    world: int,
-    make: Callable[[], Any],
-    ids: Callable[[Any], list[Any]],
-    state: dict[str, Any] | None = None,
-    batches: int | None = None,
-) -> tuple[list[list[list[Any]]], list[dict[str, Any]]]:
-    """Each rank of `world`: a fresh loader from `make()`, `state` loaded,
-    `batches` batches (all when None); its batches (as sample ids) and its
-    state after them."""
-    monkeypatch.setenv("WORLD_SIZE", str(world))
-    delivered, states = [], []
-    for rank in range(world):
-        monkeypatch.setenv("RANK", str(rank))
-        loader = make()
-        loader.set_epoch(2)
-        if state is not None:
-            loader.load_state_dict(state)
-        it = iter(loader)
-        delivered.append([ids(b) for b in (itertools.islice(it, batches) if batches else it)])
-        states.append(loader.state_dict())
-    return delivered, states
-
-
-def counts(*parts: list[list[list[Any]]]) -> collections.Counter[Any]:
-    return collections.Counter(i for part in parts for rank in part for b in rank for i in b)
-
-
-def assert_equal_batch_counts(part: list[list[list[Any]]], expected: int) -> None:
-    assert [len(rank) for rank in part] == [expected] * len(part)
 
 
 # -- map-style ---------------------------------------------------------------------
@@ -251,10 +217,6 @@ def stream(
         return ds.to_tuple("__key__").batched(batch, partial=partial)
 
     return make
-
-
-def keys(batch: Any) -> list[str]:
-    return list(batch[0])
 
 
 STREAM_CASES = {
