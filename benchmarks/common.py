@@ -27,7 +27,7 @@ def _load_rss() -> ModuleType:
     package = importlib.util.find_spec("chute")
     if package is None or not package.submodule_search_locations:
         raise ImportError("chute is not installed (or on PYTHONPATH)")
-    path = Path(list(package.submodule_search_locations)[0]) / "rss.py"
+    path = Path(list(package.submodule_search_locations)[0]) / "common" / "rss.py"
     spec = importlib.util.spec_from_file_location("chute_rss_standalone", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

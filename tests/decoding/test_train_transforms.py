@@ -9,7 +9,7 @@ errors for options that cannot work.
 Bounds: where no DCT scaling applies (the crop's box is less than twice the
 output on an axis) the engine's output is within 1 of Pillow's
 resize(BILINEAR, reducing_gap=None) on every pixel, the resampler's bound
-(tests/test_transforms.py); with DCT scaling the mean absolute difference
+(tests/native/test_transforms.py); with DCT scaling the mean absolute difference
 per image is at most 2.0 and the largest at most 16.
 """
 
@@ -280,7 +280,7 @@ def test_eval_resize_256_center_crop_224(tmp_path: Path) -> None:
 
 def test_dct_scaled_decode_stays_close(tmp_path: Path) -> None:
     # Large images, small output: most crops are decoded at 1/2 or 1/4 scale.
-    # The bound is the one tests/test_transforms.py states for its images,
+    # The bound is the one tests/native/test_transforms.py states for its images,
     # whose waves (as here) are slow at this size, as a photo's mostly are.
     samples = [
         {"__key__": f"b{i}", "jpg": encode(photo(h, w, 70 + i, freq=(0.005, 0.06)))}

@@ -7,7 +7,7 @@ within LOSSY_LEVELS of it on every pixel: chute links the system's libwebp
 and Pillow bundles its own, and the two versions' YUV -> RGB rounding may
 differ by a level (where the versions agree, as on the machine these tests
 were written on, the pixels are identical too). With a resize, the bound of
-tests/test_train_transforms.py (within 1 of Pillow's resize of Pillow's
+tests/decoding/test_train_transforms.py (within 1 of Pillow's resize of Pillow's
 decode) plus that.
 """
 
