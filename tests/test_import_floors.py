@@ -116,7 +116,11 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
         here = package_of(module)
         for target in sorted(targets):
             there = package_of(target)
-            if there != here and FLOORS[there] >= FLOORS[here]:
+            if there == here:
+                continue
+            if here not in FLOORS or there not in FLOORS:
+                found.append(f"{module} -> {target} (not in the floor table)")
+            elif FLOORS[there] >= FLOORS[here]:
                 found.append(f"{module} -> {target}")
     return found
 
