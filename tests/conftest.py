@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
@@ -106,6 +107,15 @@ if os.environ.get("CHUTE_SANITIZER") == "address":
                 "(GCC's libasan takes no lock around fork); killed after "
                 f"{SANITIZER_FORK_WATCH_S:.0f} s",
             )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _earlier_modules_garbage_collected() -> None:
+    """Engines that earlier test modules left in reference cycles are freed
+    (their threads stopped) before a module's tests run: a loader forks its
+    workers only while no chute thread runs (``resolve_context``), so what
+    a module's tests see must not depend on which folders ran before it."""
+    gc.collect()
 
 
 def same_values(a: object, b: object) -> bool:
