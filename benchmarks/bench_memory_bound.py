@@ -37,7 +37,7 @@ DATA = ROOT / "benchmarks" / "data" / "memory_bound"
 MiB = 1 << 20
 
 # The engine's constants that the formula uses (csrc/pipeline/stream_engine.cc,
-# stream_plan.h, memory/byte_buffer_pool.h, python/chute/wds/native.py).
+# stream_plan.h, memory/byte_buffer_pool.h, python/chute/stream/native.py).
 CHUNK_BYTES = 4 * MiB
 MAX_INFLIGHT_BYTES = 1 << 30
 UNBATCHED_BATCH_BYTES = 8 * MiB

@@ -134,8 +134,8 @@ def main() -> None:
     if args.worker:
         worker(json.loads(args.worker))
         return
-    from chute import tarindex
-    from chute.engine import default_threads
+    from chute.loader.engine import default_threads
+    from chute.sources import tarindex
 
     urls = jpeg_shards(400 if args.quick else 4_000)
     warm(urls)

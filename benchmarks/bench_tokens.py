@@ -210,7 +210,7 @@ def worker_a(config: dict[str, Any]) -> None:
 
 
 def part_a(args: argparse.Namespace) -> None:
-    from chute.engine import default_threads
+    from chute.loader.engine import default_threads
 
     tokens = 16_000_000 if args.quick else 128_000_000
     path = token_file(tokens)

@@ -21,13 +21,13 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def _load_rss() -> ModuleType:
-    """chute's RSS sampler (chute/rss.py), loaded from its file without
+    """chute's RSS sampler (chute/common/rss.py), loaded from its file without
     importing chute: a worker's baseline RSS, and the runs of other loaders,
     must not include chute."""
     package = importlib.util.find_spec("chute")
     if package is None or not package.submodule_search_locations:
         raise ImportError("chute is not installed (or on PYTHONPATH)")
-    path = Path(list(package.submodule_search_locations)[0]) / "rss.py"
+    path = Path(list(package.submodule_search_locations)[0]) / "common" / "rss.py"
     spec = importlib.util.spec_from_file_location("chute_rss_standalone", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -21,17 +21,22 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 which=${1:-all}
 shift || true
 python=${PYTHON:-python}
-tests=(tests/test_tar_reader.py tests/test_decode.py tests/test_h5.py tests/test_arrays.py
-       tests/test_webdataset.py tests/test_faults_tar.py tests/test_faults_h5.py
-       tests/test_lifecycle.py tests/test_resume.py tests/test_pinning.py
-       tests/test_transforms.py tests/test_train_transforms.py tests/test_tar_dataset.py
-       tests/test_remote.py tests/test_remote_faults.py tests/test_remote_cache.py
-       tests/test_remote_queue.py tests/test_remote_datasets.py tests/test_remote_h5.py
-       tests/test_compressed.py tests/test_sigbus.py tests/test_tar_names.py
-       tests/test_npy_dtypes.py tests/test_limits.py
-       tests/test_elastic.py tests/test_elastic_remote.py tests/test_sample_counts.py
-       tests/test_mix.py tests/test_webp.py tests/test_tokens.py tests/test_token_windows.py
-       tests/test_parquet.py tests/test_parquet_remote.py tests/test_parquet_stream.py)
+tests=(tests/native/test_tar_reader.py tests/native/test_transforms.py
+       tests/native/test_compressed.py tests/native/test_sigbus.py tests/native/test_tar_names.py
+       tests/common/test_limits.py
+       tests/decoding/test_decode.py tests/decoding/test_train_transforms.py
+       tests/decoding/test_npy_dtypes.py tests/decoding/test_webp.py
+       tests/gpu/test_pinning.py
+       tests/remote/test_remote.py tests/remote/test_remote_faults.py
+       tests/remote/test_remote_cache.py tests/remote/test_remote_queue.py
+       tests/sources/test_sample_counts.py
+       tests/loader/test_lifecycle.py tests/loader/test_resume.py tests/loader/test_elastic.py
+       tests/datasets/test_h5.py tests/datasets/test_arrays.py tests/datasets/test_faults_h5.py
+       tests/datasets/test_tar_dataset.py tests/datasets/test_remote_h5.py tests/datasets/test_mix.py
+       tests/datasets/test_tokens.py tests/datasets/test_token_windows.py
+       tests/datasets/test_parquet.py tests/datasets/test_parquet_remote.py
+       tests/wds/test_webdataset.py tests/wds/test_faults_tar.py tests/wds/test_remote_datasets.py
+       tests/wds/test_elastic_remote.py)
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1

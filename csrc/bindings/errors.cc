@@ -34,7 +34,7 @@ PyObject* python_class(ErrorKind kind) {
 }  // namespace
 
 // DataError and ReadError carry the source location at the end of their
-// message, where chute.errors takes it off (onto `where`) as it picks the
+// message, where chute.common.errors takes it off (onto `where`) as it picks the
 // finer class; the built-in classes get the message alone and `where` here.
 py::object python_error(const Error& error) {
   const py::object cls = py::reinterpret_borrow<py::object>(python_class(error.kind()));

@@ -1,7 +1,7 @@
 // Indexed sources (HDF5 datasets, in-memory arrays, tar shards with an
 // index) and the engine that gathers rows from them. HDF5 layouts arrive as
-// typed H5Layout objects that python/chute/h5.py fills from h5py; a tar
-// index arrives as numpy columns that python/chute/tarindex.py reads from
+// typed H5Layout objects that python/chute/datasets/h5.py fills from h5py; a tar
+// index arrives as numpy columns that python/chute/sources/tarindex.py reads from
 // the sidecar files; batches leave as zero-copy numpy arrays.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -453,7 +453,7 @@ void register_indexed(py::module_& m) {
             p.pin = pin_hooks_from_addresses(register_fn, unregister_fn);
           },
           py::arg("register_fn"), py::arg("unregister_fn"),
-          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
+          "Addresses of cudaHostRegister/cudaHostUnregister (see chute.gpu.pinning).");
 
   using OwnedIndexedEngine = ProcessOwned<IndexedEngine>;
   py::class_<OwnedIndexedEngine>(m, "IndexedEngine",

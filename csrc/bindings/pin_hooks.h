@@ -1,4 +1,4 @@
-// Pin hooks arrive from Python (chute.pinning) as the integer addresses of
+// Pin hooks arrive from Python (chute.gpu.pinning) as the integer addresses of
 // cudaHostRegister/cudaHostUnregister.
 #pragma once
 

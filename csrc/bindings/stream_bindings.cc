@@ -181,7 +181,7 @@ void register_stream(py::module_& m) {
         r.plan.pin = pin_hooks_from_addresses(register_fn, unregister_fn);
       },
       py::arg("register_fn"), py::arg("unregister_fn"),
-      "Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).");
+      "Addresses of cudaHostRegister/cudaHostUnregister (see chute.gpu.pinning).");
   forward(plan, "on_error", &StreamRequest::plan, &StreamPlan::on_error);
   plan.def_property(
       "block_feed",

@@ -1,5 +1,5 @@
 // Token files and the packer whose fields the indexed engine gathers as rows
-// (python/chute/tokens.py builds TokenDataset on them).
+// (python/chute/datasets/tokens.py builds TokenDataset on them).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -1,5 +1,5 @@
 // Samples whose members lie in blocks of memory that their owner reads and
-// hands over: Parquet row groups, which python/chute/parquet.py reads with
+// hands over: Parquet row groups, which python/chute/datasets/parquet.py reads with
 // pyarrow, their binary columns laid out as Arrow lays them out (one data
 // buffer and the offsets of each row's value in it), handed over without a
 // copy. Block b holds samples [block_starts[b], block_starts[b + 1]); each

@@ -88,7 +88,7 @@ struct EncodedSample {
   // The sample's size as a shuffle buffer counts it: a function of what a
   // tar index records (payloads, key, a fixed cost per member), so that an
   // elastic resume can replay the buffer from the indexes alone
-  // (wds/elastic.py). Payload buffers are trimmed to fit before a sample
+  // (wds/elastic_stream.py). Payload buffers are trimmed to fit before a sample
   // enters a buffer (to at most about twice the payload), so the bound
   // holds within that factor of held_bytes().
   size_t encoded_bytes() const { return payload_bytes + key.size() + members.size() * 64; }

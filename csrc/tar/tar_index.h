@@ -1,7 +1,7 @@
 // The sample index of a set of tar shards, as compact columns: per sample
 // its shard, key, first header offset and members; per member its extension
 // and where its payload lies in the shard. Python reads the sidecar index
-// files (python/chute/tarindex.py) into these columns and the bindings hand
+// files (python/chute/sources/tarindex.py) into these columns and the bindings hand
 // them over without a copy; scan_tar_index() is what builds an index's
 // content, grouping members with the reader's key rule (tar/sample_reader.h).
 #pragma once

@@ -631,7 +631,7 @@ class StreamPlan:
         ...
     def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).
+        Addresses of cudaHostRegister/cudaHostUnregister (see chute.gpu.pinning).
         """
     @property
     def batch_size(self) -> int:
@@ -1078,7 +1078,7 @@ class IndexedPlan:
         """
     def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        Addresses of cudaHostRegister/cudaHostUnregister (see chute.pinning).
+        Addresses of cudaHostRegister/cudaHostUnregister (see chute.gpu.pinning).
         """
     @property
     def max_in_flight(self) -> int:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chute.cli import remote
-from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
-from chute.rss import PeakRss
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand
+from chute.cli.kinds import kind_of
+from chute.common.rss import PeakRss
 
 
 class _Progress:
@@ -82,7 +83,7 @@ def _batch_len(batch: Any) -> int:
 
 def _known_sample_count(paths: list[str]) -> int | None:
     """From sidecar indexes, when every shard has a current one (for the bar's total)."""
-    from chute.tarindex import read_index
+    from chute.sources.tarindex import read_index
 
     total = 0
     for p in paths:
@@ -95,10 +96,10 @@ def _known_sample_count(paths: list[str]) -> int | None:
 
 def _parquet_rows(paths: list[str]) -> int | None:
     """The rows of Parquet files, from their footers (for the bar's total)."""
-    import chute
+    from chute.datasets.parquet import ParquetDataset
 
     try:
-        return len(chute.ParquetDataset(paths, remote=remote.options()))
+        return len(ParquetDataset(paths, remote=remote.options()))
     except (OSError, ValueError):
         return None
 
@@ -161,10 +162,11 @@ def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
 
 def _parquet_loader(config: dict[str, Any]) -> Any:
     """chute.DataLoader over a ParquetDataset of the files, in order."""
-    import chute
+    from chute.datasets.parquet import ParquetDataset
+    from chute.loader.dataloader import DataLoader
 
     decode = config["decode"]
-    ds = chute.ParquetDataset(
+    ds = ParquetDataset(
         config["paths"],
         columns=config["columns"] or None,
         decode=decode if decode not in ("", "raw") else None,
@@ -172,7 +174,7 @@ def _parquet_loader(config: dict[str, Any]) -> Any:
         cache_dir=config["cache_dir"],
         **config["image_options"],
     )
-    return chute.DataLoader(ds, batch_size=config["batch_size"], num_workers=config["workers"])
+    return DataLoader(ds, batch_size=config["batch_size"], num_workers=config["workers"])
 
 
 def _run_one(config: dict[str, Any]) -> dict[str, Any]:
@@ -184,10 +186,10 @@ def _run_one(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("kind") == "parquet":
         loader, label = _parquet_loader(config), "chute (parquet)"
     elif config["loader"] == "chute":
-        import chute
         import chute.wds
+        from chute.loader.dataloader import DataLoader
 
-        module, loader_cls, label = chute.wds, chute.DataLoader, "chute"
+        module, loader_cls, label = chute.wds, DataLoader, "chute"
     else:
         import webdataset
 
@@ -248,7 +250,7 @@ _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 def _image_options(args: argparse.Namespace, decode: str) -> dict[str, Any]:
     """decode()'s image options from the flags (only those given), checked."""
-    from chute.image_options import image_options
+    from chute.decoding.image_options import image_options
 
     opts: dict[str, Any] = {}
     try:
@@ -306,11 +308,11 @@ def _size(words: list[str]) -> tuple[int, int]:
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     if args._config:
-        import chute
+        from chute._core import DataError, ReadError
 
         try:
             print(json.dumps(_run_one(json.loads(args._config))))
-        except (chute.DataError, chute.ReadError) as exc:
+        except (DataError, ReadError) as exc:
             message = str(exc)
             if "set an output size" in message:
                 message += "; with chute bench: --size H W"
@@ -325,7 +327,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         )
     if not args.paths:
         raise UsageError("bench needs at least one tar shard or Parquet file")
-    from chute.decoders import IMAGE_SPECS
+    from chute.decoding.decoders import IMAGE_SPECS
 
     remote.configure(args)
     paths = expand(args.paths)

@@ -1,4 +1,4 @@
-"""``chute index``: a sidecar index per tar shard (see ``chute.tarindex``)."""
+"""``chute index``: a sidecar index per tar shard (see ``chute.sources.tarindex``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import sys
 from typing import Any, TextIO
 
 from chute.cli import remote
-from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, kind_of
-from chute.errors import translate
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand
+from chute.cli.kinds import kind_of
+from chute.common.errors import translate
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
     from chute import _core
-    from chute.tarindex import index_path, write_index
+    from chute.sources.tarindex import index_path, write_index
 
     remote.configure(args)
     paths = expand(args.shards)
@@ -56,8 +57,8 @@ def _index_remote(url: str, force: bool) -> str:
     (``--cache-dir``; else a temporary copy)."""
     from chute import _core
     from chute.remote import get_session
-    from chute.remote.datasets import build_remote_index
-    from chute.tarindex import INDEX_SUFFIX, _problem
+    from chute.sources.remote_urls import build_remote_index
+    from chute.sources.tarindex import INDEX_SUFFIX, _problem
 
     target = url + INDEX_SUFFIX
     session = get_session(remote.options())

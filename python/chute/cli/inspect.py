@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from chute.cli import remote
-from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size, kind_of
-from chute.errors import engine_errors, translate
-from chute.extensions import (
+from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand, human_size
+from chute.cli.kinds import kind_of
+from chute.common.errors import engine_errors, translate
+from chute.decoding.extensions import (
     INT_EXTENSIONS,
     JSON_EXTENSIONS,
     NATIVE_IMAGE_EXTENSIONS,
@@ -92,7 +93,7 @@ def inspect_tar(path: str, first: int = 3, scan: bool = False) -> TarReport:
     """What is in the tar shard `path`: counted from its sidecar index when
     that is current (unless `scan`), else from the shard itself."""
     from chute import _core
-    from chute.tarindex import TarIndexError, index_path, read_index
+    from chute.sources.tarindex import TarIndexError, index_path, read_index
 
     report = TarReport(path=path, size=remote.size_of(path))
     # (name, key, extension, header offset, payload offset, size) of each member.
@@ -233,7 +234,7 @@ def _peek_sample(
 def inspect_hdf5(path: str) -> dict[str, Any]:
     import h5py
 
-    from chute.h5layout import describe_dataset
+    from chute.sources.h5layout import describe_dataset
 
     st = remote.h5_stat(path)
     datasets: list[dict[str, Any]] = []
@@ -305,7 +306,7 @@ def inspect_parquet(path: str, first: int) -> dict[str, Any]:
     ParquetDataset makes of it and its stored bytes), and the image columns'
     first `first` images probed (format and size)."""
     from chute import _core
-    from chute.parquet import ParquetDataset, column_kind
+    from chute.datasets.parquet import ParquetDataset, column_kind
 
     report: dict[str, Any] = {"path": path, "kind": "parquet", "problems": []}
     try:
@@ -460,7 +461,7 @@ def inspect_tokens(path: str, dtype: str | None, eod_id: int | None) -> dict[str
     """A token file's format, dtype and tokens; its documents (Megatron's,
     or ended by `eod_id`) and their lengths."""
     from chute import _core
-    from chute.tokens import token_file_spec
+    from chute.datasets.tokens import token_file_spec
 
     spec = token_file_spec(path)
     report: dict[str, Any] = {

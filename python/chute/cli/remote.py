@@ -124,7 +124,7 @@ def h5_stat(path: str) -> Any:
     """os.stat of a local file; a remote object's size and version."""
     if not is_remote(path):
         return os.stat(path)
-    from chute.h5layout import RemoteStat
+    from chute.sources.h5layout import RemoteStat
 
     ranges = _ranges(path)
     return RemoteStat(int(ranges.size), str(ranges.version))

@@ -1,37 +1,31 @@
 """webdataset's pipeline over tar shards, run by chute: the names a
 webdataset user types (``import chute.wds as wds``).
 
-The package along its seams, each module importing only modules listed
-before it (tests/test_wds_imports.py): ``autodecode`` is webdataset's
-decoding in Python; ``tarread`` reads shards in Python (for
-``select_files=``/``rename_files=``); ``prefix`` is the engine's part of a
-pipeline while it is compiled; ``native`` builds the engine's field plans
-and seeds and routes failures to handlers; ``stages`` holds one class per
-stage kind, each knowing how it compiles, runs in Python, resumes and
-counts; ``compiler`` turns stages into the description of a native pipeline
-(a pure function); ``even`` equalises batch counts across DDP ranks;
-``filters`` builds the stages under webdataset's function names and
-``fluent`` under its method names; ``convert`` turns the engine's batches
-into webdataset's types; ``runnable`` is what an epoch's run needs of its
-dataset; ``elastic`` deals an epoch's samples to the ranks; ``resume`` is the
-state dict; ``run`` and ``parallel`` iterate one epoch (Python stages in this
-process, or on worker processes); and ``dataset``, ``shardlists``,
-``pipeline`` and ``loader`` hold ``WebDataset``, the shard sources,
-``DataPipeline`` and ``WebLoader``; ``parquet_stream`` holds
+The stages, their compiler and webdataset's ``filters`` and ``autodecode``
+are in ``chute.stream`` (which ``TarDataset`` and ``ParquetDataset`` share);
+this package re-exports them. Its own modules, each importing only modules
+listed before it (tests/test_import_floors.py): ``tarread`` reads shards in
+Python (for ``select_files=``/``rename_files=``); ``even`` equalises batch
+counts across DDP ranks; ``runnable`` is what an epoch's run needs of its
+dataset; ``elastic_stream`` deals an epoch's samples to the ranks;
+``resume`` is the state dict; ``run`` and ``parallel`` iterate one epoch
+(Python stages in this process, or on worker processes); and ``dataset``,
+``shardlists``, ``pipeline`` and ``webloader`` hold ``WebDataset``, the
+shard sources, ``DataPipeline`` and ``WebLoader``; ``parquet_stream`` holds
 ``ParquetStream``, whose shards are Parquet row groups.
 """
 
-from chute import handlers
-from chute.errors import DecodingError
-from chute.handlers import (
+from chute.common import handlers
+from chute.common.errors import DecodingError
+from chute.common.handlers import (
     ignore_and_continue,
     ignore_and_stop,
     reraise_exception,
     warn_and_continue,
     warn_and_stop,
 )
-from chute.wds import autodecode, filters, shardlists
-from chute.wds.autodecode import (
+from chute.stream import autodecode, filters
+from chute.stream.autodecode import (
     Continue,
     Decoder,
     ImageHandler,
@@ -39,8 +33,7 @@ from chute.wds.autodecode import (
     handle_extension,
     imagehandler,
 )
-from chute.wds.dataset import WebDataset
-from chute.wds.filters import (
+from chute.stream.filters import (
     Cached,
     LMDBCached,
     associate,
@@ -68,7 +61,8 @@ from chute.wds.filters import (
     unlisted,
     xdecode,
 )
-from chute.wds.loader import WebLoader
+from chute.wds import shardlists
+from chute.wds.dataset import WebDataset
 from chute.wds.parquet_stream import ParquetStream
 from chute.wds.pipeline import (
     DataPipeline,
@@ -87,6 +81,7 @@ from chute.wds.shardlists import (
     split_by_node,
     split_by_worker,
 )
+from chute.wds.webloader import WebLoader
 
 __all__ = [
     "Cached",

@@ -30,19 +30,25 @@ from torch.utils.data import IterableDataset
 from typing_extensions import Self
 
 from chute import _core
-from chute.engine import default_threads
-from chute.errors import engine_errors
-from chute.extensions import INT_EXTENSIONS, KEY_FIELD, NATIVE_IMAGE_EXTENSIONS, NPY_EXTENSION
-from chute.handlers import Handler, reraise_exception
-from chute.loading import EngineDataset, LoaderSettings
+from chute.common.errors import engine_errors
+from chute.common.handlers import Handler, reraise_exception
+from chute.common.stats import empty_stats
+from chute.decoding.extensions import (
+    INT_EXTENSIONS,
+    KEY_FIELD,
+    NATIVE_IMAGE_EXTENSIONS,
+    NPY_EXTENSION,
+)
+from chute.loader.engine import default_threads
+from chute.loader.protocol import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions, is_remote_url
-from chute.remote.datasets import (
+from chute.sources.remote_urls import (
     expand_remote_globs,
     is_remote_glob,
     merge_options,
     native_source,
 )
-from chute.shards import (
+from chute.sources.shards import (
     Splitter,
     apply_splitter,
     expand_urls,
@@ -52,21 +58,20 @@ from chute.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
-from chute.stats import empty_stats
-from chute.wds.compiler import CompiledPipeline, compile_stages
-from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
-from chute.wds.fluent import Fluent
-from chute.wds.native import (
+from chute.stream.compiler import CompiledPipeline, compile_stages
+from chute.stream.fluent import Fluent
+from chute.stream.native import (
     UNBATCHED_BATCH_BYTES,
     EngineSettings,
     ErrorHandlers,
     engine_seed,
     field_plan,
 )
+from chute.stream.stages import PythonRun, Stage
+from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import EMPTY_MESSAGE, EpochIteration, EpochRun, as_torch_loader
-from chute.wds.stages import PythonRun, Stage
 from chute.wds.tarread import tar_samples
 
 if TYPE_CHECKING:
@@ -87,7 +92,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
 
     chute-specific keyword arguments:
 
-    - ``threads``: decode threads (default: ``chute.engine.default_threads()``,
+    - ``threads``: decode threads (default: ``chute.loader.engine.default_threads()``,
       the CPUs this process may run on; one inside a torch DataLoader worker).
     - ``streams``: logical streams (default 1, which keeps webdataset's exact
       single-process order). Shards are dealt round-robin to streams and
@@ -126,8 +131,8 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
       epoch), dealt to the ranks (world size from torch.distributed or
       RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
       ``state_dict()`` then holds the global position and resumes on any
-      world size (``chute.wds.elastic``). Needs each shard's sample count
-      (``chute.wds.sample_counts``: a tar shard's sidecar index, built when
+      world size (``chute.wds.elastic_stream``). Needs each shard's sample count
+      (``chute.sources.sample_counts``: a tar shard's sidecar index, built when
       missing; local or remote shards, not ``pipe:``), the same
       ``seed`` on every rank, a native batch size, ``streams=1`` and one pass
       per epoch; ``nodesplitter``, ``workersplitter`` and ``even_batches``
@@ -443,7 +448,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         seed: int,
         shuffle_seed: int | None = None,
     ) -> CompiledPipeline:
-        """The stages compiled (``chute.wds.compiler.compile_stages``); a
+        """The stages compiled (``chute.stream.compiler.compile_stages``); a
         format whose members are typed otherwise than by extension adjusts
         the decoders here."""
         return compile_stages(

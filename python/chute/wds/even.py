@@ -3,7 +3,7 @@ and the length of a stream from its shards' indexes.
 
 Under DDP the collective ops of a rank that runs out of batches first hang
 its peers. Each rank counts its samples (asking each shard's format,
-``chute.wds.sample_counts``: for tar a current sidecar index, else one
+``chute.sources.sample_counts``: for tar a current sidecar index, else one
 scan, cached per shard), the ranks agree on the fewest ("cap") or the most
 ("repeat"), and every rank then yields that many batches.
 """
@@ -18,15 +18,15 @@ import torch
 import torch.distributed as dist
 
 from chute.remote import RemoteOptions, is_remote_url
-from chute.shards import (
+from chute.sources.sample_counts import CountSettings, sample_counter
+from chute.sources.shards import (
     Splitter,
     rank_and_world_size,
     split_by_node,
     split_by_worker,
     worker_and_num_workers,
 )
-from chute.wds.sample_counts import CountSettings, sample_counter
-from chute.wds.stages import Stage
+from chute.stream.stages import Stage
 
 EVEN_BATCH_MODES = ("cap", "repeat", "off")
 

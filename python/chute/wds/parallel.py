@@ -24,17 +24,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chute import _core
-from chute.errors import engine_errors
-from chute.handlers import Handler
-from chute.loading import LoaderSettings
-from chute.stats import add_figures
-from chute.wds.compiler import CompiledPipeline, error_handlers, native_torch_batch
-from chute.wds.convert import DROPPED, BatchConverter
-from chute.wds.native import EngineSettings, report_skips
+from chute.common.errors import engine_errors
+from chute.common.handlers import Handler
+from chute.common.stats import add_figures
+from chute.loader.protocol import LoaderSettings
+from chute.stream.compiler import (
+    CompiledPipeline,
+    error_handlers,
+    native_torch_batch,
+)
+from chute.stream.convert import DROPPED, BatchConverter
+from chute.stream.native import EngineSettings, report_skips
+from chute.stream.stages import PythonRun, Stage
 from chute.wds.resume import StreamPosition, check_resume_reached
 from chute.wds.run import EpochRun, decodes_in_python, member_failure
 from chute.wds.runnable import RunnableDataset
-from chute.wds.stages import PythonRun, Stage
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.main import Outgoing
 from chute.workers.transport import default_collate, pack

@@ -20,7 +20,7 @@ bytes otherwise; numeric and bool columns are decoded natively as scalars
 members; tensors through a DataLoader); string columns are str.
 
 Sample counts come from the footers (no data read): ``ParquetCounter``,
-registered with ``chute.wds.sample_counts``.
+registered with ``chute.sources.sample_counts``.
 """
 
 from __future__ import annotations
@@ -38,17 +38,17 @@ from typing import Any
 import numpy as np
 
 from chute import _core
-from chute import parquet as parquet_files
-from chute.decoders import IMAGE_SPECS, NativeDecode
-from chute.errors import EngineDataError
-from chute.handlers import Handler, reraise_exception
+from chute.common.errors import EngineDataError
+from chute.common.handlers import Handler, reraise_exception
+from chute.datasets import parquet as parquet_files
+from chute.decoding.decoders import IMAGE_SPECS, NativeDecode
 from chute.remote import RemoteOptions, is_remote_url
-from chute.shards import Splitter, split_by_node, split_by_worker
-from chute.wds.compiler import CompiledPipeline
+from chute.sources.sample_counts import CountSettings, ShardSamples, register_sample_counter
+from chute.sources.shards import Splitter, split_by_node, split_by_worker
+from chute.stream.compiler import CompiledPipeline
+from chute.stream.native import EngineSettings, ErrorHandlers
+from chute.stream.prefix import MEMBER
 from chute.wds.dataset import WebDataset
-from chute.wds.native import EngineSettings, ErrorHandlers
-from chute.wds.prefix import MEMBER
-from chute.wds.sample_counts import CountSettings, ShardSamples, register_sample_counter
 
 ROW_GROUP_MARK = "#row-group="
 # Readers per engine: row groups read at once (pyarrow releases the GIL).

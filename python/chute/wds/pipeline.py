@@ -23,15 +23,15 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from typing_extensions import Self
 
-from chute.handlers import Handler, reraise_exception
-from chute.loading import EngineDataset, LoaderSettings
-from chute.stats import empty_stats
+from chute.common.handlers import Handler, reraise_exception
+from chute.common.stats import empty_stats
+from chute.loader.protocol import EngineDataset, LoaderSettings
+from chute.stream.fluent import Fluent
+from chute.stream.stages import Compose, Stage
+from chute.stream.stages.batching import python_batched
 from chute.wds.dataset import WebDataset
-from chute.wds.fluent import Fluent
 from chute.wds.run import converted_items
 from chute.wds.shardlists import ResampledShards, SimpleShardList
-from chute.wds.stages import Compose, Stage
-from chute.wds.stages.batching import python_batched
 
 if TYPE_CHECKING:
     from chute.workers.pool import WorkerPool

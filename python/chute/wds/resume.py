@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chute.wds.elastic import ElasticRun
-from chute.wds.stages import Stage
+from chute.stream.stages import Stage
+from chute.wds.elastic_stream import ElasticRun
 
 # The layout of the state dicts this module writes and reads.
 STATE_VERSION = 1
@@ -38,7 +38,7 @@ class StreamPosition:
     items: int = 0  # items the epoch has yielded (for its cap)
     seed: int | None = None  # the dataset's seed (None: not recorded yet)
     # elastic=True: the global position a loaded state recorded, and the
-    # running iteration's segment (chute.wds.elastic).
+    # running iteration's segment (chute.wds.elastic_stream).
     recorded_elastic: dict[str, Any] | None = None
     elastic: ElasticRun | None = None
 

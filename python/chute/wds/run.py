@@ -16,25 +16,30 @@ import torch
 from torch.utils.data import default_convert
 
 from chute import _core
-from chute.errors import engine_errors
-from chute.handlers import Handler, SkippedSampleWarning, reraise_exception, warn_and_continue
-from chute.intraop import one_intraop_thread
-from chute.loading import LoaderSettings
-from chute.shards import rank_and_world_size
-from chute.stats import add_figures, empty_stats, with_running
-from chute.wds.compiler import (
+from chute.common.errors import engine_errors
+from chute.common.handlers import (
+    Handler,
+    SkippedSampleWarning,
+    reraise_exception,
+    warn_and_continue,
+)
+from chute.common.intraop import one_intraop_thread
+from chute.common.stats import add_figures, empty_stats, with_running
+from chute.loader.protocol import LoaderSettings
+from chute.sources.sample_counts import sample_counter
+from chute.sources.shards import rank_and_world_size
+from chute.stream.compiler import (
     CompiledPipeline,
     error_handlers,
     native_torch_batch,
 )
-from chute.wds.convert import DROPPED, BatchConverter, pin_copy
-from chute.wds.elastic import ElasticRun
-from chute.wds.native import EngineSettings, apply_pin_hooks, report_skips
+from chute.stream.convert import DROPPED, BatchConverter, pin_copy
+from chute.stream.native import EngineSettings, apply_pin_hooks, report_skips
+from chute.stream.stages import PythonRun
+from chute.stream.stages.batching import python_batched
+from chute.wds.elastic_stream import ElasticRun
 from chute.wds.resume import StreamPosition, check_pass_reached, check_resume_reached
 from chute.wds.runnable import RunnableDataset
-from chute.wds.sample_counts import sample_counter
-from chute.wds.stages import PythonRun
-from chute.wds.stages.batching import python_batched
 
 # torch ships default_convert without annotations.
 _default_convert: Callable[[Any], Any] = default_convert
@@ -154,7 +159,7 @@ class EpochRun:
             self.compiled = native_batch
         # The Python stages this process runs (see chute.wds.parallel), and
         # whether Python runs per item here: then each next() follows the
-        # one-thread rule (chute.intraop).
+        # one-thread rule (chute.common.intraop).
         self.local_stages = self.compiled.python_stages
         self.python_batching = (
             loader is not None and loader.batch_size is not None and native_batch is None

@@ -1,5 +1,5 @@
 """What the run of an epoch (``chute.wds.run``, ``chute.wds.parallel``) and
-its elastic segment (``chute.wds.elastic``) need of the dataset they
+its elastic segment (``chute.wds.elastic_stream``) need of the dataset they
 iterate. ``WebDataset`` is the dataset that has it; it imports those
 modules, so they name this protocol rather than it.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from chute.handlers import Handler
+from chute.common.handlers import Handler
 from chute.remote import RemoteOptions
-from chute.wds.compiler import CompiledPipeline
-from chute.wds.native import EngineSettings, ErrorHandlers
-from chute.wds.stages import Stage
+from chute.stream.compiler import CompiledPipeline
+from chute.stream.native import EngineSettings, ErrorHandlers
+from chute.stream.stages import Stage
 
 
 class RunnableDataset(Protocol):

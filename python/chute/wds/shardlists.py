@@ -19,7 +19,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from chute.shards import (
+from chute.sources.shards import (
     expand_urls,
     rank_and_world_size,
     single_node_only,
@@ -27,7 +27,7 @@ from chute.shards import (
     split_by_worker,
     worker_and_num_workers,
 )
-from chute.wds.filters import pipelinefilter
+from chute.stream.filters import pipelinefilter
 
 
 class SimpleShardList(IterableDataset[dict[str, str]]):

@@ -22,9 +22,9 @@ import tarfile
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from chute.handlers import Handler
+from chute.common.handlers import Handler
 from chute.remote import RemoteOptions, get_session, is_remote_url
-from chute.shards import local_path
+from chute.sources.shards import local_path
 
 # webdataset's rules: metadata members, and a name's key and extension.
 _META = re.compile(r"__[^/]*__($|/)")

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from chute import pinning
+from chute.gpu import pinning
 from chute.workers.failures import Failure
 from chute.workers.transport import ArenaMappings, Channel, Packed
 

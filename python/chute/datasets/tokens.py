@@ -1,0 +1,388 @@
+"""Pre-tokenized language-model data: ``chute.TokenDataset``.
+
+Token files are mapped by the engine and cut into sequences of ``seq_len``
+tokens on its threads, written straight into the batch
+(``csrc/tokens/token_packer.h`` has the exact rules). The dataset is
+map-style, item i being the i-th packed sequence, so everything chute's
+map-style datasets have applies: ``chute.DataLoader`` with a seeded shuffle,
+``distributed=True`` (DistributedSampler's partition, equal batch counts),
+``state_dict()`` resume mid-epoch and on another world size, and
+``chute.mix`` (per sequence, hence by tokens).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from chute import _core
+from chute.datasets.indexed import IndexedDataset, ProcessState
+from chute.datasets.text_tokens import as_tokenizer, id_bound, tokenize_shards
+from chute.remote import RemoteOptions, get_session, is_remote_url
+from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
+from chute.sources.shards import local_path
+
+_PACK_MODES = ("windows", "documents")
+_OUT_DTYPES = {torch.int64: "int64", torch.int32: "int32"}
+# Batches in the files' own dtype (windows only): the files' bytes as they lie.
+_FILE_OUT_DTYPES = {
+    torch.uint16: "uint16",
+    torch.uint32: "uint32",
+    torch.int16: "int16",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+}
+
+
+@dataclass(frozen=True)
+class TokenFileSpec:
+    """One token file as given: its url, its format (``raw``, ``npy`` or
+    ``megatron``) and, for Megatron, the url of its ``.idx``."""
+
+    url: str
+    format: str
+    index_url: str = ""
+
+
+def token_file_spec(url: str) -> TokenFileSpec:
+    """How `url` is read: ``.npy`` as a 1-D array; ``.idx``, or a local
+    ``.bin`` with an ``.idx`` beside it, as a Megatron pair; anything else as
+    raw tokens (nanoGPT's ``train.bin``)."""
+    if url.endswith(".npy"):
+        return TokenFileSpec(url, "npy")
+    if url.endswith(".idx"):
+        return TokenFileSpec(url[: -len(".idx")] + ".bin", "megatron", url)
+    if url.endswith(".bin") and not is_remote_url(url):
+        index = url[: -len(".bin")] + ".idx"
+        if os.path.isfile(local_path(index) or index):
+            return TokenFileSpec(url, "megatron", index)
+    return TokenFileSpec(url, "raw")
+
+
+def cu_seqlens(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Variable-length attention's boundaries for a batch packed by
+    documents (``flash_attn_varlen_func``'s ``cu_seqlens`` and
+    ``max_seqlen``): every position where ``position_ids`` is 0 starts a
+    segment of the flattened batch (a document, a piece of a long one, or
+    the padding)."""
+    flat = position_ids.reshape(-1)
+    starts = torch.nonzero(flat == 0).reshape(-1)
+    ends = torch.tensor([flat.numel()], dtype=starts.dtype, device=starts.device)
+    bounds = torch.cat([starts, ends]).to(torch.int32)
+    longest = int((bounds[1:] - bounds[:-1]).max()) if bounds.numel() > 1 else 0
+    return bounds, longest
+
+
+class TokenDataset(IndexedDataset):
+    """Map-style packed sequences of token files.
+
+    ``TokenDataset(urls, seq_len=2048, dtype="uint16")``: item i is
+    ``{"input_ids": int64[seq_len], "labels": int64[seq_len]}`` (and
+    ``"position_ids"`` when packing documents).
+
+    Args:
+        urls: files, local globs, ``{a..b}`` ranges, or remote urls
+            (``s3://``, ``gs://``, ...; read through the node cache, so give
+            ``cache_dir``). ``.npy`` files are 1-D token arrays; an ``.idx``
+            url, or a local ``.bin`` with an ``.idx`` beside it, is a
+            Megatron-LM indexed dataset; anything else is a raw array of
+            tokens (nanoGPT's ``train.bin``), whose ``dtype`` must be given.
+        seq_len: tokens of each sequence's ``input_ids`` (and ``labels``).
+        dtype: the element type of raw files (``"uint16"``, ``np.uint32``,
+            ...); for ``.npy`` and Megatron files it must match theirs.
+        pack: ``"windows"`` (nanoGPT's: the files as one stream cut into
+            consecutive windows of seq_len + 1 tokens, ``input_ids =
+            w[:-1]``, ``labels = w[1:]``) or ``"documents"`` (documents
+            packed whole, none split unless longer than seq_len, the rest
+            of a sequence padded; see docs/language-models.md).
+        eod_id: the token that ends each document of raw and ``.npy`` files
+            (packing documents; Megatron files list their documents).
+        pad_id: the ``input_ids`` of padding (default: eod_id, else 0);
+            padding's labels are -100.
+        vocab_size: when given, a token id outside ``[0, vocab_size)``
+            raises ``chute.DataError`` naming the file and byte offset when
+            its sequence is read.
+        window_views: windows only: each batch is one ``[batch, seq_len +
+            1]`` tensor the engine writes once, and ``input_ids`` and
+            ``labels`` are views of it (its ``[:, :-1]`` and ``[:, 1:]``):
+            half the memory written. The views are not contiguous, and
+            writing into one changes the other (see
+            docs/language-models.md).
+        out_dtype: ``torch.int64`` (default, what embeddings and
+            cross-entropy take), ``torch.int32``, or, packing windows, the
+            token files' own dtype (``torch.uint16`` for nanoGPT's files):
+            the batch is then the files' bytes copied as they lie, a
+            quarter of int64's, to widen where it is used (``.long()`` on
+            the GPU after the copy).
+        num_threads: native threads of ``__getitem__`` (the loader's
+            ``num_workers`` sets its own).
+        storage_options, cache_dir, cache_limit_bytes, remote: how remote
+            files are reached, as for ``H5Dataset``.
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        seq_len: int = 2048,
+        *,
+        dtype: Any = None,
+        pack: str = "windows",
+        eod_id: int | None = None,
+        pad_id: int | None = None,
+        vocab_size: int | None = None,
+        window_views: bool = False,
+        out_dtype: torch.dtype = torch.int64,
+        num_threads: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | None = None,
+        cache_limit_bytes: int | None = None,
+        remote: RemoteOptions | None = None,
+    ) -> None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ValueError(f"seq_len must be a positive integer, not {seq_len!r}")
+        if pack not in _PACK_MODES:
+            raise ValueError(f"pack must be 'windows' or 'documents', not {pack!r}")
+        if window_views and pack != "windows":
+            raise ValueError(
+                "window_views=True is for pack='windows' (labels are input_ids shifted)"
+            )
+        if out_dtype not in _OUT_DTYPES and out_dtype not in _FILE_OUT_DTYPES:
+            raise ValueError(
+                "out_dtype must be torch.int64, torch.int32 or the token files' own dtype"
+                f" (such as torch.uint16), not {out_dtype}"
+            )
+        if out_dtype in _FILE_OUT_DTYPES and pack != "windows":
+            raise ValueError(
+                f"out_dtype={out_dtype} (the files' own dtype) is for pack='windows':"
+                " packed documents' labels hold -100"
+            )
+        self._remote = merge_options(
+            remote,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit_bytes=cache_limit_bytes,
+        )
+        # A Megatron pair named by both its files (a glob over a folder) is one file.
+        self.specs = list(dict.fromkeys(token_file_spec(u) for u in _expand(urls, self._remote)))
+        if any(is_remote_url(s.url) for s in self.specs) and not self._remote.cache_dir:
+            raise ValueError(
+                "TokenDataset maps remote token files from the node cache: give cache_dir"
+            )
+        self.seq_len = seq_len
+        self.dtype = None if dtype is None else np.dtype(dtype).name
+        self.pack = pack
+        self.eod_id = eod_id
+        self.pad_id = pad_id if pad_id is not None else (eod_id if eod_id is not None else 0)
+        self.vocab_size = vocab_size
+        self.out_dtype = out_dtype
+        self.window_views = bool(window_views)
+        self._init_indexed(num_threads)
+        held: list[Any] = []
+        self._files, self._packer = self._open_files(held)
+        self._held = held
+        self._packer_pid = os.getpid()
+        self._identity = self._make_identity()
+
+    @classmethod
+    def from_text(
+        cls,
+        urls: str | os.PathLike[str] | Sequence[str],
+        tokenizer: Any,
+        seq_len: int = 2048,
+        *,
+        cache_dir: str | os.PathLike[str],
+        text_key: str = "text",
+        eod_id: int | None = None,
+        add_special_tokens: bool = True,
+        read_only: bool = False,
+        verify: bool = True,
+        storage_options: dict[str, Any] | None = None,
+        remote: RemoteOptions | None = None,
+        **kwargs: Any,
+    ) -> TokenDataset:
+        """Packed sequences of text shards: ``chute.tokenize_shards(urls,
+        tokenizer, cache_dir, ...)`` (tar shards of .txt/.json members, JSON
+        Lines; see docs/language-models.md), then a TokenDataset of the token files
+        it wrote or found in `cache_dir`. `eod_id` ends every document and
+        is the default padding; `vocab_size` defaults to the tokenizer's
+        (and `eod_id`'s). The other keyword arguments are TokenDataset's
+        (``pack``, ``pad_id``, ``out_dtype``, ...)."""
+        tok = as_tokenizer(tokenizer)
+        paths = tokenize_shards(
+            urls,
+            tok,
+            cache_dir,
+            text_key=text_key,
+            eod_id=eod_id,
+            add_special_tokens=add_special_tokens,
+            read_only=read_only,
+            verify=verify,
+            remote=merge_options(remote, storage_options=storage_options),
+        )
+        kwargs.setdefault("vocab_size", id_bound(tok, eod_id))
+        return cls(paths, seq_len, eod_id=eod_id, **kwargs)
+
+    # -- files --------------------------------------------------------------------
+
+    def _local(self, url: str, held: list[Any]) -> str:
+        if not is_remote_url(url):
+            return local_path(url) or url
+        copy = cached_copy(get_session(self._remote), url, self._remote.cache_dir or "", held)
+        if copy is None:
+            raise ValueError(f"{url}: cannot be held in the node cache (cache_dir), so not mapped")
+        return str(copy["path"])
+
+    def _open_files(self, held: list[Any]) -> tuple[list[Any], Any]:
+        files = []
+        for spec in self.specs:
+            index = self._local(spec.index_url, held) if spec.index_url else ""
+            if spec.format == "raw" and self.dtype is None:
+                raise ValueError(
+                    f"{spec.url}: a raw token file has no header: give dtype (nanoGPT: 'uint16')"
+                )
+            f = _core.TokenFile(self._local(spec.url, held), spec.format, self.dtype or "", index)
+            if self.dtype is not None and f.dtype != self.dtype:
+                raise ValueError(f"{spec.url}: holds {f.dtype} tokens, dtype={self.dtype!r} given")
+            files.append(f)
+        packer = _core.TokenPacker(
+            files,
+            self.seq_len,
+            self.pack,
+            -1 if self.eod_id is None else int(self.eod_id),
+            int(self.pad_id),
+            0 if self.vocab_size is None else int(self.vocab_size),
+            _OUT_DTYPES.get(self.out_dtype) or _FILE_OUT_DTYPES[self.out_dtype],
+        )
+        return files, packer
+
+    def _current_packer(self) -> Any:
+        """This process's packer (a forked or unpickled copy maps the files again)."""
+        if self._packer is None or self._packer_pid != os.getpid():
+            held: list[Any] = []
+            self._files, self._packer = self._open_files(held)
+            self._held = held
+            self._packer_pid = os.getpid()
+        return self._packer
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_files"], state["_packer"], state["_held"] = [], None, []
+        return state
+
+    # -- IndexedDataset ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self._identity["sequences"])
+
+    def field_names(self) -> list[str]:
+        names = ["input_ids", "labels"]
+        return names + ["position_ids"] if self.pack == "documents" else names
+
+    def _native_field_names(self) -> list[str]:
+        # window_views: each sequence's seq_len + 1 tokens are read and
+        # written once, and input_ids and labels are views of them (`_assemble`).
+        return ["window"] if self.window_views else self.field_names()
+
+    def _open_native(self) -> tuple[list[Any], dict[str, Any]]:
+        packer = self._current_packer()
+        sources = [packer.source(name) for name in self._native_field_names()]
+        return sources, {"packer": packer}
+
+    def _assemble(self, arrays: Any, idx: np.ndarray) -> Any:
+        if not self.window_views:
+            return super()._assemble(arrays, idx)
+        # numpy's slicing: the two views cost a fraction of torch's per batch.
+        (windows,) = arrays
+        return {
+            "input_ids": torch.from_numpy(windows[:, :-1]),
+            "labels": torch.from_numpy(windows[:, 1:]),
+        }
+
+    def _native_stats(self, state: ProcessState) -> dict[str, int]:
+        return self.token_stats()
+
+    def reads_remote(self) -> bool:
+        return any(is_remote_url(s.url) for s in self.specs)
+
+    # -- what the files hold ------------------------------------------------------------
+
+    def token_stats(self) -> dict[str, int]:
+        """``tokens`` in the files, ``sequences``, ``documents`` (documents
+        mode), ``pad_tokens`` (the padding of all sequences: the waste of
+        packing documents) and ``unused_tokens`` (in no sequence's input:
+        the tail windows leave)."""
+        p = self._current_packer()
+        return {
+            "tokens": int(p.num_tokens),
+            "sequences": int(p.num_sequences),
+            "documents": int(p.num_documents),
+            "pad_tokens": int(p.pad_tokens),
+            "unused_tokens": int(p.unused_tokens),
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's figures (README, "Stats") plus `token_stats()`."""
+        out = super().stats()
+        out.update(self.token_stats())
+        return out
+
+    def document_lengths(self) -> np.ndarray:
+        """Tokens of each document, in stream order (documents mode)."""
+        return np.asarray(self._current_packer().document_lengths())
+
+    def _make_identity(self) -> dict[str, Any]:
+        files = []
+        for spec, f in zip(self.specs, self._files, strict=True):
+            files.append(
+                {
+                    "url": spec.url,
+                    "format": spec.format,
+                    "index": spec.index_url,
+                    "size": int(f.size),
+                    "tokens": int(f.num_tokens),
+                    "dtype": f.dtype,
+                }
+            )
+        return {
+            "type": "TokenDataset",
+            "files": files,
+            "seq_len": self.seq_len,
+            "pack": self.pack,
+            "eod_id": self.eod_id,
+            "pad_id": self.pad_id,
+            "sequences": int(self._packer.num_sequences),
+        }
+
+    def state_identity(self) -> dict[str, Any]:
+        """What a loader state over this dataset is bound to (see
+        ``chute.DataLoader.load_state_dict``): each file (url, format, size,
+        tokens, dtype), seq_len, the packing and the sequences it made."""
+        return dict(self._identity)
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenDataset({len(self.specs)} files, {len(self)} sequences of {self.seq_len}, "
+            f"pack={self.pack!r})"
+        )
+
+
+def _expand(
+    urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], remote: RemoteOptions
+) -> list[str]:
+    out: list[str] = []
+    for url in expand_file_patterns(urls, remote, "token file"):
+        if is_remote_url(url):
+            out.append(url)
+            continue
+        path = local_path(url) or url
+        if not os.path.isfile(path):
+            raise FileNotFoundError(2, "token file not found", path)
+        out.append(os.path.abspath(path))
+    if not out:
+        raise ValueError("TokenDataset needs at least one token file")
+    return out

@@ -1,0 +1,715 @@
+"""``chute.DataLoader``: torch's DataLoader signature, run on the engine.
+
+Datasets that implement ``chute.loader.protocol.EngineDataset`` run on the engine:
+
+- index-driven ones (``H5Dataset``, ``ArrayDataset``): torch's own sampler
+  machinery produces the index batches (so the order is torch's, including
+  the base-seed draw from ``generator`` that every torch iterator makes
+  first), and the engine reads each index batch on native threads.
+- the others (``WebDataset``): iterated in this process.
+
+``num_workers`` is the number of native decode threads, unless the dataset
+runs Python per sample (``.map`` and other Python stages, members decoded
+in Python, a ``collate_fn`` of a map-style dataset): then it is the number
+of worker processes that run that Python, each with its own engine (see
+``chute.workers`` and the README, "Python stages and worker processes").
+
+Any other dataset is handed to ``torch.utils.data.DataLoader`` unchanged.
+
+Argument checking and ``len()`` are torch's: a torch DataLoader is built with
+the same arguments (that spawns nothing until iterated) and consulted.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from typing import Any, TypeVar, cast
+
+import torch
+import torch.utils.data
+
+from chute.common.intraop import single_threaded
+from chute.gpu import pinning
+from chute.gpu.device import CudaCopies, DeviceBatches, handoff_device
+from chute.loader.elastic_sampler import (
+    ElasticSampler,
+    GlobalOrderSampler,
+    Segment,
+    check_elastic_state,
+    elastic_state,
+    sampler_fingerprint,
+    segment_after,
+)
+from chute.loader.index_batches import array_index_batches
+from chute.loader.loader_workers import LoaderWorkers, python_work
+from chute.loader.progress import with_progress
+from chute.loader.protocol import EngineDataset, LoaderSettings
+from chute.sources.shards import rank_and_world_size
+from chute.workers.pool import WorkerPool
+
+logger = logging.getLogger("chute")
+_told_fallback = False
+
+# The layout of the states `DataLoader.state_dict()` writes; a state of
+# another version is refused rather than read as if it were this one.
+STATE_VERSION = 1
+
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class WorkerInitFnWarning(UserWarning):
+    """``worker_init_fn`` was given for a dataset chute runs on native threads,
+    where there are no worker processes to call it in."""
+
+
+def _state_kind(native: EngineDataset | None) -> str | None:
+    """The tag of a loader's state dict: whose position it holds."""
+    if native is None:
+        return None
+    return "indexed" if native.index_driven else "stream"
+
+
+class DataLoader(torch.utils.data.DataLoader[_T_co]):
+    """Same arguments as ``torch.utils.data.DataLoader`` (and a subclass of
+    it: argument checks, attributes, ``len()`` and the ValueError on
+    assigning ``batch_size``, ``sampler``... after construction are
+    torch's), plus:
+
+    - ``distributed``: partition a map-style dataset across ranks exactly as
+      ``torch.utils.data.DistributedSampler(shuffle=shuffle, seed=seed,
+      drop_last=drop_last)`` does (shuffling unless ``shuffle=False``, as
+      DistributedSampler does); call ``set_epoch`` each epoch. The sampler
+      is a ``chute.loader.elastic_sampler.ElasticSampler`` (a DistributedSampler), whose
+      position survives a change of world size (see ``state_dict``).
+    - ``seed``: the DistributedSampler seed.
+    - ``progress``: show a progress bar with samples/s (tqdm when installed).
+
+    - ``worker_threads``: native threads of each worker process (default:
+      the CPUs this process may use, divided among the workers).
+    - ``device``: hand batches over on this CUDA device (``"cuda"``: the
+      current one, as ``tensor.to("cuda")``; ``"cuda:N"``), the next batch
+      copied on a side stream while the current step runs (``chute.gpu.device``);
+      host batches are then page-locked as with ``pin_memory=True``.
+      ``None`` or ``"cpu"``: batches stay in host memory. Refused with a
+      ValueError where CUDA is not available. ``pin_memory_device`` is
+      accepted and ignored, with torch's deprecation warning.
+
+    For chute's datasets without Python work, ``num_workers`` is the number
+    of native threads and no worker process is started, so
+    ``worker_init_fn`` is not called: it is accepted with a
+    ``WorkerInitFnWarning``, once per dataset type (calling it in this
+    process would apply per-worker set-up, such as
+    ``torch.set_num_threads(1)`` or ``get_worker_info()`` splitting, to the
+    main process). With Python work
+    (see the module docstring) ``num_workers`` processes run it:
+    ``worker_init_fn(worker_id)`` is called in each, ``multiprocessing_context``
+    (default: fork while no engine of chute runs in this process, else
+    forkserver), ``persistent_workers``, ``prefetch_factor`` (results
+    in flight per worker) and ``timeout`` apply as in torch, and the batches,
+    their order and ``state_dict()`` are those of ``num_workers=0``. Other
+    datasets go through torch's own iterator, worker processes and
+    ``worker_init_fn`` included.
+
+    ``state_dict()``/``load_state_dict()`` resume mid-epoch at the next unseen
+    batch: the next iteration replays the same order and skips what was seen.
+    A state from another dataset, batch size, loader kind or state version, or
+    one past the end of its epoch, is refused with a ValueError naming the
+    difference. With ``distributed=True`` (or a ``Curriculum`` or weighted
+    ``chute.mix`` sampler) the state also holds the epoch's global position,
+    the same on every rank, and loads on another world size: the ranks then
+    share what is left of the epoch, each sample once, with equal batch
+    counts (``chute.loader.elastic_sampler``).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: torch.utils.data.Sampler[Any] | Iterable[Any] | None = None,
+        batch_sampler: torch.utils.data.Sampler[list[Any]] | Iterable[list[Any]] | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        distributed: bool = False,
+        seed: int = 0,
+        progress: bool = False,
+        worker_threads: int | None = None,
+        device: str | int | torch.device | None = None,
+    ) -> None:
+        global _told_fallback
+        handoff = handoff_device(device)
+        native = dataset if isinstance(dataset, EngineDataset) else None
+        ordered = _own_order(dataset, sampler, batch_sampler, shuffle, distributed, drop_last)
+        if ordered is not None:
+            sampler, shuffle = ordered, None
+        elif distributed and (native is None or native.index_driven):
+            # The partition of torch's DistributedSampler, by construction: rank
+            # and world size from torch.distributed, else RANK/WORLD_SIZE.
+            if sampler is not None or batch_sampler is not None:
+                raise ValueError(
+                    "distributed=True builds its own DistributedSampler: pass either "
+                    "distributed=True or your own sampler/batch_sampler, not both"
+                )
+            rank, world_size = rank_and_world_size()
+            sampler = ElasticSampler(
+                dataset,
+                num_replicas=world_size,
+                rank=rank,
+                # DistributedSampler's own default: shuffle unless told not to.
+                shuffle=True if shuffle is None else bool(shuffle),
+                seed=seed,
+                drop_last=drop_last,
+            )
+            shuffle = None
+        with warnings.catch_warnings():
+            if native is not None:
+                # For chute's datasets num_workers counts native threads, not
+                # processes: torch's "too many worker processes" advice is moot.
+                warnings.filterwarnings("ignore", message="This DataLoader will create")
+            super().__init__(
+                dataset,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                sampler=sampler,
+                batch_sampler=batch_sampler,
+                num_workers=num_workers,
+                collate_fn=collate_fn,
+                pin_memory=pin_memory,
+                drop_last=drop_last,
+                timeout=timeout,
+                worker_init_fn=worker_init_fn,
+                multiprocessing_context=multiprocessing_context,
+                generator=generator,
+                prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers,
+                pin_memory_device=pin_memory_device,
+                in_order=in_order,
+            )
+        self.distributed = distributed
+        self.progress = progress
+        # torch replaces a missing collate_fn by its default; chute batches
+        # natively exactly when none was given.
+        self._user_collate_fn = collate_fn
+        self._native = native
+        self._position: dict[str, Any] | None = None  # the running indexed iteration's
+        self._segment: Segment | None = None  # the running iteration's share of the epoch
+        self._running: Iterator[Any] | None = None  # the running stream iteration
+        self._resume: dict[str, Any] | None = None
+        self.worker_threads = worker_threads
+        self.device = device
+        self._handoff_device = handoff
+        self._handoff: DeviceBatches | None = None  # the running iteration's
+        self._worker_processes = LoaderWorkers()
+        if (
+            native is not None
+            and worker_init_fn is not None
+            and num_workers > 0
+            and not self._python_work(native)
+        ):
+            _warn_worker_init_fn(type(dataset).__name__)
+        if native is None and not _told_fallback:
+            _told_fallback = True
+            logger.info(
+                "chute.DataLoader: %s is not a chute dataset; using torch.utils.data.DataLoader",
+                type(dataset).__name__,
+            )
+
+    @property
+    def threads(self) -> int:
+        """Native threads: num_workers, and at least one."""
+        return max(1, self.num_workers)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reaches the sampler and the dataset, whichever of them has ``set_epoch``."""
+        _reach_set_epoch(self, epoch)
+
+    def _settings(self) -> LoaderSettings:
+        return LoaderSettings(
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            collate_fn=self._user_collate_fn,
+            threads=self.threads,
+            prefetch=self.threads * (self.prefetch_factor or 2),
+            timeout=float(self.timeout),
+            # The hand-off copies from page-locked memory while a step runs.
+            pin_memory=self.pin_memory or self._handoff_device is not None,
+        )
+
+    def _python_work(self, native: EngineDataset) -> bool:
+        return python_work(native, self._settings())
+
+    @property
+    def _pool(self) -> WorkerPool | None:
+        return self._worker_processes.pool
+
+    def _done_with(self, pool: WorkerPool | None) -> None:
+        self._worker_processes.done_with(pool, self.persistent_workers)
+
+    def close_workers(self) -> None:
+        """Ends this loader's worker processes (``persistent_workers`` keeps
+        them otherwise until the loader is collected)."""
+        self._worker_processes.close()
+
+    def __del__(self) -> None:
+        workers = getattr(self, "_worker_processes", None)
+        if workers is not None:
+            workers.close()
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        native = self._native
+        if native is not None and self.pin_memory and self.pin_memory_device:
+            warnings.warn(  # torch's words (its iterators say this; chute's run here)
+                "pin_memory_device is deprecated, the current accelerator will be used as the "
+                f"device,ignore pin_memory_device='{self.pin_memory_device}'.",
+                stacklevel=2,
+            )
+        if native is not None and not native.index_driven:
+            items = self._iterate_self_driven(native)
+        elif native is not None and self._auto_collation:
+            items = self._iterate_indexed(native)
+        else:
+            if self._resume is not None:
+                raise ValueError("load_state_dict() resumes chute datasets only")
+            items = super().__iter__()
+        if self._handoff_device is not None:
+            items = self._handed_off(items, self._handoff_device)
+        return (
+            with_progress(items, len(self) if self._has_len() else None) if self.progress else items
+        )
+
+    def _handed_off(self, items: Iterator[Any], device: torch.device) -> Iterator[Any]:
+        state = self._source_state if self._native is not None else None
+        batches = DeviceBatches(items, CudaCopies(device), state)
+        self._handoff = batches
+        try:
+            yield from batches
+        finally:
+            if self._handoff is batches:
+                self._handoff = None
+            batches.close()
+
+    def _has_len(self) -> bool:
+        try:
+            len(self)
+        except TypeError:
+            return False
+        return True
+
+    def _iterate_self_driven(self, native: EngineDataset) -> Iterator[Any]:
+        if self._resume is not None:
+            native.load_loader_state(self._resume["dataset"])
+            self._resume = None
+        pool = self._worker_processes.start(self, native)
+        batches = (
+            native.loader_batches(self._settings(), None)
+            if pool is None
+            else native.worker_batches(self._settings(), None, pool)
+        )
+        self._running = batches
+        delivered: Iterator[Any] = batches
+        if pool is not None and self.pin_memory and torch.cuda.is_available():
+            # What this process makes of the workers' items (the collated
+            # labels) is not in their arenas.
+            delivered = (pinning.pin_rest(batch) for batch in batches)
+        try:
+            yield from delivered
+        finally:
+            if self._running is batches:
+                self._running = None
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+            self._done_with(pool)
+
+    def _iterate_indexed(self, native: EngineDataset) -> Iterator[Any]:
+        resume, self._resume = self._resume, None
+        generator = self.generator
+        if resume is not None:
+            _set_rng_state(generator, resume["rng_state"])
+            if resume.get("sampler_epoch") is not None:
+                self.sampler.set_epoch(resume["sampler_epoch"])  # type: ignore[attr-defined]
+        position: dict[str, Any] = {
+            "kind": "indexed",
+            "version": STATE_VERSION,
+            "rng_state": _get_rng_state(generator),
+            "sampler_epoch": getattr(self.sampler, "epoch", None),
+            "batches": resume["batches"] if resume is not None else 0,
+            "loader": self._fingerprint(),
+        }
+        # torch's iterator creates the sampler iterator, then draws its base
+        # seed from `generator`, and only then runs the sampler: same here.
+        index_batches: Iterator[Any] = array_index_batches(self._index_sampler) or iter(
+            self._index_sampler
+        )
+        base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
+        segment = None
+        sampler = self._elastic_sampler()
+        if sampler is not None:
+            order = sampler.global_order()
+            recorded = resume.get("elastic") if resume is not None else None
+            segment, position["batches"] = segment_after(
+                recorded,
+                order.size,
+                sampler.num_replicas,
+                int(self.batch_size or 1),
+                self.drop_last,
+            )
+            if recorded is None and resume is not None:
+                position["batches"] = resume["batches"]  # a state from before elastic positions
+            if not segment.fresh:
+                index_batches = segment.rank_batches(order, sampler.rank)
+        if position["batches"]:
+            index_batches = islice(index_batches, position["batches"], None)
+        self._position = position
+        self._segment = segment
+        settings = self._settings()
+        if self.num_workers > 0 and self._python_work(native):
+            # Idle engines of this process would make the workers start
+            # without fork (see chute.workers.pool.resolve_context), and a
+            # worker not forked does not see what this process changed since
+            # its modules were imported: a collate_fn fixed after it raised
+            # would raise again in the next epoch's workers.
+            release = getattr(native, "release_idle_engines", None)
+            if callable(release):
+                release()
+        pool = self._worker_processes.start(self, native, base_seed)
+        if pool is not None:
+            inner = native.worker_batches(settings, index_batches, pool)
+            self._running = batches = inner
+        else:
+            inner = native.loader_batches(settings, index_batches)
+            batches = single_threaded(inner) if self._python_work(native) else inner
+        try:
+            for batch in batches:
+                position["batches"] += 1
+                yield batch
+        finally:
+            self._position = None
+            self._segment = None
+            if self._running is inner:
+                self._running = None
+            for it in (batches, inner):
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+            self._done_with(pool)
+
+    def _elastic_sampler(self) -> GlobalOrderSampler | None:
+        """The sampler when it deals one global order to the ranks and this
+        loader batches it as DistributedSampler's batches are cut."""
+        sampler = self.sampler
+        if (
+            self.batch_size is None
+            or not isinstance(sampler, GlobalOrderSampler)
+            or bool(sampler.drop_last) != self.drop_last
+            or getattr(self.batch_sampler, "sampler", None) is not sampler
+        ):
+            return None
+        return cast(GlobalOrderSampler, sampler)
+
+    def _elastic_part(self, batches: int) -> dict[str, Any]:
+        """The state's global position: the running segment's, else the
+        start of the epoch."""
+        sampler = self._elastic_sampler()
+        assert sampler is not None
+        segment = self._segment
+        if segment is None:
+            n = int(sampler.global_order().size)
+            segment = Segment(n, 0, sampler.num_replicas, int(self.batch_size or 1), self.drop_last)
+        return elastic_state(segment, batches, sampler_fingerprint(sampler))
+
+    def _fingerprint(self) -> dict[str, Any]:
+        """What a state of this loader must match when loaded."""
+        out: dict[str, Any] = {"batch_size": self.batch_size, "drop_last": self.drop_last}
+        native = self._native
+        if native is not None and native.index_driven:
+            out["rows"] = len(self.dataset)  # type: ignore[arg-type]
+            names = getattr(native, "field_names", None)
+            if callable(names):
+                out["fields"] = list(names())
+        identity = getattr(native, "state_identity", None)
+        if callable(identity):
+            out["dataset"] = identity()
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running iteration's position (or the start of the next epoch):
+        with ``device``, after the batches handed over, not those copied ahead."""
+        handoff = self._handoff
+        if handoff is not None and self._native is not None:
+            state: dict[str, Any] = handoff.state()
+            return state
+        return self._source_state()
+
+    def _source_state(self) -> dict[str, Any]:
+        native = self._native
+        if native is None:
+            raise ValueError("state_dict() covers chute datasets only")
+        if not native.index_driven:
+            return {
+                "kind": "stream",
+                "version": STATE_VERSION,
+                "dataset": native.loader_state(self._running),
+                "loader": self._fingerprint(),
+            }
+        if self._position is not None:
+            state = dict(self._position)
+        else:
+            state = {
+                "kind": "indexed",
+                "version": STATE_VERSION,
+                "rng_state": _get_rng_state(self.generator),
+                "sampler_epoch": getattr(self.sampler, "epoch", None),
+                "batches": 0,
+                "loader": self._fingerprint(),
+            }
+        if self._elastic_sampler() is not None:
+            state["elastic"] = self._elastic_part(state["batches"])
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next iteration resumes where `state` was taken. ValueError when
+        `state` is malformed, of another version, past the end of its epoch,
+        or was taken from another kind of dataset, another dataset (its rows,
+        files or shards) or another batch size."""
+        if not isinstance(state, dict):
+            raise ValueError(f"a loader state must be a dict, not {type(state).__name__}")
+        expected = _state_kind(self._native)
+        if state.get("kind") != expected:
+            raise ValueError(
+                f"state of a {state.get('kind')!r} loader given to a {expected!r} loader"
+            )
+        _check_state_version(state)
+        recorded = state.get("loader")
+        expected_fingerprint = self._fingerprint()
+        if recorded is not None or "dataset" in expected_fingerprint:
+            _check_loader_fingerprint(recorded, expected_fingerprint)
+        native = self._native
+        assert native is not None
+        if native.index_driven:
+            _check_indexed_state(state, self.generator)
+            if "elastic" in state:
+                sampler = self._elastic_sampler()
+                if sampler is None:
+                    raise ValueError(
+                        "loader state holds a global position (a distributed loader's), but "
+                        "this loader's sampler deals no global order: use distributed=True"
+                    )
+                check_elastic_state(
+                    state["elastic"],
+                    int(sampler.global_order(state.get("sampler_epoch")).size),
+                    sampler_fingerprint(sampler),
+                    batch_size=int(self.batch_size or 1),
+                    drop_last=self.drop_last,
+                )
+            else:
+                _check_batches_within(state["batches"], self._epoch_batches(state["sampler_epoch"]))
+        else:
+            if not isinstance(state.get("dataset"), dict):
+                raise ValueError("loader state: 'dataset' must be the dataset's state dict")
+            # The dataset checks its part now, not at the next iteration.
+            native.load_loader_state(state["dataset"])
+        self._resume = dict(state)
+
+    def _epoch_batches(self, sampler_epoch: int | None) -> int | None:
+        """Batches of the epoch `sampler_epoch` (None: the sampler's current
+        one) as this loader cuts it; None when the sampler has no length."""
+        sampler = self.sampler
+        previous = getattr(sampler, "epoch", None)
+        switch = sampler_epoch is not None and previous is not None and sampler_epoch != previous
+        set_epoch = getattr(sampler, "set_epoch", None)
+        if switch and callable(set_epoch):
+            set_epoch(sampler_epoch)  # a sampler's length may depend on its epoch
+        try:
+            return len(self)
+        except TypeError:
+            return None
+        finally:
+            if switch and callable(set_epoch):
+                set_epoch(previous)
+
+    def stats(self) -> dict[str, Any]:
+        """The engine figures of this loader's running iteration, else the
+        dataset's (see README, "Stats")."""
+        running = self._running
+        fn = getattr(running, "stats", None) if running is not None else None
+        if not callable(fn):
+            fn = getattr(self.dataset, "stats", None)
+        return fn() if callable(fn) else {}
+
+
+def _own_order(
+    dataset: Any,
+    sampler: Any,
+    batch_sampler: Any,
+    shuffle: bool | None,
+    distributed: bool,
+    drop_last: bool,
+) -> torch.utils.data.Sampler[Any] | None:
+    """The sampler of a dataset that orders its samples itself (a weighted
+    ``chute.mix``), dealt to this rank when `distributed`; None for others
+    or when the caller brought a sampler."""
+    own = getattr(dataset, "order_sampler", None)
+    if not callable(own) or sampler is not None or batch_sampler is not None:
+        return None
+    rank, world_size = rank_and_world_size() if distributed else (0, 1)
+    ordered: torch.utils.data.Sampler[Any] | None = own(
+        num_replicas=world_size, rank=rank, drop_last=drop_last
+    )
+    if ordered is not None and shuffle is not None:
+        raise ValueError(
+            f"{type(dataset).__name__} orders its samples itself (shuffle is its own "
+            "setting): leave the DataLoader's shuffle unset"
+        )
+    return ordered
+
+
+def set_epoch(loader: Any, epoch: int) -> None:
+    """Tells every part of `loader` that has a ``set_epoch`` (its sampler, its
+    batch sampler's sampler, its dataset) the epoch; works on chute's and
+    torch's loaders alike."""
+    _reach_set_epoch(loader, epoch)
+
+
+def _reach_set_epoch(loader: Any, epoch: int) -> None:
+    reached: list[object] = []
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for target in (
+        getattr(loader, "sampler", None),
+        getattr(batch_sampler, "sampler", None),
+        getattr(loader, "dataset", None),
+    ):
+        fn = getattr(target, "set_epoch", None)
+        if callable(fn) and not any(target is r for r in reached):
+            reached.append(target)
+            fn(epoch)
+
+
+# The dataset types already warned about: once per type, so that a stream's
+# warning does not silence a map-style dataset's.
+_warned_worker_init_fn: set[str] = set()
+
+
+def _warn_worker_init_fn(dataset: str) -> None:
+    if dataset in _warned_worker_init_fn:
+        return
+    _warned_worker_init_fn.add(dataset)
+    warnings.warn(
+        f"chute.DataLoader runs {dataset} on native threads (num_workers counts threads) and "
+        "starts no worker process, so worker_init_fn is not called; do per-process set-up "
+        "before creating the loader",
+        WorkerInitFnWarning,
+        stacklevel=3,
+    )
+
+
+def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
+    if recorded is None:
+        raise ValueError(
+            "loader state has no 'loader' record of the dataset and settings it was taken "
+            "over, so it cannot be checked against this loader (a state of an older chute, "
+            "or altered)"
+        )
+    if not isinstance(recorded, dict):
+        raise ValueError(f"loader state: 'loader' must be a dict, not {recorded!r}")
+    for key in ("rows", "fields", "batch_size", "drop_last"):
+        if key in recorded and key in expected and recorded[key] != expected[key]:
+            what = {
+                "rows": "another dataset (its row count)",
+                "fields": "another dataset (its fields)",
+                "batch_size": "another batch size",
+                "drop_last": "another drop_last",
+            }[key]
+            raise ValueError(
+                f"loader state is from {what}: {key}={recorded[key]!r} in the state, "
+                f"{expected[key]!r} in this loader"
+            )
+    # After the plain counts, whose messages say more than the identity's.
+    if "dataset" in expected:
+        _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
+
+
+def _check_state_version(state: dict[str, Any]) -> None:
+    if "version" not in state:
+        raise ValueError(
+            "loader state has no 'version': it was not written by chute.DataLoader.state_dict() "
+            f"of this chute (which writes version {STATE_VERSION})"
+        )
+    version = state["version"]
+    if isinstance(version, bool) or version != STATE_VERSION:
+        raise ValueError(
+            f"loader state has version {version!r}; this chute reads version {STATE_VERSION} "
+            "(the state was written by another chute, or altered)"
+        )
+
+
+def _check_batches_within(batches: int, epoch_batches: int | None) -> None:
+    if epoch_batches is not None and batches > epoch_batches:
+        raise ValueError(
+            f"loader state is {batches} batches into its epoch, but this loader's epoch has "
+            f"{epoch_batches} batches: the state was taken over another dataset or sampler"
+        )
+
+
+def _check_dataset_identity(recorded: Any, expected: dict[str, Any]) -> None:
+    """A state's record of its dataset (the dataset's ``state_identity()``)
+    against this loader's dataset: ValueError naming what differs."""
+    if not isinstance(recorded, dict):
+        raise ValueError(
+            "loader state carries no identity of its dataset (its 'loader' has no 'dataset' "
+            f"entry with {', '.join(map(repr, expected))}): it cannot be checked against "
+            "this loader's dataset"
+        )
+    for key, value in expected.items():
+        if recorded.get(key) != value:
+            raise ValueError(
+                "loader state is from another dataset (its files, arrays or sources): "
+                f"the state was taken over {key} "
+                f"{recorded.get(key)!r} but this loader reads {value!r}"
+            )
+
+
+def _check_indexed_state(state: dict[str, Any], generator: torch.Generator | None) -> None:
+    batches = state.get("batches")
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+        raise ValueError(f"loader state: 'batches' must be a count (an int >= 0), not {batches!r}")
+    epoch = state.get("sampler_epoch")
+    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
+        raise ValueError(f"loader state: 'sampler_epoch' must be an int or None, not {epoch!r}")
+    rng = state.get("rng_state")
+    expected = _get_rng_state(generator)
+    if (
+        not isinstance(rng, torch.Tensor)
+        or rng.dtype != expected.dtype
+        or rng.shape != expected.shape
+    ):
+        raise ValueError(
+            "loader state: 'rng_state' must be the generator state a state_dict() recorded "
+            f"(a {expected.dtype} tensor of shape {tuple(expected.shape)})"
+        )
+
+
+def _get_rng_state(generator: torch.Generator | None) -> torch.Tensor:
+    # Without a generator, torch's samplers seed themselves from the global RNG.
+    return generator.get_state() if generator is not None else torch.get_rng_state()
+
+
+def _set_rng_state(generator: torch.Generator | None, state: torch.Tensor) -> None:
+    if generator is not None:
+        generator.set_state(state)
+    else:
+        torch.set_rng_state(state)

@@ -1,0 +1,109 @@
+"""Checks several test folders share: webdataset outputs compared exactly,
+ranks of a distributed run simulated in turn in one process, and what the
+tar fault tests build and assert."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import re
+import struct
+import tarfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+
+def assert_same(a: Any, b: Any, path: str = "") -> None:
+    """Exact equality of nested webdataset outputs, types included."""
+    assert type(a) is type(b), f"{path}: {type(a)} != {type(b)}"
+    if isinstance(a, dict):
+        assert set(a) == set(b), f"{path}: keys {set(a)} != {set(b)}"
+        for k in a:
+            assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{path}: len {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape, (
+            f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        )
+        np.testing.assert_array_equal(a, b, err_msg=path)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, (
+            f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        )
+        assert torch.equal(a, b), path
+    else:
+        assert a == b, path
+
+
+def run_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+    world: int,
+    make: Callable[[], Any],
+    ids: Callable[[Any], list[Any]],
+    state: dict[str, Any] | None = None,
+    batches: int | None = None,
+) -> tuple[list[list[list[Any]]], list[dict[str, Any]]]:
+    """Each rank of `world`: a fresh loader from `make()`, `state` loaded,
+    `batches` batches (all when None); its batches (as sample ids) and its
+    state after them."""
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    delivered, states = [], []
+    for rank in range(world):
+        monkeypatch.setenv("RANK", str(rank))
+        loader = make()
+        loader.set_epoch(2)
+        if state is not None:
+            loader.load_state_dict(state)
+        it = iter(loader)
+        delivered.append([ids(b) for b in (itertools.islice(it, batches) if batches else it)])
+        states.append(loader.state_dict())
+    return delivered, states
+
+
+def counts(*parts: list[list[list[Any]]]) -> collections.Counter[Any]:
+    return collections.Counter(i for part in parts for rank in part for b in rank for i in b)
+
+
+def assert_equal_batch_counts(part: list[list[list[Any]]], expected: int) -> None:
+    assert [len(rank) for rank in part] == [expected] * len(part)
+
+
+def keys(batch: Any) -> list[str]:
+    return list(batch[0])
+
+
+def member_offsets(path: Path) -> dict[str, int]:
+    with tarfile.open(path) as tf:
+        return {m.name: m.offset for m in tf.getmembers()}
+
+
+def assert_names(message: str, shard: str, where: str | None = None) -> None:
+    assert f"'{shard}'" in message, message
+    assert re.search(r"offset \d+", message), message
+    if where is not None:
+        assert where in message, message
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_declaring(height: int, width: int) -> bytes:
+    """A valid little PNG whose IHDR (with a correct CRC) declares another size."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00" + b"\x00" * 6 + b"\x00" + b"\x00" * 6)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", ihdr)
+        + _png_chunk(b"IDAT", pixels)
+        + _png_chunk(b"IEND", b"")
+    )
