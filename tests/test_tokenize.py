@@ -400,6 +400,9 @@ def test_failed_run_removes_its_temporary_files(tmp_path, tokenizer) -> None:
     names = os.listdir(tmp_path / "cache")
     assert not [n for n in names if ".tmp-" in n]
     assert not [n for n in names if n.startswith("b-")]
+    # The shard read whole before the failure was written.
+    (path,) = chute.tokenize_shards(good, tokenizer, tmp_path / "cache", read_only=True)
+    assert_tokens(path, tokenizer, ["one", "two"])
 
 
 def test_bad_jsonl_lines_name_file_and_line(tmp_path, tokenizer) -> None:

@@ -651,6 +651,7 @@ def _build(
     pending: deque[tuple[int, Future[tuple[np.ndarray, np.ndarray]] | None]] = deque()
     writer: _EntryWriter | None = None
     read_all = False
+    failure: BaseException | None = None
     reader.start()
     try:
         while pending or not read_all:
@@ -670,13 +671,15 @@ def _build(
                 continue
             read, item = reader.items.get()
             if read is None:
-                if item is not None:
-                    raise item
+                # The shards read whole before a failure are still written.
+                failure = item
                 read_all = True
             elif item is None:
                 pending.append((read, None))
             else:
                 pending.append((read, pool.submit(_encode, tokenizer, item, options, dtype)))
+        if failure is not None:
+            raise failure
     finally:
         claims.stop.set()
         for _, future in pending:
