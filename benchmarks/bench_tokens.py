@@ -58,6 +58,14 @@ per CPU-second (the process's threads and its finished DataLoader workers),
 which moves less with the load of a shared machine. --repeats rounds, each
 in a rotated order of the configurations; each row is the median round.
 
+Beside the ratios it prints the encoder's own bound: ``encode_batch_fast``
+over the best ``datasets`` loader is the most any loader that has to run
+this encoder on these cores could reach; and, for ``datasets``, the wall
+and CPU time of its ``map`` (CPU above wall: the tokenizer's threads ran in
+parallel). ``--baseline-tree DIR`` adds chute imported from DIR (another
+checkout's ``python/``) as one more configuration: before and after in one
+run.
+
     python benchmarks/bench_tokens.py --part a            # 128M tokens
     python benchmarks/bench_tokens.py --part a --quick    # 16M
     python benchmarks/bench_tokens.py --part b            # 8 MiB of text, 3 rounds
@@ -526,6 +534,8 @@ def run_datasets(cfg: dict) -> dict:
 
 
 def worker_b(config: dict[str, Any]) -> None:
+    if config.get("tree"):
+        sys.path.insert(0, config["tree"])  # --baseline-tree: chute from another checkout
     run = {"encode_batch": run_encode_batch, "chute": run_chute, "datasets": run_datasets}
     print(json.dumps(run[config["kind"]](config)))
 
@@ -534,7 +544,9 @@ def label(cfg: dict) -> str:
     if cfg["kind"] == "datasets":
         return f"datasets map + Python packing, DataLoader num_workers={cfg['workers']}"
     if cfg["kind"] == "chute":
-        return "chute TokenDataset.from_text + DataLoader" + (", cached" if cfg["cached"] else "")
+        tree = f" ({cfg['tree']})" if cfg.get("tree") else ""
+        cached = ", cached" if cfg["cached"] else ""
+        return f"chute TokenDataset.from_text + DataLoader{cached}{tree}"
     name = "encode_batch_fast" if cfg["fast"] else "encode_batch"
     return f"tokenizers {name} (texts in memory)"
 
@@ -577,6 +589,18 @@ def part_b(args: argparse.Namespace) -> None:
                 {"kind": "chute", "cached": True, "cache": cache},
             ],
         ] + [[{"kind": "datasets", "workers": w}] for w in (0, 1, 2)]
+        if args.baseline_tree:
+            tree_cache = str(work / "cache-baseline")
+            groups.append(
+                [
+                    {
+                        "kind": "chute",
+                        "cached": False,
+                        "cache": tree_cache,
+                        "tree": args.baseline_tree,
+                    }
+                ]
+            )
         results = []
         # Rounds in rotated orders: the machine's load drifts, and no
         # configuration should always run at the same point of it.
@@ -607,7 +631,14 @@ def part_b(args: argparse.Namespace) -> None:
         return r["config"]["kind"] == "encode_batch" and r["config"]["fast"] == fast
 
     def is_chute(r: dict[str, Any]) -> bool:
-        return r["config"]["kind"] == "chute" and not r["config"]["cached"]
+        return (
+            r["config"]["kind"] == "chute"
+            and not r["config"]["cached"]
+            and not r["config"].get("tree")
+        )
+
+    def is_baseline_tree(r: dict[str, Any]) -> bool:
+        return r["config"]["kind"] == "chute" and bool(r["config"].get("tree"))
 
     summary: dict[str, Any] = {
         "documents": data["documents"],
@@ -628,6 +659,13 @@ def part_b(args: argparse.Namespace) -> None:
             # encoder alone: its speed-up over datasets is bounded by this.
             "encode_batch_fast_over_best_datasets": fast / best_datasets,
         }
+        if args.baseline_tree:
+            theirs = speed(is_baseline_tree, key)
+            summary[unit]["baseline_tree"] = {
+                "tree": args.baseline_tree,
+                "chute_over_encode_batch_fast": theirs / fast,
+                "chute_over_best_datasets": theirs / best_datasets,
+            }
     datasets_rows = [r for r in rows if r["config"]["kind"] == "datasets"]
     summary["datasets_map"] = {
         str(r["config"]["workers"]): {
@@ -660,6 +698,13 @@ def part_b(args: argparse.Namespace) -> None:
             f" the encoder alone (encode_batch_fast) is"
             f" {ratios['encode_batch_fast_over_best_datasets']:.2f}x that loader"
         )
+        if "baseline_tree" in ratios:
+            before = ratios["baseline_tree"]
+            print(
+                f"{what}: chute from {before['tree']}:"
+                f" {before['chute_over_encode_batch_fast']:.2f}x encode_batch_fast,"
+                f" {before['chute_over_best_datasets']:.2f}x the best datasets loader"
+            )
     for workers, m in summary["datasets_map"].items():
         print(
             f"datasets, num_workers={workers}: map {m['map_seconds']:.2f} s of"
@@ -694,6 +739,11 @@ def main() -> None:
         "--repeats", type=int, default=3, help="runs of chute and of memcpy (a), rounds (b)"
     )
     parser.add_argument("--memmap-workers", default="0,1,2", help="torch workers tried (a)")
+    parser.add_argument(
+        "--baseline-tree",
+        help="(b) also run chute imported from this directory (another checkout's python/),"
+        " side by side: before/after figures from one run",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
