@@ -384,6 +384,20 @@ def test_token_ids_beyond_the_vocabulary_refused_at_open(tmp_path: Path):
     with pytest.raises(chute.DataError, match=r"m\.bin': token id 999 at byte offset 16 "):
         chute.TokenDataset([good, bad], 2, vocab_size=999)
     assert len(chute.TokenDataset([good, bad], 2, vocab_size=1000)) == 4
+    # Bytes of a Megatron .bin that lie in no sequence hold no tokens.
+    data = np.array([99, 1, 2, 99, 99, 3, 4, 5, 99, 6], dtype=np.uint16)
+    with open(tmp_path / "g.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 3, 3))
+        f.write(np.array([2, 3, 1], dtype=np.int32).tobytes())
+        f.write(np.array([2, 10, 18], dtype=np.int64).tobytes())
+        f.write(np.array([0, 2, 3], dtype=np.int64).tobytes())
+    data.tofile(tmp_path / "g.bin")
+    assert len(chute.TokenDataset(str(tmp_path / "g.idx"), 2, vocab_size=10)) == 2
+    data[6] = 50
+    data.tofile(tmp_path / "g2.bin")
+    (tmp_path / "g2.idx").write_bytes((tmp_path / "g.idx").read_bytes())
+    with pytest.raises(chute.DataError, match=r"g2\.bin': token id 50 at byte offset 12 "):
+        chute.TokenDataset(str(tmp_path / "g2.idx"), 2, vocab_size=10)
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="vocab_size must be a positive integer"):
             chute.TokenDataset(str(tmp_path / "s.npy"), 5, vocab_size=bad)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,39 @@ def _tokens_of(f: Any) -> np.ndarray:
     return tokens
 
 
+def _token_runs(f: Any, itemsize: int) -> list[tuple[int, int]]:
+    """(first element, count) of each run of a file's tokens that lie back to
+    back, in stream order: the whole array, or a Megatron file's sequences
+    (its .idx, already checked by the engine, read as documented) with the
+    bytes between them left out."""
+    if f.format != "megatron":
+        return [(0, int(f.num_tokens))]
+    index = np.memmap(f.index_path, dtype=np.uint8, mode="r")
+    count = int(index[18:26].view("<u8")[0])
+    lengths = index[34 : 34 + 4 * count].view("<i4").astype(np.int64)
+    starts = index[34 + 4 * count : 34 + 12 * count].view("<i8") // itemsize
+    keep = lengths > 0
+    lengths, starts = lengths[keep], starts[keep]
+    if not len(lengths):
+        return []
+    # A sequence that starts where the one before ends continues its run.
+    breaks = np.flatnonzero(starts[1:] != starts[:-1] + lengths[:-1]) + 1
+    firsts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(lengths)]])
+    return [
+        (int(starts[a]), int(starts[b - 1] + lengths[b - 1] - starts[a]))
+        for a, b in zip(firsts, ends, strict=True)
+    ]
+
+
+def _chunks(f: Any, tokens: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first element, tokens) of the file's tokens in stream order, in
+    pieces of at most _SCAN_TOKENS."""
+    for first, count in _token_runs(f, tokens.dtype.itemsize):
+        for at in range(first, first + count, _SCAN_TOKENS):
+            yield at, np.asarray(tokens[at : min(at + _SCAN_TOKENS, first + count)])
+
+
 def check_vocabulary(url: str, f: Any, vocab_size: int) -> None:
     """Raises chute.DataError naming `url`, the byte offset and the id when
     the TokenFile `f` holds an id outside ``[0, vocab_size)``. The file's id
@@ -77,8 +110,7 @@ def check_vocabulary(url: str, f: Any, vocab_size: int) -> None:
         tokens = _tokens_of(f)
         signed = tokens.dtype.kind == "i"
         lowest, highest = 0, 0
-        for start in range(0, len(tokens), _SCAN_TOKENS):
-            chunk = tokens[start : start + _SCAN_TOKENS]
+        for _, chunk in _chunks(f, tokens):
             highest = max(highest, int(chunk.max()))
             if signed:
                 lowest = min(lowest, int(chunk.min()))
@@ -89,12 +121,11 @@ def check_vocabulary(url: str, f: Any, vocab_size: int) -> None:
         return
     if tokens is None:
         tokens = _tokens_of(f)
-    for start in range(0, len(tokens), _SCAN_TOKENS):
-        chunk = np.asarray(tokens[start : start + _SCAN_TOKENS])
+    for at, chunk in _chunks(f, tokens):
         outside = (chunk >= vocab_size) | (chunk < 0)
         if outside.any():
             i = int(np.argmax(outside))
-            offset = getattr(tokens, "offset", 0) + (start + i) * tokens.dtype.itemsize
+            offset = getattr(tokens, "offset", 0) + (at + i) * tokens.dtype.itemsize
             raise DataError(
                 f"'{url}': token id {int(chunk[i])} at byte offset {offset} is outside the"
                 f" vocabulary (vocab_size {vocab_size})"
