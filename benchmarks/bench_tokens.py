@@ -60,6 +60,14 @@ per CPU-second (the process's threads and its finished DataLoader workers),
 which moves less with the load of a shared machine. --repeats rounds, each
 in a rotated order of the configurations; each row is the median round.
 
+Beside the ratios it prints the encoder's own bound: ``encode_batch_fast``
+over the best ``datasets`` loader is the most any loader that has to run
+this encoder on these cores could reach; and, for ``datasets``, the wall
+and CPU time of its ``map`` (CPU above wall: the tokenizer's threads ran in
+parallel). ``--baseline-tree DIR`` adds chute imported from DIR (another
+checkout's ``python/``) as one more configuration: before and after in one
+run.
+
     python benchmarks/bench_tokens.py --part a            # 128M tokens
     python benchmarks/bench_tokens.py --part a --quick    # 16M
     python benchmarks/bench_tokens.py --part b            # 8 MiB of text, 3 rounds
@@ -503,8 +511,13 @@ def run_datasets(cfg: dict) -> dict:
     try:
         start, cpu = time.perf_counter(), _cpu_seconds()
         raw = datasets.load_dataset("json", data_files=cfg["files"], split="train", cache_dir=cache)
+        loaded, map_cpu = time.perf_counter(), _cpu_seconds()
         tokenized = raw.map(tokenize, batched=True, remove_columns=raw.column_names)
         tokenize_seconds = time.perf_counter() - start
+        # map's own wall and CPU time: CPU above wall shows the tokenizer's
+        # threads ran in parallel (the map runs in this process, before the
+        # DataLoader forks its workers).
+        map_seconds, map_cpu = time.perf_counter() - loaded, _cpu_seconds() - map_cpu
         loader = DataLoader(Packed(tokenized), batch_size=BATCH, num_workers=cfg["workers"])
         windows = batches = 0
         for batch in loader:
@@ -518,6 +531,8 @@ def run_datasets(cfg: dict) -> dict:
         "seconds": seconds,
         "cpu_seconds": cpu,
         "tokenize_seconds": tokenize_seconds,
+        "map_seconds": map_seconds,
+        "map_cpu_seconds": map_cpu,
         "tokens": tokens,
         "windows": windows,
         "batches": batches,
@@ -525,6 +540,8 @@ def run_datasets(cfg: dict) -> dict:
 
 
 def worker_b(config: dict[str, Any]) -> None:
+    if config.get("tree"):
+        sys.path.insert(0, config["tree"])  # --baseline-tree: chute from another checkout
     run = {"encode_batch": run_encode_batch, "chute": run_chute, "datasets": run_datasets}
     print(json.dumps(run[config["kind"]](config)))
 
@@ -533,7 +550,9 @@ def label(cfg: dict) -> str:
     if cfg["kind"] == "datasets":
         return f"datasets map + Python packing, DataLoader num_workers={cfg['workers']}"
     if cfg["kind"] == "chute":
-        return "chute TokenDataset.from_text + DataLoader" + (", cached" if cfg["cached"] else "")
+        tree = f" ({cfg['tree']})" if cfg.get("tree") else ""
+        cached = ", cached" if cfg["cached"] else ""
+        return f"chute TokenDataset.from_text + DataLoader{cached}{tree}"
     name = "encode_batch_fast" if cfg["fast"] else "encode_batch"
     return f"tokenizers {name} (texts in memory)"
 
@@ -576,6 +595,18 @@ def part_b(args: argparse.Namespace) -> None:
                 {"kind": "chute", "cached": True, "cache": cache},
             ],
         ] + [[{"kind": "datasets", "workers": w}] for w in (0, 1, 2)]
+        if args.baseline_tree:
+            tree_cache = str(work / "cache-baseline")
+            groups.append(
+                [
+                    {
+                        "kind": "chute",
+                        "cached": False,
+                        "cache": tree_cache,
+                        "tree": args.baseline_tree,
+                    }
+                ]
+            )
         results = []
         # Rounds in rotated orders: the machine's load drifts, and no
         # configuration should always run at the same point of it.
@@ -606,7 +637,14 @@ def part_b(args: argparse.Namespace) -> None:
         return r["config"]["kind"] == "encode_batch" and r["config"]["fast"] == fast
 
     def is_chute(r: dict[str, Any]) -> bool:
-        return r["config"]["kind"] == "chute" and not r["config"]["cached"]
+        return (
+            r["config"]["kind"] == "chute"
+            and not r["config"]["cached"]
+            and not r["config"].get("tree")
+        )
+
+    def is_baseline_tree(r: dict[str, Any]) -> bool:
+        return r["config"]["kind"] == "chute" and bool(r["config"].get("tree"))
 
     summary: dict[str, Any] = {
         "documents": data["documents"],
@@ -617,12 +655,32 @@ def part_b(args: argparse.Namespace) -> None:
     }
     for key, unit in (("tokens_per_s", "wall"), ("median_tokens_per_cpu_s", "cpu")):
         ours = speed(is_chute, key)
+        fast = speed(lambda r: is_encode(r, True), key)
+        best_datasets = speed(lambda r: r["config"]["kind"] == "datasets", key)
         summary[unit] = {
             "chute_over_encode_batch": ours / speed(lambda r: is_encode(r, False), key),
-            "chute_over_encode_batch_fast": ours / speed(lambda r: is_encode(r, True), key),
-            "chute_over_best_datasets": ours
-            / speed(lambda r: r["config"]["kind"] == "datasets", key),
+            "chute_over_encode_batch_fast": ours / fast,
+            "chute_over_best_datasets": ours / best_datasets,
+            # A loader that must run this encoder is at best as fast as the
+            # encoder alone: its speed-up over datasets is bounded by this.
+            "encode_batch_fast_over_best_datasets": fast / best_datasets,
         }
+        if args.baseline_tree:
+            theirs = speed(is_baseline_tree, key)
+            summary[unit]["baseline_tree"] = {
+                "tree": args.baseline_tree,
+                "chute_over_encode_batch_fast": theirs / fast,
+                "chute_over_best_datasets": theirs / best_datasets,
+            }
+    datasets_rows = [r for r in rows if r["config"]["kind"] == "datasets"]
+    summary["datasets_map"] = {
+        str(r["config"]["workers"]): {
+            "seconds": r["seconds"],
+            "map_seconds": r["map_seconds"],
+            "map_cpu_seconds": r["map_cpu_seconds"],
+        }
+        for r in datasets_rows
+    }
     print()
     print(
         table(
@@ -642,7 +700,21 @@ def part_b(args: argparse.Namespace) -> None:
         print(
             f"{what}: chute {ratios['chute_over_encode_batch']:.2f}x encode_batch (target >= 0.9),"
             f" {ratios['chute_over_encode_batch_fast']:.2f}x encode_batch_fast,"
-            f" {ratios['chute_over_best_datasets']:.2f}x the best datasets loader (target >= 3)"
+            f" {ratios['chute_over_best_datasets']:.2f}x the best datasets loader (target >= 3);"
+            f" the encoder alone (encode_batch_fast) is"
+            f" {ratios['encode_batch_fast_over_best_datasets']:.2f}x that loader"
+        )
+        if "baseline_tree" in ratios:
+            before = ratios["baseline_tree"]
+            print(
+                f"{what}: chute from {before['tree']}:"
+                f" {before['chute_over_encode_batch_fast']:.2f}x encode_batch_fast,"
+                f" {before['chute_over_best_datasets']:.2f}x the best datasets loader"
+            )
+    for workers, m in summary["datasets_map"].items():
+        print(
+            f"datasets, num_workers={workers}: map {m['map_seconds']:.2f} s of"
+            f" {m['seconds']:.2f} s, {m['map_cpu_seconds'] / m['map_seconds']:.2f} CPUs busy in it"
         )
     print(
         "load average (1/5/15 min) before: "
@@ -673,6 +745,11 @@ def main() -> None:
         "--repeats", type=int, default=3, help="runs of chute and of memcpy (a), rounds (b)"
     )
     parser.add_argument("--memmap-workers", default="0,1,2", help="torch workers tried (a)")
+    parser.add_argument(
+        "--baseline-tree",
+        help="(b) also run chute imported from this directory (another checkout's python/),"
+        " side by side: before/after figures from one run",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

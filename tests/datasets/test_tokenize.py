@@ -400,6 +400,9 @@ def test_failed_run_removes_its_temporary_files(tmp_path, tokenizer) -> None:
     names = os.listdir(tmp_path / "cache")
     assert not [n for n in names if ".tmp-" in n]
     assert not [n for n in names if n.startswith("b-")]
+    # The shard read whole before the failure was written.
+    (path,) = chute.tokenize_shards(good, tokenizer, tmp_path / "cache", read_only=True)
+    assert_tokens(path, tokenizer, ["one", "two"])
 
 
 def test_bad_jsonl_lines_name_file_and_line(tmp_path, tokenizer) -> None:
@@ -524,6 +527,37 @@ def test_token_dataset_from_text_packs_the_tokens(tmp_path, tokenizer, encode_ca
     assert len(encode_calls) == 2  # the cache served the second dataset
 
 
+def test_from_text_checks_the_vocabulary_with_the_recorded_ids(
+    tmp_path, tokenizer, monkeypatch
+) -> None:
+    import chute.datasets.tokens
+
+    documents = make_documents(np.random.default_rng(15), 30)
+    url = write_jsonl(tmp_path / "a.jsonl", documents)
+    eod = tokenizer.token_to_id("<|endoftext|>")
+    (path,) = chute.tokenize_shards(url, tokenizer, tmp_path / "c", eod_id=eod)
+    ids = np.concatenate(read_megatron(path)[1])
+    manifest = json.loads(Path(path[: -len(".bin")] + ".json").read_text())
+    assert (manifest["min_token_id"], manifest["max_token_id"]) == (ids.min(), ids.max())
+
+    reads: list[str] = []
+    real = chute.datasets.tokens._tokens_of
+    monkeypatch.setattr(
+        chute.datasets.tokens, "_tokens_of", lambda f: reads.append(f.path) or real(f)
+    )
+    ds = chute.TokenDataset.from_text(url, tokenizer, 8, cache_dir=tmp_path / "c", eod_id=eod)
+    assert len(ds) > 0 and reads == []  # the manifest's ids, not a read of the file
+    first = int(np.argmax(ids == ids.max()))
+    with pytest.raises(
+        chute.DataError,
+        match=rf"{path}': token id {ids.max()} at byte offset {2 * first} is outside the"
+        rf" vocabulary \(vocab_size {ids.max()}\)",
+    ):
+        chute.TokenDataset.from_text(
+            url, tokenizer, 8, cache_dir=tmp_path / "c", eod_id=eod, vocab_size=int(ids.max())
+        )
+
+
 def test_remote_object_replaced_while_read_is_refused(
     tmp_path, tokenizer, object_server, monkeypatch
 ) -> None:
@@ -548,3 +582,92 @@ def test_remote_gzip_that_does_not_inflate(tmp_path, tokenizer, object_server) -
     object_server.objects["/d/bad.tar.gz"] = b"\x1f\x8b\x08\x00" + bytes(40)
     with pytest.raises(chute.DataError, match=r"bad\.tar\.gz: the gzip stream does not inflate"):
         chute.tokenize_shards(f"{object_server.url}/d/bad.tar.gz", tokenizer, tmp_path / "c")
+
+
+def _tokenize_as_rank(rank: int, urls: list[str], tokenizer_path: str, work: str, barrier) -> None:
+    """One rank of test_ranks_tokenize_into_one_cache_at_once, in its own
+    process: logs each entry it writes, then saves its dataset's sequences."""
+    real_finish = text_tokens._EntryWriter.finish
+
+    def logged(self, description):
+        real_finish(self, description)
+        with open(os.path.join(work, "written.log"), "a") as f:
+            f.write(os.path.basename(self.entry.stem) + "\n")
+
+    text_tokens._EntryWriter.finish = logged
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    eod = tokenizer.token_to_id("<|endoftext|>")
+    barrier.wait(timeout=120)
+    ds = chute.TokenDataset.from_text(
+        urls, tokenizer, 16, cache_dir=os.path.join(work, "cache"), eod_id=eod
+    )
+    np.save(os.path.join(work, f"rank{rank}.npy"), np.stack([s["input_ids"] for s in ds]))
+
+
+def test_ranks_tokenize_into_one_cache_at_once(tmp_path, tokenizer) -> None:
+    import multiprocessing
+
+    rng = np.random.default_rng(16)
+    shards = [make_documents(rng, 150) for _ in range(6)]
+    urls = [write_jsonl(tmp_path / f"part-{i}.jsonl", d) for i, d in enumerate(shards)]
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(3)
+    ranks = [
+        context.Process(
+            target=_tokenize_as_rank,
+            args=(rank, urls, str(tmp_path / "tokenizer.json"), str(tmp_path), barrier),
+        )
+        for rank in range(3)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=300)
+    assert [p.exitcode for p in ranks] == [0, 0, 0]
+
+    # Each entry was written once, by one of the ranks; the others used it.
+    eod = tokenizer.token_to_id("<|endoftext|>")
+    paths = chute.tokenize_shards(urls, tokenizer, tmp_path / "cache", eod_id=eod, read_only=True)
+    written = (tmp_path / "written.log").read_text().split()
+    assert sorted(written) == sorted(os.path.basename(p)[: -len(".bin")] for p in paths)
+    for path, documents in zip(paths, shards, strict=True):
+        assert_tokens(path, tokenizer, documents, eod)
+    assert sorted(os.listdir(tmp_path / "cache")) == sorted(
+        os.path.basename(p)[: -len(".bin")] + suffix
+        for p in paths
+        for suffix in (".bin", ".idx", ".json")
+    )
+    sequences = [np.load(tmp_path / f"rank{rank}.npy") for rank in range(3)]
+    tokens = [t for d in expected_tokens(tokenizer, [x for s in shards for x in s], eod) for t in d]
+    expected = [inputs for inputs, _ in reference_windows(tokens, 16)]
+    for rank_sequences in sequences:
+        assert rank_sequences.tolist() == expected
+
+
+def test_entry_left_by_a_dead_process_is_built_by_the_next(tmp_path, tokenizer) -> None:
+    import multiprocessing
+
+    documents = make_documents(np.random.default_rng(17), 40)
+    url = write_jsonl(tmp_path / "a.jsonl", documents)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    dying = multiprocessing.get_context("fork").Process(
+        target=_die_while_writing, args=(url, str(tmp_path / "tokenizer.json"), str(tmp_path))
+    )
+    dying.start()
+    dying.join(timeout=300)
+    assert dying.exitcode == 3
+    left = os.listdir(tmp_path / "cache")
+    assert any(n.endswith(".lock") for n in left) and any(".tmp-" in n for n in left)
+    # The lock died with its holder: the next call builds the entry.
+    (path,) = chute.tokenize_shards(url, tokenizer, tmp_path / "cache")
+    assert_tokens(path, tokenizer, documents)
+    assert not [n for n in os.listdir(tmp_path / "cache") if n.endswith(".lock")]
+
+
+def _die_while_writing(url: str, tokenizer_path: str, work: str) -> None:
+    def die(self, tokens, lengths):
+        os._exit(3)
+
+    text_tokens._EntryWriter.add = die
+    chute.tokenize_shards(url, Tokenizer.from_file(tokenizer_path), os.path.join(work, "cache"))

@@ -6,6 +6,7 @@ counted; bad inputs named by file and byte offset."""
 from __future__ import annotations
 
 import collections
+import os
 import struct
 import subprocess
 import sys
@@ -360,24 +361,79 @@ def test_megatron_index_cut_short(tmp_path: Path):
         chute.TokenDataset(idx, 2)
 
 
-def test_token_ids_beyond_the_vocabulary(tmp_path: Path):
+def test_token_ids_beyond_the_vocabulary_refused_at_open(tmp_path: Path):
     tokens = np.arange(100, dtype=np.uint16) % 50
     tokens[77] = 50
+    tokens[90] = 60
     tokens.tofile(tmp_path / "v.bin")
-    ds = chute.TokenDataset(str(tmp_path / "v.bin"), 10, dtype="uint16", vocab_size=50)
-    assert ds[0]["input_ids"].tolist() == list(range(10))
+    # The first id outside the vocabulary, by its byte offset.
     with pytest.raises(
         chute.DataError,
-        match=r"v\.bin.*token id 50 at byte offset 154 is outside the vocabulary \(vocab_size 50\)",
+        match=r"v\.bin': token id 50 at byte offset 154 is outside the vocabulary"
+        r" \(vocab_size 50\)",
     ):
-        list(chute.DataLoader(ds, batch_size=4, num_workers=2))
+        chute.TokenDataset(str(tmp_path / "v.bin"), 10, dtype="uint16", vocab_size=50)
+    ds = chute.TokenDataset(str(tmp_path / "v.bin"), 10, dtype="uint16", vocab_size=61)
+    assert len(list(chute.DataLoader(ds, batch_size=4, num_workers=2))) == 3
     # Negative ids of a signed file are outside it too.
     signed = np.arange(30, dtype=np.int32)
     signed[12] = -3
     np.save(tmp_path / "s.npy", signed)
-    ds = chute.TokenDataset(str(tmp_path / "s.npy"), 5, vocab_size=1000)
-    with pytest.raises(chute.DataError, match=r"s\.npy.*token id -3 at byte offset 176 "):
-        ds[2]
+    with pytest.raises(chute.DataError, match=r"s\.npy': token id -3 at byte offset 176 "):
+        chute.TokenDataset(str(tmp_path / "s.npy"), 5, vocab_size=1000)
+    # A Megatron pair names its .bin; every file of a dataset is checked.
+    _, good = write_megatron(tmp_path / "g", [[[1, 2], [3]]], np.int32)
+    _, bad = write_megatron(tmp_path / "m", [[[1, 2], [3]], [[4, 999, 6]]], np.int32)
+    with pytest.raises(chute.DataError, match=r"m\.bin': token id 999 at byte offset 16 "):
+        chute.TokenDataset([good, bad], 2, vocab_size=999)
+    assert len(chute.TokenDataset([good, bad], 2, vocab_size=1000)) == 4
+    # Bytes of a Megatron .bin that lie in no sequence hold no tokens.
+    data = np.array([99, 1, 2, 99, 99, 3, 4, 5, 99, 6], dtype=np.uint16)
+    with open(tmp_path / "g.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, 3, 3))
+        f.write(np.array([2, 3, 1], dtype=np.int32).tobytes())
+        f.write(np.array([2, 10, 18], dtype=np.int64).tobytes())
+        f.write(np.array([0, 2, 3], dtype=np.int64).tobytes())
+    data.tofile(tmp_path / "g.bin")
+    assert len(chute.TokenDataset(str(tmp_path / "g.idx"), 2, vocab_size=10)) == 2
+    data[6] = 50
+    data.tofile(tmp_path / "g2.bin")
+    (tmp_path / "g2.idx").write_bytes((tmp_path / "g.idx").read_bytes())
+    with pytest.raises(chute.DataError, match=r"g2\.bin': token id 50 at byte offset 12 "):
+        chute.TokenDataset(str(tmp_path / "g2.idx"), 2, vocab_size=10)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="vocab_size must be a positive integer"):
+            chute.TokenDataset(str(tmp_path / "s.npy"), 5, vocab_size=bad)
+
+
+def test_vocabulary_check_reads_a_file_once(tmp_path: Path, monkeypatch: Any):
+    import chute.datasets.tokens
+
+    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "a.bin")
+    reads: list[str] = []
+    real = chute.datasets.tokens._tokens_of
+
+    def counting(f: Any) -> Any:
+        reads.append(f.path)
+        return real(f)
+
+    monkeypatch.setattr(chute.datasets.tokens, "_tokens_of", counting)
+    path = str(tmp_path / "a.bin")
+    chute.TokenDataset(path, 10, dtype="uint16", vocab_size=1000)
+    chute.TokenDataset(path, 10, dtype="uint16", vocab_size=2000)
+    assert reads == [path]
+    # A smaller vocabulary: the error is located by reading the file again.
+    with pytest.raises(chute.DataError, match=r"token id 999 at byte offset 1998 "):
+        chute.TokenDataset(path, 10, dtype="uint16", vocab_size=999)
+    assert reads == [path, path]
+    # A file written again is a new file to check.
+    arr = np.arange(1000, dtype=np.uint16)
+    arr[3] = 4000
+    written = Path(path).stat().st_mtime_ns
+    arr.tofile(path)
+    os.utime(path, ns=(written + 10**9, written + 10**9))
+    with pytest.raises(chute.DataError, match=r"token id 4000 at byte offset 6 "):
+        chute.TokenDataset(path, 10, dtype="uint16", vocab_size=2000)
 
 
 # -- resume, elastic resume, mixing ---------------------------------------------------------

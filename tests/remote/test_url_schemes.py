@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from chute import _core
-from chute import remote
+from chute import _core, remote
 from chute.remote import _stores
 
 ROOT = Path(os.environ.get("CHUTE_SOURCE_ROOT") or Path(__file__).resolve().parents[2])

@@ -7,6 +7,8 @@ import argparse
 import contextlib
 import json
 import os
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -449,46 +451,127 @@ def _print_hdf5(r: dict[str, Any], out: TextIO) -> None:
 
 
 TOKEN_SUFFIXES = (".bin", ".idx", ".npy")
+NPY_MAGIC = b"\x93NUMPY"
 
 
 def is_token_file(path: str) -> bool:
-    """Token files are told by their name: a local ``.bin`` (raw, or
-    Megatron's with its ``.idx``), an ``.idx``, or a ``.npy``."""
-    return not remote.is_remote(path) and path.endswith(TOKEN_SUFFIXES)
+    """Token files are told by their name: a ``.bin`` (raw, or Megatron's
+    with its ``.idx``), an ``.idx``, or a ``.npy``; local or remote."""
+    return path.endswith(TOKEN_SUFFIXES)
+
+
+def _token_spec(path: str) -> Any:
+    """How TokenDataset reads `path`; a remote ``.bin`` with an ``.idx``
+    beside it is a Megatron pair here too."""
+    from chute.datasets.tokens import TokenFileSpec, token_file_spec
+
+    spec = token_file_spec(path)
+    if spec.format == "raw" and path.endswith(".bin") and remote.is_remote(path):
+        index = path[: -len(".bin")] + ".idx"
+        if remote.exists(index):
+            return TokenFileSpec(path, "megatron", index)
+    return spec
+
+
+def _npy_header_bytes(path: str) -> int:
+    """The bytes of a .npy file before its data (its magic's, when it has no
+    .npy magic: the check then names what is wrong)."""
+    prefix = remote.head_bytes(path, 12)
+    if not prefix.startswith(NPY_MAGIC) or len(prefix) < 12:
+        return len(prefix)
+    if prefix[6] == 1:
+        return 10 + int.from_bytes(prefix[8:10], "little")
+    return 12 + int.from_bytes(prefix[8:12], "little")
+
+
+@contextlib.contextmanager
+def _checkable(spec: Any, whole: bool) -> Iterator[tuple[Any, Callable[[str], str]]]:
+    """The spec of local files the engine's TokenFile checks in place of
+    `spec`'s, and a function that puts the urls back into its messages. A
+    local spec is itself. A remote file becomes a local file of its size
+    holding only what the check reads: the .npy header, or nothing of a raw
+    or Megatron .bin (its .idx is fetched whole), so the engine judges it as
+    it judges a local one; `whole` fetches all of the tokens (to find the
+    documents of a raw or .npy file by their end token)."""
+    from chute.datasets.tokens import TokenFileSpec
+
+    if not remote.is_remote(spec.url):
+        yield spec, lambda message: message
+        return
+    with tempfile.TemporaryDirectory(prefix="chute-inspect-") as directory:
+        names: dict[str, str] = {}
+
+        def place(url: str, head: int | None) -> str:
+            local = os.path.join(directory, url.rsplit("/", 1)[-1])
+            remote.stand_in(url, local, head)
+            names[local] = url
+            return local
+
+        if spec.format == "npy":
+            head = None if whole else _npy_header_bytes(spec.url)
+        else:
+            head = None if whole and spec.format == "raw" else 0
+        index = place(spec.index_url, None) if spec.index_url else ""
+        local_spec = TokenFileSpec(place(spec.url, head), spec.format, index)
+
+        def named(message: str) -> str:
+            for local, url in names.items():
+                message = message.replace(local, url)
+            return message
+
+        yield local_spec, named
 
 
 def inspect_tokens(path: str, dtype: str | None, eod_id: int | None) -> dict[str, Any]:
     """A token file's format, dtype and tokens; its documents (Megatron's,
-    or ended by `eod_id`) and their lengths."""
+    or ended by `eod_id`) and their lengths. A remote file is read by
+    ranges: a Megatron pair's .idx, a .npy's header, all of the tokens only
+    to find documents by `eod_id`."""
     from chute import _core
-    from chute.datasets.tokens import token_file_spec
 
-    spec = token_file_spec(path)
     report: dict[str, Any] = {
         "path": path,
         "kind": "tokens",
-        "format": spec.format,
-        "index": spec.index_url or None,
-        "size": os.path.getsize(spec.url) if os.path.isfile(spec.url) else None,
+        "format": None,
+        "index": None,
+        "size": None,
         "dtype": None,
         "tokens": None,
         "documents": None,
         "document_lengths": None,
         "problems": [],
     }
+    try:
+        spec = _token_spec(path)
+        report.update(format=spec.format, index=spec.index_url or None)
+        if remote.is_remote(spec.url):
+            report["size"] = remote.size_of(spec.url)
+        elif os.path.isfile(spec.url):
+            report["size"] = os.path.getsize(spec.url)
+    except UsageError as exc:  # a remote object that cannot be read
+        report["problems"].append(str(exc))
+        return report
     if spec.format == "raw" and dtype is None:
         report["problems"].append("a raw token file has no header: give --dtype (e.g. uint16)")
         return report
+    by_eod = spec.format != "megatron" and eod_id is not None
     try:
-        f = _core.TokenFile(spec.url, spec.format, dtype or "", spec.index_url)
-        report.update(dtype=f.dtype, tokens=int(f.num_tokens))
-        if spec.format != "megatron" and eod_id is None:
-            return report
-        # The documents packing would see; the sequence length only matters
-        # to packing, not to the lengths.
-        packer = _core.TokenPacker([f], 1 << 20, "documents", -1 if eod_id is None else eod_id)
-        lengths = packer.document_lengths()
-    except (ValueError, OSError) as exc:  # the file's own fault, reported as found
+        with _checkable(spec, whole=by_eod) as (local, named):
+            try:
+                f = _core.TokenFile(local.url, local.format, dtype or "", local.index_url)
+                report.update(dtype=f.dtype, tokens=int(f.num_tokens))
+                if spec.format != "megatron" and eod_id is None:
+                    return report
+                # The documents packing would see; the sequence length only
+                # matters to packing, not to the lengths.
+                packer = _core.TokenPacker(
+                    [f], 1 << 20, "documents", -1 if eod_id is None else eod_id
+                )
+                lengths = packer.document_lengths()
+            except (ValueError, OSError) as exc:  # the file's own fault, reported as found
+                report["problems"].append(named(str(exc)))
+                return report
+    except UsageError as exc:
         report["problems"].append(str(exc))
         return report
     report["documents"] = int(lengths.size)
@@ -542,7 +625,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     reports: list[dict[str, Any]] = []
     status = EXIT_OK
     for path in paths:
-        if is_token_file(path) and os.path.exists(path):
+        if is_token_file(path) and (remote.is_remote(path) or os.path.exists(path)):
             reports.append(inspect_tokens(path, args.dtype, args.eod_id))
             if not args.json:
                 _print_tokens(reports[-1], out)
@@ -589,8 +672,8 @@ def register(sub: Any) -> None:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="tar shards (brace patterns ok), HDF5 or Parquet files: paths or urls "
-        "(s3://, https://, ...); local token files (.bin, .idx, .npy)",
+        help="tar shards (brace patterns ok), HDF5, Parquet or token files (.bin, .idx, "
+        ".npy): paths or urls (s3://, https://, ...)",
     )
     p.add_argument(
         "--first", type=int, default=3, help="samples (Parquet: images) to probe and show per file"

@@ -19,6 +19,7 @@ from typing import Any
 from chute.cli.common import UsageError
 
 _options: Any = None  # the RemoteOptions of this run, set by configure()
+STAND_IN_RANGE_BYTES = 8 << 20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,6 +95,32 @@ def head_bytes(path: str, n: int) -> bytes:
     ranges = _ranges(path)
     data: bytes = ranges.read(0, min(n, int(ranges.size)))
     return data
+
+
+def exists(path: str) -> bool:
+    """Whether the remote object answers its HEAD (False for any read error)."""
+    from chute import _core
+
+    try:
+        _session().ranges(path)
+    except _core.ReadError:
+        return False
+    return True
+
+
+def stand_in(path: str, local: str, head: int | None) -> int:
+    """Writes at `local` a file as long as the remote object `path`: its
+    first `head` bytes (all of them when None), read by ranges, and after
+    them a hole (zeros that take no disk and were never fetched). Returns
+    the object's size."""
+    ranges = _ranges(path)
+    size = int(ranges.size)
+    wanted = size if head is None else min(head, size)
+    with open(local, "wb") as f:
+        for offset in range(0, wanted, STAND_IN_RANGE_BYTES):
+            f.write(bytes(ranges.read(offset, min(STAND_IN_RANGE_BYTES, wanted - offset))))
+        f.truncate(size)
+    return size
 
 
 def source_for(path: str) -> Any:

@@ -39,6 +39,7 @@ call raises naming the shard and what differs.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gzip
 import hashlib
 import json
@@ -49,8 +50,9 @@ import re
 import struct
 import threading
 import zlib
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -82,6 +84,10 @@ BATCH_DOCUMENTS = 4096
 READ_CHUNK_BYTES = 8 << 20
 # Batches read ahead of the encoder.
 QUEUE_DEPTH = 4
+# Batches encoded at once (see _build).
+ENCODERS = 2
+# How often a process waiting for an entry another process builds looks again.
+LOCK_POLL_SECONDS = 0.05
 # Shards whose input and cache entry are checked at once.
 LOOKUP_THREADS = 16
 
@@ -349,13 +355,15 @@ def _file_digest(path: str) -> str:
 
 
 class CacheEntry:
-    """``<stem>.bin``, ``.idx`` and ``.json`` (the manifest) in the cache."""
+    """``<stem>.bin``, ``.idx`` and ``.json`` (the manifest) in the cache, and
+    ``<stem>.lock`` while a process builds them."""
 
     def __init__(self, stem: str) -> None:
         self.stem = stem
         self.bin = stem + ".bin"
         self.idx = stem + ".idx"
         self.manifest = stem + ".json"
+        self.lock = stem + ".lock"
 
     @staticmethod
     def for_input(cache_dir: str, url: str, key: str) -> CacheEntry:
@@ -394,6 +402,21 @@ class CacheEntry:
         return None
 
 
+def recorded_id_range(bin_path: str) -> tuple[int, int] | None:
+    """The smallest and largest token id of a ``.bin`` in the cache, as its
+    manifest records them (None: no manifest, an entry written before they
+    were recorded, or no tokens)."""
+    try:
+        with open(bin_path[: -len(".bin")] + ".json", encoding="utf-8") as f:
+            manifest = json.load(f)
+        low, high = manifest["min_token_id"], manifest["max_token_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(low, int) or not isinstance(high, int):
+        return None
+    return low, high
+
+
 class _EntryWriter:
     """Writes one cache entry through temporary files renamed into place."""
 
@@ -407,6 +430,7 @@ class _EntryWriter:
         self._digest = hashlib.sha256()
         self._bin_size = 0
         self._lengths: list[np.ndarray] = []
+        self._id_range: tuple[int, int] | None = None
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         data = tokens.data.cast("B")
@@ -414,6 +438,11 @@ class _EntryWriter:
         self._digest.update(data)
         self._bin_size += len(data)
         self._lengths.append(lengths)
+        if len(tokens):
+            low, high = int(tokens.min()), int(tokens.max())
+            if self._id_range is not None:
+                low, high = min(low, self._id_range[0]), max(high, self._id_range[1])
+            self._id_range = (low, high)
 
     def finish(self, description: dict[str, Any]) -> None:
         self._bin.close()
@@ -424,6 +453,9 @@ class _EntryWriter:
             "dtype": self.dtype.name,
             "documents": int(len(lengths)),
             "tokens": int(lengths.sum()),
+            # TokenDataset.from_text checks ids against the vocabulary with these.
+            "min_token_id": None if self._id_range is None else self._id_range[0],
+            "max_token_id": None if self._id_range is None else self._id_range[1],
             "bin_size": self._bin_size,
             "bin_sha256": self._digest.hexdigest(),
             "idx_size": os.path.getsize(self._tmp[self.entry.idx]),
@@ -445,17 +477,116 @@ class _EntryWriter:
                 os.unlink(tmp)
 
 
-class _Reader(threading.Thread):
-    """Reads the shards to tokenize, one after another, into batches of
-    texts on a bounded queue: (shard, texts) items, (shard, None) at each
-    shard's end, and (None, exception) when reading fails."""
+class _EntryLock:
+    """An exclusive ``flock`` of an entry's ``.lock`` file, held by the
+    process that builds the entry. Its holder removes the file before
+    letting go; a process that dies holding it loses the lock with its
+    descriptors, so no stale lock outlives it."""
 
-    def __init__(self, sources: Sequence[_Input], text_key: str) -> None:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            # A holder that let go after this open removed the file: a lock
+            # on a removed file excludes no one, so lock the path's file anew.
+            try:
+                here = os.stat(self.path)
+            except FileNotFoundError:
+                os.close(fd)
+                continue
+            held = os.fstat(fd)
+            if (here.st_dev, here.st_ino) != (held.st_dev, held.st_ino):
+                os.close(fd)
+                continue
+            self._fd = fd
+            return True
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None
+
+
+class _Claims:
+    """Which of the entries to build this process builds, when several
+    processes tokenize into one cache at once. An entry is built under its
+    lock by the process that takes the lock first; the others pass over it,
+    build the entries nobody holds, then wait for the held ones and use what
+    their holder made (or build it, when the holder failed)."""
+
+    def __init__(
+        self,
+        entries: Sequence[CacheEntry],
+        expected: Sequence[dict[str, Any]],
+        verify: bool,
+        stop: threading.Event,
+    ) -> None:
+        self.entries = entries
+        self.expected = expected
+        self.verify = verify
+        self.stop = stop
+        self._locks: dict[int, _EntryLock] = {}
+
+    def claimed(self) -> Iterator[int]:
+        """The entries this process builds, each locked, in order; waits
+        for entries another process holds."""
+        held_elsewhere: list[int] = []
+        for i, entry in enumerate(self.entries):
+            lock = _EntryLock(entry.lock)
+            if not lock.try_acquire():
+                held_elsewhere.append(i)
+            elif self._still_needed(i, lock):
+                yield i
+        for i in held_elsewhere:
+            lock = _EntryLock(self.entries[i].lock)
+            while not lock.try_acquire():
+                if self.stop.wait(LOCK_POLL_SECONDS):
+                    return
+            if self._still_needed(i, lock):
+                yield i
+
+    def _still_needed(self, i: int, lock: _EntryLock) -> bool:
+        # Another process may have built the entry since it was looked up.
+        if self.entries[i].problem(self.expected[i], self.verify) is None:
+            lock.release()
+            return False
+        self._locks[i] = lock
+        return True
+
+    def release(self, i: int) -> None:
+        lock = self._locks.pop(i, None)
+        if lock is not None:
+            lock.release()
+
+    def release_all(self) -> None:
+        for i in list(self._locks):
+            self.release(i)
+
+
+class _Reader(threading.Thread):
+    """Reads the shards this process claims, one after another, into
+    batches of texts on a bounded queue: (shard, texts) items, (shard, None)
+    at each shard's end, (None, None) after the last, and (None, exception)
+    when reading fails."""
+
+    def __init__(self, sources: Sequence[_Input], claims: _Claims, text_key: str) -> None:
         super().__init__(name="chute-tokenize-reader", daemon=True)
         self.sources = sources
+        self.claims = claims
         self.text_key = text_key
         self.items: queue.Queue[tuple[int | None, Any]] = queue.Queue(QUEUE_DEPTH)
-        self.stop = threading.Event()
+        self.stop = claims.stop
 
     def _put(self, item: tuple[int | None, Any]) -> bool:
         while not self.stop.is_set():
@@ -468,13 +599,15 @@ class _Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            for i, source in enumerate(self.sources):
+            for i in self.claims.claimed():
+                source = self.sources[i]
                 for batch in _batches(documents(source, self.text_key)):
                     if not self._put((i, batch)):
                         return
                 source.check_unchanged()
                 if not self._put((i, None)):
                     return
+            self._put((None, None))
         except BaseException as exc:
             self._put((None, exc))
 
@@ -488,12 +621,14 @@ def _encode(
     # computing character offsets.
     encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
     encodings = encode(texts, add_special_tokens=options.add_special_tokens)
-    ids = [e.ids for e in encodings]
+    # Each document's ids become an array in one C loop, and the arrays one
+    # by concatenation: no Python step per token.
+    documents = [np.array(e.ids, dtype=dtype) for e in encodings]
+    lengths = np.fromiter(map(len, documents), dtype=np.int64, count=len(documents))
+    tokens = np.concatenate(documents) if documents else np.zeros(0, dtype)
     if options.eod_id is not None:
-        for document in ids:
-            document.append(options.eod_id)
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    tokens = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+        tokens = np.insert(tokens, np.cumsum(lengths), np.array(options.eod_id, dtype))
+        lengths += 1
     return tokens, lengths
 
 
@@ -504,29 +639,57 @@ def _build(
     tokenizer: Any,
     options: TokenizeOptions,
     dtype: np.dtype[Any],
+    verify: bool,
 ) -> None:
-    reader = _Reader(sources, options.text_key)
+    claims = _Claims(entries, descriptions, verify, threading.Event())
+    reader = _Reader(sources, claims, options.text_key)
+    # Batches are encoded on ENCODERS threads, so that while one thread
+    # turns its batch's ids into arrays (holding the GIL) the tokenizer's
+    # own threads encode the next batch; their results are written in order.
+    pool = ThreadPoolExecutor(max_workers=ENCODERS, thread_name_prefix="chute-tokenize-encode")
+    # (shard, its next batch's encoding, or None for the shard's end)
+    pending: deque[tuple[int, Future[tuple[np.ndarray, np.ndarray]] | None]] = deque()
     writer: _EntryWriter | None = None
+    read_all = False
+    failure: BaseException | None = None
     reader.start()
     try:
-        while True:
-            shard, item = reader.items.get()
-            if shard is None:
-                raise item
-            if writer is None:
-                writer = _EntryWriter(entries[shard], dtype)
-            if item is None:
+        while pending or not read_all:
+            encoding = sum(future is not None for _, future in pending)
+            if pending and (
+                read_all or pending[0][1] is None or encoding > ENCODERS or reader.items.empty()
+            ):
+                shard, future = pending.popleft()
+                if writer is None:
+                    writer = _EntryWriter(entries[shard], dtype)
+                if future is not None:
+                    writer.add(*future.result())
+                    continue
                 writer.finish(descriptions[shard])
                 writer = None
-                if shard == len(sources) - 1:
-                    return
+                claims.release(shard)
                 continue
-            writer.add(*_encode(tokenizer, item, options, dtype))
+            read, item = reader.items.get()
+            if read is None:
+                # The shards read whole before a failure are still written.
+                failure = item
+                read_all = True
+            elif item is None:
+                pending.append((read, None))
+            else:
+                pending.append((read, pool.submit(_encode, tokenizer, item, options, dtype)))
+        if failure is not None:
+            raise failure
     finally:
-        reader.stop.set()
+        claims.stop.set()
+        for _, future in pending:
+            if future is not None:
+                future.cancel()
+        pool.shutdown(wait=True)
         if writer is not None:
             writer.abort()
         reader.join()
+        claims.release_all()
 
 
 def tokenize_shards(
@@ -615,5 +778,5 @@ def tokenize_shards(
         todo.append((source, entry, expected))
     if todo:
         sources, entries, descriptions = zip(*todo, strict=True)
-        _build(sources, entries, descriptions, tok, options, dtype)
+        _build(sources, entries, descriptions, tok, options, dtype, verify)
     return [entry.bin for _, _, entry, _, _ in looked_up]

@@ -13,7 +13,8 @@ map-style datasets have applies: ``chute.DataLoader`` with a seeded shuffle,
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,9 @@ import numpy as np
 import torch
 
 from chute import _core
+from chute._core import DataError
 from chute.datasets.indexed import IndexedDataset, ProcessState
-from chute.datasets.text_tokens import as_tokenizer, id_bound, tokenize_shards
+from chute.datasets.text_tokens import as_tokenizer, id_bound, recorded_id_range, tokenize_shards
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
 from chute.sources.shards import local_path
@@ -37,6 +39,105 @@ _FILE_OUT_DTYPES = {
     torch.uint8: "uint8",
     torch.int8: "int8",
 }
+# Tokens compared with the vocabulary at once (a bound on the scan's temporaries).
+_SCAN_TOKENS = 1 << 24
+
+# Bounds (lowest, highest) of the ids in token files this process has
+# checked, by (device, inode, size, modification time): opening a file again
+# does not read it again.
+_id_bounds: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+_id_bounds_lock = threading.Lock()
+
+
+def _file_key(path: str) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def remember_id_bounds(path: str, lowest: int, highest: int) -> None:
+    """Records that every id of the token file `path` (as it is now) lies in
+    ``[lowest, highest]``, so the vocabulary check at open does not read it."""
+    with _id_bounds_lock:
+        _id_bounds[_file_key(path)] = (lowest, highest)
+
+
+def _tokens_of(f: Any) -> np.ndarray:
+    """The tokens of an opened TokenFile, mapped (a Megatron .bin whole)."""
+    tokens: np.ndarray = (
+        np.load(f.path, mmap_mode="r")
+        if f.format == "npy"
+        else np.memmap(f.path, dtype=f.dtype, mode="r")
+    )
+    return tokens
+
+
+def _token_runs(f: Any, itemsize: int) -> list[tuple[int, int]]:
+    """(first element, count) of each run of a file's tokens that lie back to
+    back, in stream order: the whole array, or a Megatron file's sequences
+    (its .idx, already checked by the engine, read as documented) with the
+    bytes between them left out."""
+    if f.format != "megatron":
+        return [(0, int(f.num_tokens))]
+    index = np.memmap(f.index_path, dtype=np.uint8, mode="r")
+    count = int(index[18:26].view("<u8")[0])
+    lengths = index[34 : 34 + 4 * count].view("<i4").astype(np.int64)
+    starts = index[34 + 4 * count : 34 + 12 * count].view("<i8") // itemsize
+    keep = lengths > 0
+    lengths, starts = lengths[keep], starts[keep]
+    if not len(lengths):
+        return []
+    # A sequence that starts where the one before ends continues its run.
+    breaks = np.flatnonzero(starts[1:] != starts[:-1] + lengths[:-1]) + 1
+    firsts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(lengths)]])
+    return [
+        (int(starts[a]), int(starts[b - 1] + lengths[b - 1] - starts[a]))
+        for a, b in zip(firsts, ends, strict=True)
+    ]
+
+
+def _chunks(f: Any, tokens: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first element, tokens) of the file's tokens in stream order, in
+    pieces of at most _SCAN_TOKENS."""
+    for first, count in _token_runs(f, tokens.dtype.itemsize):
+        for at in range(first, first + count, _SCAN_TOKENS):
+            yield at, np.asarray(tokens[at : min(at + _SCAN_TOKENS, first + count)])
+
+
+def check_vocabulary(url: str, f: Any, vocab_size: int) -> None:
+    """Raises chute.DataError naming `url`, the byte offset and the id when
+    the TokenFile `f` holds an id outside ``[0, vocab_size)``. The file's id
+    bounds are found by one vectorised pass over it, once per process."""
+    if f.num_tokens == 0:
+        return
+    key = _file_key(f.path)
+    with _id_bounds_lock:
+        bounds = _id_bounds.get(key)
+    tokens: np.ndarray | None = None
+    if bounds is None:
+        tokens = _tokens_of(f)
+        signed = tokens.dtype.kind == "i"
+        lowest, highest = 0, 0
+        for _, chunk in _chunks(f, tokens):
+            highest = max(highest, int(chunk.max()))
+            if signed:
+                lowest = min(lowest, int(chunk.min()))
+        bounds = (lowest, highest)
+        with _id_bounds_lock:
+            _id_bounds[key] = bounds
+    if bounds[0] >= 0 and bounds[1] < vocab_size:
+        return
+    if tokens is None:
+        tokens = _tokens_of(f)
+    for at, chunk in _chunks(f, tokens):
+        outside = (chunk >= vocab_size) | (chunk < 0)
+        if outside.any():
+            i = int(np.argmax(outside))
+            offset = getattr(tokens, "offset", 0) + (at + i) * tokens.dtype.itemsize
+            raise DataError(
+                f"'{url}': token id {int(chunk[i])} at byte offset {offset} is outside the"
+                f" vocabulary (vocab_size {vocab_size})"
+            )
 
 
 @dataclass(frozen=True)
@@ -104,9 +205,10 @@ class TokenDataset(IndexedDataset):
             (packing documents; Megatron files list their documents).
         pad_id: the ``input_ids`` of padding (default: eod_id, else 0);
             padding's labels are -100.
-        vocab_size: when given, a token id outside ``[0, vocab_size)``
-            raises ``chute.DataError`` naming the file and byte offset when
-            its sequence is read.
+        vocab_size: when given, a file holding a token id outside ``[0,
+            vocab_size)`` is refused when the dataset is made: a
+            ``chute.DataError`` names the file, the id and its byte offset
+            (each file is read once per process to find its largest id).
         window_views: windows only: each batch is one ``[batch, seq_len +
             1]`` tensor the engine writes once, and ``input_ids`` and
             ``labels`` are views of it (its ``[:, :-1]`` and ``[:, 1:]``):
@@ -161,6 +263,10 @@ class TokenDataset(IndexedDataset):
                 f"out_dtype={out_dtype} (the files' own dtype) is for pack='windows':"
                 " packed documents' labels hold -100"
             )
+        if vocab_size is not None and (
+            isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
+        ):
+            raise ValueError(f"vocab_size must be a positive integer, not {vocab_size!r}")
         self._remote = merge_options(
             remote,
             storage_options=storage_options,
@@ -186,6 +292,9 @@ class TokenDataset(IndexedDataset):
         self._files, self._packer = self._open_files(held)
         self._held = held
         self._packer_pid = os.getpid()
+        if vocab_size is not None:
+            for spec, f in zip(self.specs, self._files, strict=True):
+                check_vocabulary(spec.url, f, vocab_size)
         self._identity = self._make_identity()
 
     @classmethod
@@ -224,6 +333,12 @@ class TokenDataset(IndexedDataset):
             verify=verify,
             remote=merge_options(remote, storage_options=storage_options),
         )
+        # The cache's manifests record each file's id bounds: the vocabulary
+        # check at open need not read the files.
+        for path in paths:
+            bounds = recorded_id_range(path)
+            if bounds is not None:
+                remember_id_bounds(path, *bounds)
         kwargs.setdefault("vocab_size", id_bound(tok, eod_id))
         return cls(paths, seq_len, eod_id=eod_id, **kwargs)
 
