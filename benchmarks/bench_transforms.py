@@ -23,7 +23,7 @@ the best of num_workers 0, 1, 2. Both loaders run two epochs in one
 process; the second is timed (the first batch is the first epoch's).
 
 The decode limit is libjpeg-turbo decoding the same files at full size
-(``chute_testing.decode_loop``, a C++ loop from memory into one buffer) on
+(``chute._core.decode_loop``, a C++ loop from memory into one buffer) on
 one thread, times the cores; it is measured before the first chute run and
 after each, and each run is compared with the mean of the rounds on its two
 sides (as in bench_wds.py). Region and DCT-scaled decoding do less work than
@@ -553,9 +553,10 @@ def stage_costs(payloads: list[bytes], rounds: int = 3) -> dict[str, float]:
     stages past the decode loops are single calls from Python, so each
     includes a call's overhead (a few microseconds)."""
     import chute_testing
+    from chute import _core
 
     def loop_us(entropy_only: bool) -> float:
-        rate = chute_testing.decode_loop(payloads, 1.0, entropy_only=entropy_only)
+        rate = _core.decode_loop(payloads, 1.0, entropy_only=entropy_only)
         return 1e6 / float(rate)
 
     crops = [

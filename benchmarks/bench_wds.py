@@ -6,7 +6,7 @@ configuration runs in its own subprocess; the parent samples the RSS of the
 whole process tree (worker processes included). chute runs --repeats times
 and its median run is reported. Also measured: this machine's decode limit,
 the single-thread libjpeg-turbo rate on the same JPEGs from memory, times the
-cores (a C++ loop, see chute_testing.decode_loop), measured before the first
+cores (a C++ loop, see chute._core.decode_loop), measured before the first
 chute JPEG run and after each; each run is compared with the mean of the
 rounds on its two sides and the fraction of the limit is the median over the
 runs (the VM's speed drifts by ~10% between rounds, so a limit measured at
@@ -144,9 +144,9 @@ def decode_limit_round(payloads: list[bytes], seconds: float = 2.0) -> float:
     """This machine's decode limit now: libjpeg-turbo's single-thread rate on
     the benchmark's own JPEGs from memory (a C++ loop over them into one
     reused buffer, no Python between images), times the cores."""
-    import chute_testing
+    from chute import _core
 
-    return float(chute_testing.decode_loop(payloads, seconds)) * (os.cpu_count() or 1)
+    return float(_core.decode_loop(payloads, seconds)) * (os.cpu_count() or 1)
 
 
 def concurrent_decode_round(payloads: list[bytes], seconds: float = 2.0) -> float:
@@ -156,13 +156,13 @@ def concurrent_decode_round(payloads: list[bytes], seconds: float = 2.0) -> floa
     is what no loader can get back."""
     import threading
 
-    import chute_testing
+    from chute import _core
 
     threads = os.cpu_count() or 1
     rates = [0.0] * threads
 
     def work(k: int) -> None:
-        rates[k] = float(chute_testing.decode_loop(payloads[k::threads], seconds))
+        rates[k] = float(_core.decode_loop(payloads[k::threads], seconds))
 
     pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
     for t in pool:

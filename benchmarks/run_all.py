@@ -18,6 +18,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# The demo's benchmarks. They run on the installed package alone (no
+# chute_testing, which the wheel does not ship): tests/test_readme.py checks.
+DEMO_SCRIPTS = (
+    ("bench_wds.py", "Tar shards: chute vs torch DataLoader + webdataset"),
+    ("bench_h5.py", "HDF5 rows and arrays: chute vs torch DataLoader + h5py / TensorDataset"),
+)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -28,10 +35,7 @@ def main() -> None:
     size.add_argument("--full", action="store_true", help="the README's sizes")
     args = parser.parse_args()
     flags = ([] if args.full else ["--quick"]) + ["--results-dir", str(HERE / "results" / "local")]
-    for script, title in (
-        ("bench_wds.py", "Tar shards: chute vs torch DataLoader + webdataset"),
-        ("bench_h5.py", "HDF5 rows and arrays: chute vs torch DataLoader + h5py / TensorDataset"),
-    ):
+    for script, title in DEMO_SCRIPTS:
         print(f"\n=== {title} ===", flush=True)
         subprocess.run([sys.executable, str(HERE / script), *flags], check=True)
 

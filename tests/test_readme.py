@@ -3,7 +3,9 @@ where they look for it."""
 
 from __future__ import annotations
 
+import ast
 import glob
+import importlib.util
 import re
 from pathlib import Path
 
@@ -65,3 +67,28 @@ def test_readme_snippet_runs(layout: Path, monkeypatch: pytest.MonkeyPatch, line
     monkeypatch.chdir(layout)
     namespace: dict[str, object] = {"__name__": "readme"}
     exec(compile(code, f"README.md:{line}", "exec"), namespace)
+
+
+def test_the_demo_runs_on_the_installed_package_alone() -> None:
+    # scripts/demo.sh installs chute as a user does, without chute_testing
+    # (the tests' module, which the wheel does not ship).
+    benchmarks = README.parent / "benchmarks"
+    spec = importlib.util.spec_from_file_location("run_all", benchmarks / "run_all.py")
+    assert spec is not None and spec.loader is not None
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    scripts = [script for script, _ in run_all.DEMO_SCRIPTS]
+    assert scripts == ["bench_wds.py", "bench_h5.py"]
+    for script in ["common.py", *scripts]:
+        tree = ast.parse((benchmarks / script).read_text(encoding="utf-8"))
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+        }
+        assert "chute_testing" not in imported, script

@@ -1,12 +1,14 @@
 // Single-sample entry points to the decoders that the package itself calls
-// (`chute inspect`, the image size limit). The engine calls the decoders
-// natively; a whole decode and the resampler one image at a time are the
-// tests' (testing_image.cc).
+// (`chute inspect`, the image size limit, `chute bench --decode-limit`). The
+// engine calls the decoders natively; a whole decode and the resampler one
+// image at a time are the tests' (testing_image.cc).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "decode/image_decoder.h"
+#include "decode/jpeg_decoder.h"
 #include "decode/label.h"
 #include "decode/npy.h"
 
@@ -58,6 +61,48 @@ int64_t parse_int_label_py(const py::bytes& data, const std::string& where) {
   return parse_int_label(in.data, in.size, where);
 }
 
+// Decodes the images in turn, again and again, into one reused buffer until
+// `seconds` have passed; returns images per second. The benchmarks' decode
+// limit: the codec's own rate on one thread, with no Python and no
+// allocation between images (`chute bench --decode-limit`, the demo's
+// benchmarks).
+double decode_loop_py(const py::list& images, double seconds, const std::string& mode_name,
+                      bool entropy_only) {
+  const ColorMode mode = parse_mode(mode_name);
+  // Our own references: the list may change while the GIL is released.
+  std::vector<py::bytes> held;
+  std::vector<Bytes> inputs;
+  for (const py::handle& item : images) {
+    held.push_back(item.cast<py::bytes>());
+    inputs.push_back(view(held.back()));
+  }
+  CHUTE_CHECK(!inputs.empty(), kUsage, "decode_loop needs at least one image");
+  py::gil_scoped_release release;
+  std::vector<uint8_t> out;
+  for (const Bytes& in : inputs) {
+    const ImageInfo info = probe_image(in.data, in.size, "<bytes>");
+    CHUTE_CHECK(!entropy_only || std::strcmp(info.format, "jpeg") == 0, kUsage,
+                "decode_loop(entropy_only=True) takes JPEGs only");
+    const size_t bytes = static_cast<size_t>(info.height) * info.width * 3;
+    if (bytes > out.size()) out.resize(bytes);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  uint64_t done = 0;
+  do {
+    for (const Bytes& in : inputs) {
+      if (entropy_only) {
+        detail::entropy_decode_jpeg(in.data, in.size, "<bytes>");
+      } else {
+        decode_image(in.data, in.size, mode, out.data(), "<bytes>");
+      }
+    }
+    done += inputs.size();
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (elapsed < seconds);
+  return static_cast<double>(done) / elapsed;
+}
+
 }  // namespace
 
 void register_decode(py::module_& m) {
@@ -86,6 +131,11 @@ void register_decode(py::module_& m) {
         "in native byte order).");
   m.def("parse_int_label", &parse_int_label_py, py::arg("data"), py::arg("where") = "<bytes>",
         "Python's int(bytes), limited to int64.");
+  m.def("decode_loop", &decode_loop_py, py::arg("images"), py::arg("seconds"),
+        py::arg("mode") = "rgb", py::arg("entropy_only") = false,
+        "Decode the images in turn into one buffer, on this thread with the GIL released, "
+        "until `seconds` pass; images per second. entropy_only (JPEGs): decode the "
+        "coefficients only, the part of a decode that region decoding cannot skip.");
 }
 
 }  // namespace chute::bindings

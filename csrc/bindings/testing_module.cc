@@ -22,7 +22,6 @@
 #include "bindings/registry.h"
 #include "core/error.h"
 #include "decode/image_decoder.h"
-#include "decode/jpeg_decoder.h"
 #include "io/mapped_region.h"
 #include "io/unique_fd.h"
 #include "tokens/token_file.h"
@@ -31,47 +30,6 @@ namespace py = pybind11;
 
 namespace chute::bindings {
 namespace {
-
-// Decodes the images in turn, again and again, into one reused buffer until
-// `seconds` have passed; returns images per second. The benchmarks' decode
-// limit: the codec's own rate on one thread, with no Python and no
-// allocation between images.
-double decode_loop_py(const py::list& images, double seconds, const std::string& mode_name,
-                      bool entropy_only) {
-  const ColorMode mode = parse_mode(mode_name);
-  // Our own references: the list may change while the GIL is released.
-  std::vector<py::bytes> held;
-  std::vector<Bytes> inputs;
-  for (const py::handle& item : images) {
-    held.push_back(item.cast<py::bytes>());
-    inputs.push_back(view(held.back()));
-  }
-  CHUTE_CHECK(!inputs.empty(), kUsage, "decode_loop needs at least one image");
-  py::gil_scoped_release release;
-  std::vector<uint8_t> out;
-  for (const Bytes& in : inputs) {
-    const ImageInfo info = probe_image(in.data, in.size, "<bytes>");
-    CHUTE_CHECK(!entropy_only || std::strcmp(info.format, "jpeg") == 0, kUsage,
-                "decode_loop(entropy_only=True) takes JPEGs only");
-    const size_t bytes = static_cast<size_t>(info.height) * info.width * 3;
-    if (bytes > out.size()) out.resize(bytes);
-  }
-  const auto start = std::chrono::steady_clock::now();
-  double elapsed = 0;
-  uint64_t done = 0;
-  do {
-    for (const Bytes& in : inputs) {
-      if (entropy_only) {
-        detail::entropy_decode_jpeg(in.data, in.size, "<bytes>");
-      } else {
-        decode_image(in.data, in.size, mode, out.data(), "<bytes>");
-      }
-    }
-    done += inputs.size();
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  } while (elapsed < seconds);
-  return static_cast<double>(done) / elapsed;
-}
 
 // Bytes [offset, offset + size) of a file, copied through the guarded
 // mapping path that contiguous HDF5 rows take.
@@ -127,11 +85,6 @@ PYBIND11_MODULE(chute_testing, m) {
   // Its types (ImageOutputSpec, ColorMode) and its error translator.
   py::module_::import("chute._core");
   bindings::register_testing_image(m);
-  m.def("decode_loop", &bindings::decode_loop_py, py::arg("images"), py::arg("seconds"),
-        py::arg("mode") = "rgb", py::arg("entropy_only") = false,
-        "Decode the images in turn into one buffer, on this thread with the GIL released, "
-        "until `seconds` pass; images per second. entropy_only (JPEGs): decode the "
-        "coefficients only, the part of a decode that region decoding cannot skip.");
   m.def("mapped_read", &bindings::mapped_read_py, py::arg("path"), py::arg("offset"),
         py::arg("size"),
         "Bytes [offset, offset + size) of a file copied through the guarded mapping path that "

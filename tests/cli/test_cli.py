@@ -370,6 +370,27 @@ def test_bench_with_image_options(image_shards: list[str]):
     assert result["loader"] == "chute" and result["samples"] == 120
 
 
+def test_bench_decode_limit(image_shards: list[str], capsys: pytest.CaptureFixture[str]):
+    code, _, err = run(capsys, "bench", image_shards[0], "--decode-limit")
+    assert code == 2 and "--decode-limit times the codec" in err and "--decode SPEC" in err
+    proc = subprocess.run(
+        [sys.executable, "-m", "chute", "bench", *image_shards, "--decode", "torchrgb8",
+         "--size", "24,20", "--to-tuple", "jpg;png cls", "--workers", "1", "--no-progress",
+         "--decode-limit"],
+        capture_output=True, text=True, env=_env(), timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    limit = next(line for line in lines if line.startswith("decode limit: "))
+    cores = os.cpu_count() or 1
+    assert re.search(rf"on \d+ of the files' images: [\d,]+/s on one core x {cores} cores", limit)
+    rate = float(limit.split()[2].replace(",", ""))
+    assert rate > 0
+    chute_rate = float(lines[1].split()[3].replace(",", ""))
+    ratio = next(line for line in lines if line.startswith("chute / decode limit: "))
+    assert float(ratio.split()[-1]) == pytest.approx(chute_rate / rate, rel=0.02, abs=0.01)
+
+
 @pytest.mark.slow
 def test_bench_compare_subprocess(tiny_shards: list[str], tmp_path: Path):
     shards = []

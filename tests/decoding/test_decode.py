@@ -402,15 +402,15 @@ def test_entropy_only_decode_loop_reads_whole_jpegs_and_refuses_others():
     """The benchmark floor reads every coefficient: a JPEG cut short fails as
     the full decode does, and a PNG (no entropy-only path) is refused."""
     data = sample_jpeg()
-    assert chute_testing.decode_loop([data], 0.01, entropy_only=True) > 0
+    assert _core.decode_loop([data], 0.01, entropy_only=True) > 0
     sos = find_marker(data, 0xDA)
     mid = (sos + len(data)) // 2
     cut_scan = data[:mid] + b"\xff\xd9" + data[mid:]
     with pytest.raises(_core.DataError, match="Corrupt JPEG data"):
-        chute_testing.decode_loop([cut_scan], 0.01, entropy_only=True)
+        _core.decode_loop([cut_scan], 0.01, entropy_only=True)
     png = pil_bytes(Image.fromarray(noise(8, 8, 3, 0)), "PNG")
     with pytest.raises(ValueError, match="JPEGs only"):
-        chute_testing.decode_loop([data, png], 0.01, entropy_only=True)
+        _core.decode_loop([data, png], 0.01, entropy_only=True)
 
 
 def test_corrupt_png_raises():

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -18,6 +19,10 @@ from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand
 from chute.cli.kinds import kind_of
 from chute.common.rss import PeakRss
+
+# How many of the files' images, and for how long, the decode limit times.
+DECODE_LIMIT_IMAGES = 200
+DECODE_LIMIT_SECONDS = 2.0
 
 
 class _Progress:
@@ -102,6 +107,63 @@ def _parquet_rows(paths: list[str]) -> int | None:
         return len(ParquetDataset(paths, remote=remote.options()))
     except (OSError, ValueError):
         return None
+
+
+def _image_payloads(paths: list[str], kind: str, columns: list[str], count: int) -> list[bytes]:
+    """Up to `count` encoded images that the native decoders read (JPEG, PNG,
+    WebP), from the first of the local `paths` that hold them."""
+    from chute import _core
+    from chute.decoding.extensions import NATIVE_IMAGE_EXTENSIONS, last_extension
+
+    def decodable(data: bytes) -> bool:
+        try:
+            _core.probe_image(data)
+        except _core.DataError:
+            return False
+        return True
+
+    found: list[bytes] = []
+    for path in paths:
+        if kind == "tar":
+            with tarfile.open(path) as tar:
+                for member in tar:
+                    if len(found) == count:
+                        return found
+                    if member.isfile() and (
+                        last_extension(member.name).lower() in NATIVE_IMAGE_EXTENSIONS
+                    ):
+                        f = tar.extractfile(member)
+                        data = f.read() if f is not None else b""
+                        if decodable(data):
+                            found.append(data)
+            continue
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(path).read_row_group(0, columns=columns or None)
+        for column in table.columns:
+            for value in column.to_pylist():
+                if isinstance(value, dict):  # the hub's image struct
+                    value = value.get("bytes")
+                if isinstance(value, bytes) and decodable(value):
+                    found.append(value)
+                    if len(found) == count:
+                        return found
+    return found
+
+
+def _decode_limit(paths: list[str], kind: str, columns: list[str]) -> dict[str, Any]:
+    """The codec alone on this machine: one thread decoding the files' own
+    images from memory again and again (no reading, no Python between
+    images), times the cores. No loader decoding full-size images on these
+    cores goes faster."""
+    from chute import _core
+
+    images = _image_payloads(paths, kind, columns, DECODE_LIMIT_IMAGES)
+    if not images:
+        raise UsageError("--decode-limit: no JPEG, PNG or WebP image found in the files")
+    per_core = float(_core.decode_loop(images, DECODE_LIMIT_SECONDS))
+    cores = os.cpu_count() or 1
+    return {"images": len(images), "per_core": per_core, "cores": cores, "limit": per_core * cores}
 
 
 class ResizeCrop:
@@ -355,6 +417,13 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             f"--decode {decode!r}: use 'raw', '' (no image decoding) or one of "
             + ", ".join(sorted(IMAGE_SPECS))
         )
+    if args.decode_limit and (
+        decode.lower() not in IMAGE_SPECS or any(map(remote.is_remote, paths))
+    ):
+        raise UsageError(
+            "--decode-limit times the codec on the files' images: it needs --decode SPEC "
+            "(an image spec) and local files"
+        )
     if args.compare:
         try:
             import webdataset  # noqa: F401
@@ -396,6 +465,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         except RuntimeError as exc:
             print(f"chute bench: {exc}", file=sys.stderr)
             return EXIT_PROBLEMS
+    limit = _decode_limit(paths, kind, config["columns"]) if args.decode_limit else None
+    if limit is not None:
+        for r in results:
+            r["decode_limit_per_s"] = limit["limit"]
     if args.json:
         json.dump(results, out, indent=2)
         out.write("\n")
@@ -413,6 +486,14 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if len(results) == 2 and results[1]["samples_per_s"] > 0:
         ratio = results[0]["samples_per_s"] / results[1]["samples_per_s"]
         print(f"chute / torch+webdataset: {ratio:.2f}x samples/s", file=out)
+    if limit is not None:
+        print(
+            f"decode limit: {limit['limit']:,.0f} images/s (the codec alone, full size, on"
+            f" {limit['images']} of the files' images: {limit['per_core']:,.0f}/s on one core"
+            f" x {limit['cores']} cores)",
+            file=out,
+        )
+        print(f"chute / decode limit: {results[0]['samples_per_s'] / limit['limit']:.2f}", file=out)
     return EXIT_OK
 
 
@@ -503,6 +584,12 @@ def register(sub: Any) -> None:
         default=0,
         metavar="N",
         help="stop each loader after about N samples (default: read the shards to the end)",
+    )
+    p.add_argument(
+        "--decode-limit",
+        action="store_true",
+        help="also time the image codec alone on the files' images (one thread from memory, "
+        "times the cores): the rate no loader decoding them at full size can pass",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
