@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from conftest import image_samples
+from helpers import assert_equal_batch_counts, counts, run_ranks
 from PIL import Image
 from remote_servers import S3, Fault, FaultProxy, ObjectServer
-from test_elastic import assert_equal_batch_counts, counts, run_ranks
 
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 B = 5
