@@ -10,7 +10,9 @@ the one other code expects, so either ``except`` catches it.
 
 Every message names the data (shard, member, offset); the place in chute's
 C++ source that raised it is kept on ``err.where`` (for bug reports), not in
-the message.
+the message. The error of a sample an indexed engine skipped also names the
+sample as data (``sample_index``, ``sample_source``, ``sample_offset``; see
+`SAMPLE_FIELDS`), which code matches it by, never by the message's words.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ _MEMBER = re.compile(r"\Ashard '(?P<url>.*?)', member '(?P<member>[^']*)' at off
 _ROW_MEMBER = re.compile(
     r"\Afile '(?P<url>.*?)', row group \d+, row (?P<row>\d+), column '(?P<column>[^']*)': "
 )
+
+
+# What the engine tells of a sample it skipped, as attributes of its error
+# (None where not known): the id it was asked for by, which of the dataset's
+# sources (shard, row group) holds it, and where it starts there (a byte, a
+# row of the row group). `translate` keeps them on the exception it makes.
+SAMPLE_FIELDS = ("sample_index", "sample_source", "sample_offset")
 
 
 class DecodingError(Exception):
@@ -62,6 +71,9 @@ class _FromEngine(Exception):
     """Marks the classes below: an engine failure, already translated."""
 
     where: str | None = None
+    sample_index: int | None = None
+    sample_source: int | None = None
+    sample_offset: int | None = None
 
     def __str__(self) -> str:
         # The message as the engine worded it, also for the OSError kinds
@@ -211,6 +223,8 @@ def translate(exc: BaseException) -> BaseException:
     else:
         new = EngineDataError(message)
     new.where = where
+    for field in SAMPLE_FIELDS:
+        setattr(new, field, getattr(exc, field, None))
     return new
 
 

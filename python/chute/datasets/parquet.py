@@ -40,7 +40,6 @@ import collections
 import hashlib
 import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
@@ -703,10 +702,6 @@ def _fill_scalar(pa: Any, name: str, type_: Any, value: FillValue) -> Any:
     raise ValueError(f"fill_null: {value!r} is not a value of column {name!r} ({type_})")
 
 
-# How the engine names a row in its errors (BlockSampleSource::location).
-_SAMPLE = re.compile(r"\(sample (\d+)\)")
-
-
 @dataclass
 class _Skipped:
     """The rows of a batch the handler skipped: which were kept, and the
@@ -796,14 +791,13 @@ class _Engine:
         return native, _Skipped(kept, self._errors_of(idx[~kept].tolist())), columns
 
     def _errors_of(self, rows: list[int]) -> list[Exception]:
-        """The errors of the skipped `rows` (by the sample their message names)."""
+        """The errors of the skipped `rows` (by the row each was submitted as)."""
         self._skipped.extend(self._engine.take_skipped())
         missing = collections.Counter(rows)
         errors, rest = [], []
         for error in self._skipped:
-            found = _SAMPLE.search(str(error))
-            row = int(found.group(1)) if found else -1
-            if missing[row] > 0:
+            row = getattr(error, "sample_index", None)
+            if row is not None and missing[row] > 0:
                 missing[row] -= 1
                 errors.append(error)
             else:
