@@ -17,11 +17,12 @@ sample as data (``sample_index``, ``sample_source``, ``sample_offset``; see
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -43,6 +44,37 @@ _ROW_MEMBER = re.compile(
 # sources (shard, row group) holds it, and where it starts there (a byte, a
 # row of the row group). `translate` keeps them on the exception it makes.
 SAMPLE_FIELDS = ("sample_index", "sample_source", "sample_offset")
+
+
+class SkippedSamples:
+    """The errors of the samples an indexed engine skipped, each handed to
+    the batch it was submitted in. The engine decodes batches ahead, so the
+    skips taken when one batch comes may include later batches' rows: those
+    wait here for their batch. A skip is matched by the id it carries
+    (``sample_index``), never by the words of its message."""
+
+    def __init__(self) -> None:
+        self._waiting: list[Exception] = []
+
+    def of_batch(
+        self, taken: Iterable[Exception], rows: Iterable[int], count: int
+    ) -> list[Exception]:
+        """The errors of `count` skipped rows among `rows` (the ids a batch
+        was submitted as), `taken` (the engine's latest skips) added first to
+        those waiting."""
+        self._waiting.extend(taken)
+        missing = collections.Counter(rows)
+        found: list[Exception] = []
+        waiting: list[Exception] = []
+        for error in self._waiting:
+            row = getattr(error, "sample_index", None)
+            if len(found) < count and row is not None and missing[row] > 0:
+                missing[row] -= 1
+                found.append(error)
+            else:
+                waiting.append(error)
+        self._waiting = waiting
+        return found
 
 
 class DecodingError(Exception):

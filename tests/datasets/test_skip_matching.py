@@ -1,9 +1,13 @@
-"""ParquetDataset's skipped rows reach their batch's handler by the row the
-engine names as data (``sample_index``), whatever its message says."""
+"""The samples a handler skipped reach it with the batch they were in, found
+by the id the engine gives each as data (``sample_index``), whatever its
+message says: ParquetDataset and TarDataset."""
 
 from __future__ import annotations
 
+import io
 import re
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import png_bytes
+from chute.sources import tarindex
+from conftest import png_bytes, write_shards
+from PIL import Image
 
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-BAD_ROWS = (5, 9, 10, 11)  # row group size 4: rows 9-11 sit in row group 2, 10 and 11 in one batch
+BAD_ROWS = (5, 9, 10, 11)  # rows 9-11: a whole batch of three
 
 
 def broken_images(path: Path) -> str:
@@ -101,3 +107,65 @@ def test_skips_are_matched_to_their_batch_without_reading_the_message(
         pytest.raises(chute.DataError, match=r"row group 1, row 1, column 'image'"),
     ):
         ds[5]
+
+
+def cut_jpeg_shards(tmp_path: Path, bad: int) -> list[str]:
+    rng = np.random.default_rng(8)
+    samples: list[dict[str, object]] = []
+    for i in range(16):
+        out = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(out, format="JPEG")
+        data = out.getvalue()
+        samples.append(
+            {
+                "__key__": f"s{i:05d}",
+                "jpg": data[: len(data) // 2] if i == bad else data,
+                "cls": str(i).encode(),
+            }
+        )
+    return write_shards(tmp_path, samples, per_shard=16)
+
+
+def test_a_tar_datasets_stopping_handler_stops_after_the_batch_of_the_bad_sample(
+    tmp_path: Path,
+) -> None:
+    ds = chute.TarDataset(
+        cut_jpeg_shards(tmp_path, bad=5),
+        decode="rgb8",
+        fields=("jpg", "cls"),
+        handler=wds.ignore_and_stop,
+    )
+
+    def index_batches() -> Iterator[list[int]]:
+        yield [0, 1, 2, 3]
+        yield [4, 5, 6, 7]
+        # The second batch's skip is in before the first batch is collected
+        # (the engine decodes ahead): it must still stop after the second.
+        deadline = time.monotonic() + 60
+        while sum(e.stats()["samples_skipped"] for e in ds._state().live) == 0:
+            assert time.monotonic() < deadline, "the engine never skipped sample 5"
+            time.sleep(0.005)
+        yield [8, 9, 10, 11]
+        yield [12, 13, 14, 15]
+
+    got = [b[1].tolist() for b in ds.iter_batches(index_batches(), num_threads=2, prefetch=4)]
+    assert got == [[0, 1, 2, 3], [4, 6, 7]]
+    assert ds.stats()["samples_skipped"] == 1
+
+
+def test_a_tar_datasets_skipped_samples_error_names_it_as_data(tmp_path: Path) -> None:
+    shards = cut_jpeg_shards(tmp_path, bad=5)
+    errors: list[BaseException] = []
+
+    def keep_going(error: BaseException) -> bool:
+        errors.append(error)
+        return True
+
+    ds = chute.TarDataset(shards, decode="rgb8", fields=("jpg", "cls"), handler=keep_going)
+    assert [b[1].tolist() for b in chute.DataLoader(ds, batch_size=8)] == [
+        [0, 1, 2, 3, 4, 6, 7],
+        list(range(8, 16)),
+    ]
+    [error] = errors
+    offset = tarindex.read_index(shards[0])["samples"][5]["offset"]
+    assert (error.sample_index, error.sample_source, error.sample_offset) == (5, 0, offset)  # type: ignore[attr-defined]
