@@ -169,3 +169,17 @@ def test_a_tar_datasets_skipped_samples_error_names_it_as_data(tmp_path: Path) -
     [error] = errors
     offset = tarindex.read_index(shards[0])["samples"][5]["offset"]
     assert (error.sample_index, error.sample_source, error.sample_offset) == (5, 0, offset)  # type: ignore[attr-defined]
+
+
+def test_a_failed_batch_leaves_later_skips_matched_to_theirs(tmp_path: Path) -> None:
+    ds = chute.TarDataset(
+        cut_jpeg_shards(tmp_path, bad=5),
+        decode="rgb8",
+        fields=("jpg", "cls"),
+        handler=wds.ignore_and_continue,
+    )
+    with pytest.raises(ValueError, match="index 100 is out of range for a dataset of length 16"):
+        ds.__getitems__([0, 100])
+    with pytest.raises(chute.DataError, match=r"member 's00005\.jpg'"):
+        ds[5]
+    assert [int(row[1]) for row in ds.__getitems__([4, 5, 6])] == [4, 6]

@@ -94,10 +94,10 @@ class _Engine(_core.IndexedEngine):
         """The oldest batch in flight, with its skipped samples' errors."""
         try:
             batch = self.next(timeout)
-        except TimeoutError:
-            raise  # still in flight
         except BaseException:
-            self.in_flight.popleft()
+            # A failed batch was taken; one timed out or interrupted was not.
+            while len(self.in_flight) > self.outstanding():
+                self.in_flight.popleft()
             raise
         idx = self.in_flight.popleft()
         lost = int(idx.size) - int(batch.size)
