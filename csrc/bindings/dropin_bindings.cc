@@ -78,12 +78,13 @@ void register_dropin(py::module_& m) {
   m.def(
       "_take_skipped",
       [](OwnedStreamEngine& owned) {
-        const std::vector<Error> errors =
-            owned.here() ? owned.get().take_skipped() : std::vector<Error>{};
-        py::list out(errors.size());
-        for (size_t i = 0; i < errors.size(); ++i) {
-          out[i] = py::make_tuple(kind_name(errors[i].kind()),
-                                  decode_utf8(errors[i].what(), "backslashreplace"));
+        const std::vector<SkippedSample> skipped =
+            owned.here() ? owned.get().take_skipped() : std::vector<SkippedSample>{};
+        py::list out(skipped.size());
+        for (size_t i = 0; i < skipped.size(); ++i) {
+          const Error& error = skipped[i].error;
+          out[i] = py::make_tuple(kind_name(error.kind()),
+                                  decode_utf8(error.what(), "backslashreplace"));
         }
         return out;
       },

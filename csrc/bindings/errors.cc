@@ -46,6 +46,17 @@ py::object python_error(const Error& error) {
   return exc;
 }
 
+py::object python_skipped(const SkippedSample& skipped) {
+  const auto known = [](int64_t value) -> py::object {
+    return value < 0 ? py::none() : py::object(py::int_(value));
+  };
+  py::object exc = python_error(skipped.error);
+  exc.attr("sample_index") = known(skipped.index);
+  exc.attr("sample_source") = known(skipped.source);
+  exc.attr("sample_offset") = known(skipped.offset);
+  return exc;
+}
+
 void register_errors(py::module_& m) {
   static py::exception<Error> data_error(m, "DataError", PyExc_ValueError);
   static py::exception<Error> read_error(m, "ReadError", PyExc_OSError);

@@ -6,10 +6,16 @@
 #include <pybind11/pybind11.h>
 
 #include "core/error.h"
+#include "pipeline/skip_log.h"
 
 namespace chute::bindings {
 
 // The exception object for `error`, not raised (for handlers of skipped samples).
 pybind11::object python_error(const Error& error);
+
+// The exception object of a skip, with the sample it dropped as attributes
+// (sample_index, sample_source, sample_offset; None where not known), so
+// Python code matches it to its batch without reading the message.
+pybind11::object python_skipped(const SkippedSample& skipped);
 
 }  // namespace chute::bindings

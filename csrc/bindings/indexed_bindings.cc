@@ -510,10 +510,15 @@ void register_indexed(py::module_& m) {
           [](OwnedIndexedEngine& owned) {
             py::list out;
             if (!owned.here()) return out;
-            for (const Error& error : owned.get().take_skipped()) out.append(python_error(error));
+            for (const SkippedSample& skipped : owned.get().take_skipped()) {
+              out.append(python_skipped(skipped));
+            }
             return out;
           },
-          "Sample mode: exceptions of the samples skipped since the last call, oldest first.");
+          "Sample mode: exceptions of the samples skipped since the last call, oldest first; "
+          "each names its sample as data: sample_index (the id it was submitted as), "
+          "sample_source (which shard or row group holds it) and sample_offset (where it starts "
+          "there: a byte offset, a row of a row group), None where not known.");
 }
 
 }  // namespace chute::bindings

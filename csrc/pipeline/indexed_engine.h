@@ -79,7 +79,7 @@ class IndexedEngine {
   int64_t outstanding() const;
   EngineStats stats() const;
   // Sample mode: errors of the samples skipped since the last call.
-  std::vector<Error> take_skipped() { return skips_.take(); }
+  std::vector<SkippedSample> take_skipped() { return skips_.take(); }
 
  private:
   class GatherJob;

@@ -190,11 +190,17 @@ TEST(IndexedEngineSamples, SkipDropsBadRowsAndCountsThem) {
   EXPECT_EQ(b.columns[0].stacked.shape, (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(i64_row(b.columns[1].stacked, 1, 3)[0], 6);
   EXPECT_EQ(engine.stats().samples_skipped, 2u);
-  const std::vector<Error> skipped = engine.take_skipped();
+  const std::vector<SkippedSample> skipped = engine.take_skipped();
   ASSERT_EQ(skipped.size(), 2u);
-  EXPECT_EQ(skipped[0].message(), "fake 'k20': cannot read");
-  EXPECT_EQ(skipped[1].kind(), ErrorKind::kData);
-  EXPECT_EQ(skipped[1].message(), "fake 'k13.v': bad header");
+  EXPECT_EQ(skipped[0].error.message(), "fake 'k20': cannot read");
+  EXPECT_EQ(skipped[1].error.kind(), ErrorKind::kData);
+  EXPECT_EQ(skipped[1].error.message(), "fake 'k13.v': bad header");
+  // Which samples they were comes as data, whatever the messages say.
+  EXPECT_EQ(skipped[0].index, 20);
+  EXPECT_EQ(skipped[0].offset, 2000);
+  EXPECT_EQ(skipped[1].index, 13);
+  EXPECT_EQ(skipped[1].source, 0);
+  EXPECT_EQ(skipped[1].offset, 1300);
 }
 
 TEST(IndexedEngineSamples, OutOfRangeIdIsAUsageErrorAtItsBatch) {

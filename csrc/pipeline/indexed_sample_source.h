@@ -26,8 +26,8 @@ class IndexedSampleSource {
   // Reads samples ids[0..n) (all in range) into out[0..n); their payloads
   // lie in buffers shared with the neighbouring samples one read brought in
   // (EncodedSample::in_place). A sample whose bytes cannot be read gets
-  // errors[i] (naming where it is) instead. Called from several threads at
-  // once.
+  // errors[i] (naming where it is) instead, out[i] still saying where it is
+  // (key, source_index, offset). Called from several threads at once.
   virtual void read(const int64_t* ids, size_t n, EncodedSample* out,
                     std::optional<Error>* errors) const = 0;
 

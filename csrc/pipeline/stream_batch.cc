@@ -206,7 +206,10 @@ void StreamBatchJob::drop_row(size_t row, const Error& error) {
     fail(row, std::make_exception_ptr(error));
     return;
   }
-  context_.skips->record(error);
+  const EncodedSample& sample = task_.samples[row].encoded;
+  context_.skips->record(SkippedSample{error, task_.ids.empty() ? -1 : task_.ids[row],
+                                       static_cast<int64_t>(sample.source_index),
+                                       static_cast<int64_t>(sample.offset)});
   failed_[row] = 1;
 }
 

@@ -161,12 +161,16 @@ TEST(StreamBatch, UnderSkipAFailingRowIsDroppedAndTheBatchCompacted) {
   EXPECT_EQ(b->other_members[1], (Others{{"t", "2"}}));
   // Both failures were recorded for the handler, with where they happened.
   EXPECT_EQ(r.skips.count(), 2u);
-  const std::vector<Error> skipped = r.skips.take();
+  const std::vector<SkippedSample> skipped = r.skips.take();
   ASSERT_EQ(skipped.size(), 2u);
-  EXPECT_EQ(skipped[0].kind(), ErrorKind::kData);
-  EXPECT_EQ(skipped[0].message(), "s1.tar sample 'b' member 'b.dig': not a digit: 'x'");
-  EXPECT_STREQ(skipped[0].file(), "sample_testing.h");
-  EXPECT_EQ(skipped[1].message(), "s1.tar sample 'd' member 'd.dig': not a digit: 'y'");
+  EXPECT_EQ(skipped[0].error.kind(), ErrorKind::kData);
+  EXPECT_EQ(skipped[0].error.message(), "s1.tar sample 'b' member 'b.dig': not a digit: 'x'");
+  EXPECT_STREQ(skipped[0].error.file(), "sample_testing.h");
+  EXPECT_EQ(skipped[1].error.message(), "s1.tar sample 'd' member 'd.dig': not a digit: 'y'");
+  // A stream's samples have no id; their shard is known.
+  EXPECT_EQ(skipped[0].index, -1);
+  EXPECT_EQ(skipped[0].source, 1);
+  EXPECT_EQ(skipped[1].source, 1);
 }
 
 TEST(StreamBatch, UnderSkipEveryRowMayFail) {
@@ -222,10 +226,10 @@ TEST(StreamBatch, ASampleWhoseBytesWereLostIsDroppedUnderSkip) {
   ASSERT_EQ(b->size, 2);
   EXPECT_EQ(b->keys, (std::vector<std::string>{"a", "c"}));
   EXPECT_EQ(row_bytes(b->columns[0].stacked, 1), (std::vector<uint8_t>{5, 6}));
-  const std::vector<Error> skipped = r.skips.take();
+  const std::vector<SkippedSample> skipped = r.skips.take();
   ASSERT_EQ(skipped.size(), 1u);
-  EXPECT_EQ(skipped[0].kind(), ErrorKind::kIo);
-  EXPECT_EQ(skipped[0].message(), "sample 'b' was cut from the shard");
+  EXPECT_EQ(skipped[0].error.kind(), ErrorKind::kIo);
+  EXPECT_EQ(skipped[0].error.message(), "sample 'b' was cut from the shard");
   // The batch is done with the storage: the three samples' range (one run of
   // the shard, 6 payload bytes) may leave memory.
   EXPECT_EQ(storage->released(), (std::vector<std::pair<uint64_t, uint64_t>>{{0, 6}}));

@@ -61,7 +61,7 @@ class StreamEngine {
   // included; once next() returned kEnd, the epoch's batch count.
   int64_t batches_formed() const { return batches_formed_.load(); }
   // Errors of the samples skipped since the last call (for Python's handler).
-  std::vector<Error> take_skipped() { return skips_.take(); }
+  std::vector<SkippedSample> take_skipped() { return skips_.take(); }
   BatchAllocator& allocator() { return allocator_; }
 
  private:

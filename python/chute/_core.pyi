@@ -1156,7 +1156,7 @@ class IndexedEngine:
         """
     def take_skipped(self) -> list[typing.Any]:
         """
-        Sample mode: exceptions of the samples skipped since the last call, oldest first.
+        Sample mode: exceptions of the samples skipped since the last call, oldest first; each names its sample as data: sample_index (the id it was submitted as), sample_source (which shard or row group holds it) and sample_offset (where it starts there: a byte offset, a row of a row group), None where not known.
         """
     @property
     def num_rows(self) -> int:

@@ -10,16 +10,19 @@ the one other code expects, so either ``except`` catches it.
 
 Every message names the data (shard, member, offset); the place in chute's
 C++ source that raised it is kept on ``err.where`` (for bug reports), not in
-the message.
+the message. The error of a sample an indexed engine skipped also names the
+sample as data (``sample_index``, ``sample_source``, ``sample_offset``; see
+`SAMPLE_FIELDS`), which code matches it by, never by the message's words.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,6 +37,44 @@ _MEMBER = re.compile(r"\Ashard '(?P<url>.*?)', member '(?P<member>[^']*)' at off
 _ROW_MEMBER = re.compile(
     r"\Afile '(?P<url>.*?)', row group \d+, row (?P<row>\d+), column '(?P<column>[^']*)': "
 )
+
+
+# What the engine tells of a sample it skipped, as attributes of its error
+# (None where not known): the id it was asked for by, which of the dataset's
+# sources (shard, row group) holds it, and where it starts there (a byte, a
+# row of the row group). `translate` keeps them on the exception it makes.
+SAMPLE_FIELDS = ("sample_index", "sample_source", "sample_offset")
+
+
+class SkippedSamples:
+    """The errors of the samples an indexed engine skipped, each handed to
+    the batch it was submitted in. The engine decodes batches ahead, so the
+    skips taken when one batch comes may include later batches' rows: those
+    wait here for their batch. A skip is matched by the id it carries
+    (``sample_index``), never by the words of its message."""
+
+    def __init__(self) -> None:
+        self._waiting: list[Exception] = []
+
+    def of_batch(
+        self, taken: Iterable[Exception], rows: Iterable[int], count: int
+    ) -> list[Exception]:
+        """The errors of `count` skipped rows among `rows` (the ids a batch
+        was submitted as), `taken` (the engine's latest skips) added first to
+        those waiting."""
+        self._waiting.extend(taken)
+        missing = collections.Counter(rows)
+        found: list[Exception] = []
+        waiting: list[Exception] = []
+        for error in self._waiting:
+            row = getattr(error, "sample_index", None)
+            if len(found) < count and row is not None and missing[row] > 0:
+                missing[row] -= 1
+                found.append(error)
+            else:
+                waiting.append(error)
+        self._waiting = waiting
+        return found
 
 
 class DecodingError(Exception):
@@ -62,6 +103,9 @@ class _FromEngine(Exception):
     """Marks the classes below: an engine failure, already translated."""
 
     where: str | None = None
+    sample_index: int | None = None
+    sample_source: int | None = None
+    sample_offset: int | None = None
 
     def __str__(self) -> str:
         # The message as the engine worded it, also for the OSError kinds
@@ -211,6 +255,8 @@ def translate(exc: BaseException) -> BaseException:
     else:
         new = EngineDataError(message)
     new.where = where
+    for field in SAMPLE_FIELDS:
+        setattr(new, field, getattr(exc, field, None))
     return new
 
 

@@ -36,11 +36,9 @@ a local file.
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
@@ -52,7 +50,7 @@ import numpy as np
 import torch
 
 from chute import _core
-from chute.common.errors import EngineDataError, EngineReadError, translate
+from chute.common.errors import EngineDataError, EngineReadError, SkippedSamples, translate
 from chute.common.handlers import Handler, reraise_exception
 from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.decoding.decoders import IMAGE_SPECS, NativeDecode
@@ -703,10 +701,6 @@ def _fill_scalar(pa: Any, name: str, type_: Any, value: FillValue) -> Any:
     raise ValueError(f"fill_null: {value!r} is not a value of column {name!r} ({type_})")
 
 
-# How the engine names a row in its errors (BlockSampleSource::location).
-_SAMPLE = re.compile(r"\(sample (\d+)\)")
-
-
 @dataclass
 class _Skipped:
     """The rows of a batch the handler skipped: which were kept, and the
@@ -762,9 +756,7 @@ class _Engine:
         self._dataset = dataset
         self._pending: list[tuple[np.ndarray, np.ndarray, dict[str, Any]]] = []
         self._native = bool(dataset._decoded)
-        # Errors of skipped rows taken from the engine, not yet matched to
-        # their batch (the engine decodes batches ahead).
-        self._skipped: list[Exception] = []
+        self._skipped = SkippedSamples()
 
     def submit(self, idx: np.ndarray, epoch: int) -> None:
         blocks = self._dataset.blocks_of(idx)
@@ -793,23 +785,9 @@ class _Engine:
         if native is None or native.size == len(idx):
             return native, None, columns
         kept = np.isin(idx, np.asarray(native.keys(), dtype=np.int64))
-        return native, _Skipped(kept, self._errors_of(idx[~kept].tolist())), columns
-
-    def _errors_of(self, rows: list[int]) -> list[Exception]:
-        """The errors of the skipped `rows` (by the sample their message names)."""
-        self._skipped.extend(self._engine.take_skipped())
-        missing = collections.Counter(rows)
-        errors, rest = [], []
-        for error in self._skipped:
-            found = _SAMPLE.search(str(error))
-            row = int(found.group(1)) if found else -1
-            if missing[row] > 0:
-                missing[row] -= 1
-                errors.append(error)
-            else:
-                rest.append(error)
-        self._skipped = rest
-        return errors
+        dropped = idx[~kept].tolist()
+        errors = self._skipped.of_batch(self._engine.take_skipped(), dropped, len(dropped))
+        return native, _Skipped(kept, errors), columns
 
     def _finish_oldest(self) -> tuple[np.ndarray, dict[str, Any]]:
         """The oldest batch left the engine: its row groups are released;

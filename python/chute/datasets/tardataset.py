@@ -22,6 +22,7 @@ collation torch's default, written straight into the batch's tensors.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import warnings
@@ -35,6 +36,7 @@ import torch
 import torch.utils.data
 
 from chute import _core
+from chute.common.errors import SkippedSamples
 from chute.common.handlers import (
     Handler,
     SkippedSampleWarning,
@@ -73,6 +75,33 @@ class _Native:
 
     batch: Any
     skipped: list[Exception]
+
+
+class _Engine(_core.IndexedEngine):
+    """The native engine, with the ids of the batches in flight, so that the
+    errors of the samples it skipped go to the batch they were in."""
+
+    def __init__(self, plan: Any) -> None:
+        super().__init__(plan)
+        self.in_flight: collections.deque[np.ndarray] = collections.deque()
+        self.skips = SkippedSamples()
+
+    def submit_ids(self, idx: np.ndarray, epoch: int) -> None:
+        self.submit(idx, epoch)
+        self.in_flight.append(idx)
+
+    def next_native(self, timeout: float) -> _Native:
+        """The oldest batch in flight, with its skipped samples' errors."""
+        try:
+            batch = self.next(timeout)
+        except BaseException:
+            # A failed batch was taken; one timed out or interrupted was not.
+            while len(self.in_flight) > self.outstanding():
+                self.in_flight.popleft()
+            raise
+        idx = self.in_flight.popleft()
+        lost = int(idx.size) - int(batch.size)
+        return _Native(batch, self.skips.of_batch(self.take_skipped(), idx.tolist(), lost))
 
 
 class TarDataset(IndexedDataset):
@@ -300,14 +329,13 @@ class TarDataset(IndexedDataset):
         plan.max_in_flight = in_flight
         if hooks is not None:
             plan.set_pin_hooks(*hooks)
-        return _core.IndexedEngine(plan)
+        return _Engine(plan)
 
     def _submit(self, engine: Any, idx: np.ndarray) -> None:
-        engine.submit(idx, self._draw_epoch)
+        engine.submit_ids(idx, self._draw_epoch)
 
     def _wait(self, engine: Any, timeout: float) -> Any:
-        batch = engine.next(timeout)
-        return _Native(batch, list(engine.take_skipped()))
+        return engine.next_native(timeout)
 
     def _assemble(self, arrays: Any, idx: np.ndarray) -> Any:
         return arrays
