@@ -216,7 +216,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     def _submit(self, engine: Any, idx: np.ndarray) -> None:
         engine.submit(idx)
 
-    def _gather(self, engine: Any, idx: np.ndarray) -> Any:
+    def _read_inline(self, engine: Any, idx: np.ndarray) -> Any:
         """An engine without threads (`reads_inline`): `_submit` then
         `_wait`, in one call (a dataset overriding them overrides this)."""
         return gather_batch(engine, idx)
@@ -293,7 +293,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
                 for indices in index_batches:
                     idx = self._as_indices(indices)
                     started = time.perf_counter()
-                    result = self._gather(engine, idx)
+                    result = self._read_inline(engine, idx)
                     self._totals["wait_seconds"] += time.perf_counter() - started
                     batch = self._assemble(result, idx)
                     del result
