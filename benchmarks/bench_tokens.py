@@ -252,7 +252,7 @@ def part_a(args: argparse.Namespace) -> None:
             "path": path,
         }
         report = run_config(script, config)
-        how = " (in-line)" if workers == 0 and not threaded else ""
+        how = " (in-line)" if mode.startswith("chute") and workers == 0 and not threaded else ""
         how = " (1 engine thread)" if threaded else how
         result = {
             "loader": names[mode] + how,

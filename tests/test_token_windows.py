@@ -284,3 +284,32 @@ def test_no_workers_file_cut_while_mapped_raises_read_error(tmp_path: Path) -> N
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert f"ReadError: '{path}': tokens at byte offset " in done.stdout, done.stdout
     assert "are gone: the file was cut to 100001 bytes after it was opened" in done.stdout
+
+
+class _ReadInWorker(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A whole batch per item, read in a torch worker process, with the
+    engine threads that process had once it was read."""
+
+    def __init__(self, ds: chute.TokenDataset) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, rows: list[int]) -> tuple[list[list[int]], int]:
+        batch = self.ds.read_batch(np.asarray(rows, dtype=np.int64))
+        return batch["input_ids"].tolist(), _engine_threads()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads listed by /proc")
+def test_torch_worker_processes_read_without_engine_threads(tmp_path: Path) -> None:
+    path, stream = _windows_file(tmp_path, 600, seed=9)
+    ds = chute.TokenDataset(path, 8, dtype="uint16", out_dtype=torch.uint16, window_views=True)
+    batches = [[3, 1, 4], [15, 9, 2], [6, 5]]
+    loader = torch.utils.data.DataLoader(
+        _ReadInWorker(ds), batch_size=None, sampler=batches, num_workers=1
+    )
+    windows = reference_windows(stream, 8)
+    got = list(loader)
+    assert [rows for rows, _ in got] == [[windows[i]["input_ids"] for i in b] for b in batches]
+    assert [threads for _, threads in got] == [0, 0, 0]
