@@ -254,9 +254,9 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         """Yields `{field: tensor[n, ...]}` for each index batch, in order.
 
         Keeps up to `prefetch` batches submitted ahead of the consumer,
-        pulling index batches from `index_batches` lazily. `num_threads` 0:
-        no engine threads, each batch is made when the consumer asks for it. `timeout` > 0
-        bounds the wait for one batch (TimeoutError). The engine is shut down
+        pulling index batches from `index_batches` lazily (`num_threads` 0:
+        no engine threads, each batch is made when the consumer asks for
+        it). `timeout` > 0 bounds the wait for one batch (TimeoutError). The engine is shut down
         (threads joined) when the generator finishes, is closed, or is
         collected — breaking out of a loop is enough.
         """
