@@ -255,7 +255,7 @@ import chute
 
 path = {path!r}
 ds = chute.TokenDataset(path, 256, dtype="uint16", out_dtype=torch.uint16, window_views=True)
-loader = chute.DataLoader(ds, batch_size=8, shuffle=True, num_workers=0,
+loader = chute.DataLoader(ds, batch_size=8, shuffle=True, num_workers={workers},
                           generator=torch.Generator().manual_seed(0))
 it = iter(loader)
 next(it)
@@ -268,13 +268,18 @@ except chute.ReadError as e:
 """
 
 
-def test_no_workers_file_cut_while_mapped_raises_read_error(tmp_path: Path) -> None:
-    # As tests/test_tokens.py's cut file, with the batches made in-line: the
-    # guard holds on the consumer's own thread (a SIGBUS would kill the
-    # process, hence the subprocess).
+@pytest.mark.parametrize("workers", [0, 2])
+def test_file_cut_while_mapped_raises_read_error_in_line_or_not(
+    tmp_path: Path, workers: int
+) -> None:
+    # As tests/test_tokens.py's cut file, with the batches made in-line (0)
+    # or on engine threads (2): the guard holds on either thread (a SIGBUS
+    # would kill the process, hence the subprocess).
     path = tmp_path / "train.bin"
     np.random.default_rng(0).integers(1, 50000, size=150_000, dtype=np.uint16).tofile(path)
-    script = CUT_INLINE.format(python=str(Path(chute.__file__).parent.parent), path=str(path))
+    script = CUT_INLINE.format(
+        python=str(Path(chute.__file__).parent.parent), path=str(path), workers=workers
+    )
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
         capture_output=True,
