@@ -8,7 +8,11 @@ into contiguous windows of 2,048 + 1 tokens, batches of 32, shuffled:
   ``window_views=True`` (``input_ids`` and ``labels`` views of one
   ``[32, 2049]`` batch tensor, written once), int64, int32, and in the
   file's own dtype (``out_dtype=torch.uint16``: the same bytes memcpy
-  moves);
+  moves); each at num_workers = the cores (native threads), and at
+  num_workers=0, where each batch is made in the consumer's own next()
+  (in-line, no engine thread) and, for comparison, the same on one engine
+  thread as before in-line reads (``TokenDataset.reads_inline`` off in
+  that run's process);
 - nanoGPT's loader under torch's DataLoader: ``np.memmap`` of the file made
   again for each batch, and ``torch.stack`` of ``from_numpy(window.astype(
   np.int64))`` for inputs and targets, as nanoGPT's ``get_batch`` does, over
@@ -25,6 +29,9 @@ and the fractions of the memcpy limit are the median round's (each round's
 runs see about the same load). Figures are tokens/s of ``input_ids``
 delivered, and GB/s written into batches (memcpy writes 2 bytes per token,
 chute 16, with window_views 8, 4 in int32 and 2 in uint16, nanoGPT's loader 16).
+Tokens per CPU-second (the loader's threads and workers included) are
+reported too, and their fraction of memcpy's: on a shared machine they move
+less with the load than wall time does.
 Targets: chute >= 80% of the memcpy limit and ahead of the memmap loader.
 The load average before and after (and at each run) is printed and saved:
 on a shared machine the figures mean little without it.
@@ -171,16 +178,21 @@ def worker_a(config: dict[str, Any]) -> None:
         starts = np.array([w for b in window_order(windows, 0) for w in b], dtype=np.int64)
         file = chute._core.TokenFile(path, "raw", "uint16")
         seconds, epochs = 0.0, 0
+        cpu = _cpu_seconds()
         while seconds < MIN_SECONDS:
             window_bytes = (SEQ_LEN + 1) * 2
             seconds += chute_testing.memcpy_windows(file, starts * SEQ_LEN * 2, window_bytes, BATCH)
             epochs += 1
-        print(json.dumps({"tokens": epochs * windows * SEQ_LEN, "seconds": seconds, "first": None}))
+        cpu = _cpu_seconds() - cpu
+        tokens = epochs * windows * SEQ_LEN
+        print(json.dumps({"tokens": tokens, "seconds": seconds, "cpu": cpu, "first": None}))
         return
     loader: Any
     if kind == "chute":
         import chute
 
+        if config.get("threaded"):
+            chute.TokenDataset.reads_inline = False
         out_dtype = getattr(torch, config.get("out_dtype", "int64"))
         ds = chute.TokenDataset(
             path,
@@ -203,7 +215,7 @@ def worker_a(config: dict[str, Any]) -> None:
             sampler=window_order(windows, 0),
             num_workers=workers,
         )
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     first = None
     delivered = 0
     seconds = 0.0
@@ -214,7 +226,8 @@ def worker_a(config: dict[str, Any]) -> None:
                 first = time.perf_counter() - start
             delivered += x.numel()
         seconds = time.perf_counter() - start
-    print(json.dumps({"tokens": delivered, "seconds": seconds, "first": first}))
+    cpu = _cpu_seconds() - cpu
+    print(json.dumps({"tokens": delivered, "seconds": seconds, "cpu": cpu, "first": first}))
 
 
 def part_a(args: argparse.Namespace) -> None:
@@ -228,13 +241,10 @@ def part_a(args: argparse.Namespace) -> None:
     threads = default_threads()
     script = str(Path(__file__).resolve())
     load_before = os.getloadavg()
-    configs = [
-        ("memcpy", 0),
-        ("chute", threads),
-        ("chute-views", threads),
-        ("chute-views-int32", threads),
-        ("chute-views-uint16", threads),
-    ]
+    modes = ["chute", "chute-views", "chute-views-int32", "chute-views-uint16"]
+    configs = [("memcpy", 0)]
+    for mode in modes:
+        configs += [(mode, threads), (mode, 0), (mode + "-threaded", 0)]
     names = {
         "memcpy": "memcpy of the same windows, 1 thread",
         "chute": "chute.TokenDataset + chute.DataLoader",
@@ -245,21 +255,27 @@ def part_a(args: argparse.Namespace) -> None:
     }
 
     def run(kind: str, workers: int) -> dict[str, Any]:
+        threaded = kind.endswith("-threaded")
+        mode = kind.removesuffix("-threaded")
         config = {
             "part": "a",
-            "loader": kind.split("-")[0],
-            "out_dtype": kind.rsplit("-", 1)[1] if kind.endswith(("int32", "uint16")) else "int64",
-            "views": "views" in kind,
+            "loader": mode.split("-")[0],
+            "out_dtype": mode.rsplit("-", 1)[1] if mode.endswith(("int32", "uint16")) else "int64",
+            "views": "views" in mode,
             "workers": workers,
+            "threaded": threaded,
             "path": path,
         }
         report = run_config(script, config)
+        how = " (in-line)" if mode.startswith("chute") and workers == 0 and not threaded else ""
+        how = " (1 engine thread)" if threaded else how
         result = {
-            "loader": names[kind],
+            "loader": names[mode] + how,
             "kind": kind,
             "workers": workers,
             "tokens_per_s": report["tokens"] / report["seconds"],
-            "written_gb_per_s": report["tokens"] * BYTES_PER_TOKEN[kind] / report["seconds"] / 1e9,
+            "tokens_per_cpu_s": report["tokens"] / report["cpu"],
+            "written_gb_per_s": report["tokens"] * BYTES_PER_TOKEN[mode] / report["seconds"] / 1e9,
             "first_batch_s": report["first"],
             "peak_rss_mib": report["peak_tree_rss"] / 2**20,
             "load_average": os.getloadavg()[0],
@@ -275,26 +291,34 @@ def part_a(args: argparse.Namespace) -> None:
     # machine's load drifts, and each round's ratios compare runs made
     # under about the same load.
     runs: dict[str, list[dict[str, Any]]] = {f"{k}-{w}": [] for k, w in configs}
-    fractions: dict[str, list[float]] = {k: [] for k, _ in configs[1:]}
+    fractions: dict[str, list[float]] = {f"{k}-{w}": [] for k, w in configs[1:]}
+    # The same per CPU-second (the loader's threads included): moves less
+    # with the load of a shared machine than wall time does.
+    cpu_fractions: dict[str, list[float]] = {key: [] for key in fractions}
     for round_ in range(args.repeats):
         print(f"round {round_ + 1} of {args.repeats}", flush=True)
-        results = {kind: run(kind, workers) for kind, workers in configs}
-        for kind, workers in configs:
-            runs[f"{kind}-{workers}"].append(results[kind])
-        for kind in fractions:
-            fractions[kind].append(
-                results[kind]["tokens_per_s"] / results["memcpy"]["tokens_per_s"]
+        results = {f"{kind}-{workers}": run(kind, workers) for kind, workers in configs}
+        for key, result in results.items():
+            runs[key].append(result)
+        for key in fractions:
+            fractions[key].append(
+                results[key]["tokens_per_s"] / results["memcpy-0"]["tokens_per_s"]
+            )
+            cpu_fractions[key].append(
+                results[key]["tokens_per_cpu_s"] / results["memcpy-0"]["tokens_per_cpu_s"]
             )
     for w in args.memmap_workers.split(","):
         runs[f"memmap-{w}"] = [run("memmap", int(w))]
     rows: list[dict[str, Any]] = []
-    for results in runs.values():
+    median_rows: dict[str, dict[str, Any]] = {}
+    for key, results in runs.items():
         ordered = sorted(results, key=lambda r: r["tokens_per_s"])
         rows.append(ordered[len(ordered) // 2])
+        median_rows[key] = ordered[len(ordered) // 2]
     runs_of = {key: [r["tokens_per_s"] for r in results] for key, results in runs.items()}
     load_after = os.getloadavg()
     memcpy = next(r for r in rows if r["kind"] == "memcpy")
-    ours = {r["kind"]: r for r in rows if r["kind"] in fractions}
+    ours = {key: median_rows[key] for key in fractions}
     best = max((r for r in rows if r["kind"] == "memmap"), key=lambda r: r["tokens_per_s"])
 
     def median(values: list[float]) -> float:
@@ -309,6 +333,7 @@ def part_a(args: argparse.Namespace) -> None:
         # The median round's fraction of that round's memcpy run.
         "fraction_of_memcpy": {kind: median(f) for kind, f in fractions.items()},
         "fractions_of_memcpy_by_round": fractions,
+        "fraction_of_memcpy_per_cpu_s": {k: median(f) for k, f in cpu_fractions.items()},
         "speedup_over_memmap": {
             kind: r["tokens_per_s"] / best["tokens_per_s"] for kind, r in ours.items()
         },
@@ -323,6 +348,7 @@ def part_a(args: argparse.Namespace) -> None:
                 ("loader", "loader"),
                 ("workers", "workers"),
                 ("tokens_per_s", "tokens/s"),
+                ("tokens_per_cpu_s", "tokens/CPU-s"),
                 ("written_gb_per_s", "GB/s written"),
                 ("first_batch_s", "first batch s"),
                 ("peak_rss_mib", "peak RSS MiB"),
@@ -332,7 +358,9 @@ def part_a(args: argparse.Namespace) -> None:
     print()
     for kind in fractions:
         print(
-            f"{names[kind]}: {summary['fraction_of_memcpy'][kind]:.0%} of the memcpy limit"
+            f"{ours[kind]['loader']} workers={ours[kind]['workers']}:"
+            f" {summary['fraction_of_memcpy'][kind]:.0%} of the memcpy limit"
+            f" ({summary['fraction_of_memcpy_per_cpu_s'][kind]:.0%} per CPU-second)"
             f" (the median round's; target >= 80%),"
             f" {summary['speedup_over_memmap'][kind]:.1f}x nanoGPT's memmap loader at"
             f" num_workers={best['workers']} (target > 1x)"

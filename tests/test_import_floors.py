@@ -198,3 +198,26 @@ def test_only_a_stage_class_knows_its_kind() -> None:
                 ):
                     compared.append(f"{name}:{node.lineno}")
     assert compared == []
+
+
+def test_a_test_file_imports_test_modules_of_its_own_folder_only() -> None:
+    # pytest puts a test file's folder on sys.path when it imports the file, so
+    # a test module of another folder resolves only when that folder's files
+    # happened to be collected first: shared checks go in tests/helpers.py.
+    tests = Path(__file__).resolve().parent
+    by_name = {p.stem: p.parent for p in tests.rglob("test_*.py")}
+    strays = []
+    for path in tests.rglob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for name in names:
+                home = by_name.get(name.split(".")[0])
+                if home is not None and home != path.parent:
+                    strays.append(f"{path.relative_to(tests)} imports {name}")
+    assert strays == []

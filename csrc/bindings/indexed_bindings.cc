@@ -491,6 +491,26 @@ void register_indexed(py::module_& m) {
           "when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch "
           "at its position.")
       .def(
+          "gather",
+          [](OwnedIndexedEngine& owned,
+             py::array_t<int64_t, py::array::c_style | py::array::forcecast> idx) {
+            IndexedEngine& engine = owned.get();
+            CHUTE_CHECK(idx.ndim() == 1, kUsage, "indices must be one-dimensional");
+            Batch batch;
+            {
+              ReleasedGil released;
+              engine.gather(idx.data(), static_cast<size_t>(idx.size()), &batch);
+            }
+            py::list columns(batch.columns.size());
+            for (size_t i = 0; i < batch.columns.size(); ++i) {
+              columns[i] = column_to_python(batch.columns[i]);
+            }
+            return columns;
+          },
+          py::arg("indices"),
+          "An engine without threads (num_threads 0): the columns of the batch of `indices`, "
+          "made on this thread with the GIL released. Nothing may be outstanding.")
+      .def(
           "close",
           [](OwnedIndexedEngine& owned) {
             if (owned.here()) owned.get().close();

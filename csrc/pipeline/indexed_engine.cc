@@ -1,6 +1,7 @@
 #include "pipeline/indexed_engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -198,10 +199,18 @@ IndexedEngine::IndexedEngine(IndexedPlan plan)
                 "the plan declares " << plan_.num_rows << " rows but its source has " << num_rows_);
     num_rows_ = plan_.num_rows;
   }
-  piece_rows_ = plan_.piece_rows > 0 ? plan_.piece_rows : default_piece_rows(row_bytes);
+  CHUTE_CHECK(plan_.num_threads >= 0, kUsage,
+              "num_threads must be 0 (batches made by next()) or more, not " << plan_.num_threads);
+  // Without threads a batch is one piece: its rows' reads share one SIGBUS
+  // guard and one size check per file.
+  const int64_t whole = std::numeric_limits<int32_t>::max();
+  piece_rows_ = plan_.piece_rows > 0         ? plan_.piece_rows
+                : plan_.num_threads == 0 ? whole
+                                         : default_piece_rows(row_bytes);
   allocator_.set_pin_hooks(plan_.pin);
-  const int n = std::max(1, plan_.num_threads);
-  for (int i = 0; i < n; ++i) threads_.spawn("chute-read", [this] { gathering_.work(); });
+  for (int i = 0; i < plan_.num_threads; ++i) {
+    threads_.spawn("chute-read", [this] { gathering_.work(); });
+  }
 }
 
 IndexedEngine::~IndexedEngine() { close(); }
@@ -241,6 +250,9 @@ OrderedResults::Status IndexedEngine::next(Batch* out, double timeout_s) {
     CHUTE_CHECK(next_sequence_ > results_.consumed(), kUsage,
                 "next() with no batch submitted and not yet returned");
   }
+  // Batches are queued in sequence order, and only a batch without rows is
+  // delivered before it is run: the next one is ready or the oldest queued.
+  if (plan_.num_threads == 0 && !results_.next_ready()) gathering_.run_oldest();
   const OrderedResults::Status status = results_.next(out, timeout_s);
   switch (status) {
     case OrderedResults::Status::kBatch:
@@ -253,6 +265,13 @@ OrderedResults::Status IndexedEngine::next(Batch* out, double timeout_s) {
       CHUTE_CHECK(false, kUsage, "next() on a closed engine");
   }
   return status;
+}
+
+void IndexedEngine::gather(const int64_t* indices, size_t n, Batch* out) {
+  CHUTE_CHECK(plan_.num_threads == 0, kUsage, "gather() is for an engine without threads");
+  CHUTE_CHECK(outstanding() == 0, kUsage, "gather() with batches submitted and not yet returned");
+  submit(indices, n);
+  next(out, 0.0);
 }
 
 EngineStats IndexedEngine::stats() const {

@@ -45,6 +45,9 @@ struct IndexedPlan {
   // tensors for that batch; rows that fail follow decoding.on_error.
   std::shared_ptr<const IndexedSampleSource> samples;
   SampleDecoding decoding;
+  // 0: no threads; next() makes the oldest batch on the caller's thread,
+  // whole (one piece), with no hand-off between threads. For batches whose
+  // work is little more than copies, the hand-offs cost more than the work.
   int num_threads = 1;
   // Batches started ahead of the consumer: bounds the batch memory alive.
   int max_in_flight = 1;
@@ -67,10 +70,14 @@ class IndexedEngine {
   // epoch, i).
   int64_t submit(const int64_t* indices, size_t n, int64_t epoch = 0);
 
-  // The next batch in submission order; kTimeout when timeout_s (> 0)
-  // passes first. Rethrows a worker's error at its batch's position; throws
+  // The next batch in submission order (made here when the plan has no
+  // threads); kTimeout when timeout_s (> 0) passes first. Rethrows a worker's error at its batch's position; throws
   // kUsage after close() or when nothing is outstanding.
   OrderedResults::Status next(Batch* out, double timeout_s);
+
+  // An engine without threads: the batch of `indices`, made on this thread
+  // (submit() and next() in one call). Nothing may be outstanding.
+  void gather(const int64_t* indices, size_t n, Batch* out);
 
   // Stops the workers promptly (queued batches are dropped) and joins them.
   void close();

@@ -258,5 +258,51 @@ TEST(IndexedEngineRows, WithoutSourcesTheDeclaredRowsBoundTheIndices) {
             "index 4 is out of range for a dataset of length 4 (position 0 of batch 1)");
 }
 
+TEST(IndexedEngineThreadless, NextMakesEachBatchInSubmissionOrder) {
+  IndexedEngine engine(sample_plan(std::make_shared<FakeSamples>(100), ErrorPolicy::kRaise, 0));
+  const std::vector<int64_t> first{5, 7, 9};
+  const std::vector<int64_t> second{2, 4};
+  engine.submit(first.data(), first.size());
+  engine.submit(nullptr, 0);  // delivered when submitted, behind the first
+  engine.submit(second.data(), second.size());
+  EXPECT_EQ(next_batch(engine).keys, (std::vector<std::string>{"k5", "k7", "k9"}));
+  EXPECT_EQ(next_batch(engine).size, 0);
+  EXPECT_EQ(next_batch(engine).keys, (std::vector<std::string>{"k2", "k4"}));
+  EXPECT_EQ(engine.outstanding(), 0);
+}
+
+TEST(IndexedEngineThreadless, AFailedBatchRaisesAtItsPosition) {
+  IndexedEngine engine(
+      sample_plan(std::make_shared<FakeSamples>(100, 6), ErrorPolicy::kRaise, 0));
+  const std::vector<int64_t> good{1};
+  const std::vector<int64_t> bad{6};
+  engine.submit(good.data(), good.size());
+  engine.submit(bad.data(), bad.size());
+  engine.submit(good.data(), good.size());
+  EXPECT_EQ(next_batch(engine).keys.front(), "k1");
+  Batch b;
+  const std::optional<Error> e = test::error_from([&] { engine.next(&b, 30.0); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message(), "fake 'k6': cannot read");
+  EXPECT_EQ(next_batch(engine).keys.front(), "k1");
+}
+
+TEST(IndexedEngineThreadless, GatherIsSubmitAndNextInOneCall) {
+  IndexedEngine engine(sample_plan(std::make_shared<FakeSamples>(100), ErrorPolicy::kRaise, 0));
+  const std::vector<int64_t> ids{3, 8};
+  Batch b;
+  engine.gather(ids.data(), ids.size(), &b);
+  EXPECT_EQ(b.keys, (std::vector<std::string>{"k3", "k8"}));
+  engine.submit(ids.data(), ids.size());
+  std::optional<Error> e = test::error_from([&] { engine.gather(ids.data(), ids.size(), &b); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message(), "gather() with batches submitted and not yet returned");
+
+  IndexedEngine threaded(sample_plan(std::make_shared<FakeSamples>(100), ErrorPolicy::kRaise, 1));
+  e = test::error_from([&] { threaded.gather(ids.data(), ids.size(), &b); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message(), "gather() is for an engine without threads");
+}
+
 }  // namespace
 }  // namespace chute

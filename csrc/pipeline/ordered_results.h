@@ -109,6 +109,12 @@ class OrderedResults {
     return consumed_;
   }
 
+  // The batch the consumer takes next is there (or its error).
+  bool next_ready() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ready_.count(consumed_) != 0;
+  }
+
   int64_t ready_count() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int64_t>(ready_.size());

@@ -103,6 +103,25 @@ void PieceScheduler::work() {
   }
 }
 
+bool PieceScheduler::run_oldest() {
+  std::shared_ptr<PieceJob> job;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.empty() || closed_) return false;
+    job = std::move(queue_.front());
+    queue_.pop_front();
+    job->allocation_started_ = true;
+    job->next_piece_ = job->num_pieces_;
+  }
+  if (!results_.wait_for_slot(job->sequence_)) return false;
+  const uint64_t t0 = now_ns();
+  for (size_t piece = 0; piece < job->num_pieces_; ++piece) run_piece(*job, piece, piece == 0);
+  busy_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+  job->remaining_.store(0, std::memory_order_relaxed);
+  deliver(*job);
+  return true;
+}
+
 void PieceScheduler::run_piece(PieceJob& job, size_t piece, bool allocate) {
   const size_t begin = piece * job.piece_rows_;
   const size_t end = std::min(job.rows_, begin + job.piece_rows_);

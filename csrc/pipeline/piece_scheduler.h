@@ -92,6 +92,10 @@ class PieceScheduler {
   void close();
   // A worker thread's loop: takes and runs pieces until end() or close().
   void work();
+  // For a scheduler without worker threads: runs every piece of the oldest
+  // queued batch on the calling thread and delivers it (once it has a slot
+  // in the results). False when nothing is queued (or after close()).
+  bool run_oldest();
 
   // Time workers spent running pieces, summed over workers.
   uint64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }

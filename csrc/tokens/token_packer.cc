@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "io/mapped_region.h"
@@ -249,19 +250,20 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
       &reading);
   const size_t done = whole ? segments.size() : reading.done;
   // A file cut while mapped faults past its new end, but the rest of the
-  // page that end falls in reads as zeros: the size now tells them apart.
-  const TokenFile* checked = nullptr;
-  uint64_t size_now = 0;
+  // page that end falls in reads as zeros: the size now tells them apart,
+  // looked at once per file for all the rows read (shuffled windows go back
+  // and forth between files).
+  thread_local std::unordered_map<const TokenFile*, uint64_t> sizes_now;
+  sizes_now.clear();
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& g = segments[i];
     const TokenFile& file = *g.span->file;
     const uint64_t item = dtype_size(file.dtype());
     const uint64_t begin = g.span->byte_offset + static_cast<uint64_t>(g.skip) * item;
     const uint64_t end = begin + static_cast<uint64_t>(g.n) * item;
-    if (&file != checked) {
-      size_now = file.current_size();
-      checked = &file;
-    }
+    auto known = sizes_now.find(&file);
+    if (known == sizes_now.end()) known = sizes_now.emplace(&file, file.current_size()).first;
+    const uint64_t size_now = known->second;
     CHUTE_CHECK(i != done && end <= size_now, kIo,
                 "'" << file.path() << "': tokens at byte offset " << begin << " to " << end
                     << " are gone: the file was cut to " << size_now

@@ -1142,6 +1142,10 @@ class IndexedEngine:
         """
         Stops the threads and drops what is queued; nothing in a forked copy.
         """
+    def gather(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> list[typing.Any]:
+        """
+        An engine without threads (num_threads 0): the columns of the batch of `indices`, made on this thread with the GIL released. Nothing may be outstanding.
+        """
     def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
         """
         The next batch in submission order (one column per source). Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.

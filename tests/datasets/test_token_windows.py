@@ -6,12 +6,17 @@ tensors as before."""
 
 from __future__ import annotations
 
+import collections
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import chute
 import numpy as np
 import pytest
 import torch
+from helpers import run_ranks
 from test_tokens import as_rows, reference_windows
 
 
@@ -161,3 +166,155 @@ def test_files_own_dtype_must_be_the_files_and_windows(tmp_path: Path) -> None:
         )
     with pytest.raises(ValueError, match=r"out_dtype must be torch.int64, torch.int32 or the"):
         chute.TokenDataset(str(tmp_path / "u16.bin"), 4, dtype="uint16", out_dtype=torch.float32)
+
+
+# -- num_workers=0: batches made in the consumer's own next() ------------------------
+
+
+def _engine_threads() -> int:
+    """This process's native engine threads now (named by the engine)."""
+    names = [p.read_text().strip() for p in Path("/proc/self/task").glob("*/comm")]
+    return sum(name == "chute-read" for name in names)
+
+
+def _windows_loader(path: str, workers: int, **kwargs: object) -> chute.DataLoader:
+    ds = chute.TokenDataset(path, 16, dtype="uint16", out_dtype=torch.uint16, window_views=True)
+    return chute.DataLoader(ds, batch_size=5, num_workers=workers, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads listed by /proc")
+def test_no_workers_makes_each_batch_on_the_consumers_thread(tmp_path: Path) -> None:
+    path, stream = _windows_file(tmp_path, 2000, seed=4)
+    inline = _windows_loader(path, 0, shuffle=True, generator=torch.Generator().manual_seed(5))
+    threaded = _windows_loader(path, 2, shuffle=True, generator=torch.Generator().manual_seed(5))
+    before = _engine_threads()
+    got = []
+    for batch in inline:
+        assert _engine_threads() == before  # no engine thread behind the loop
+        got.append(batch)
+    expected = list(threaded)
+    assert len(got) == len(expected) == -(-(1999 // 16) // 5)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a["input_ids"], b["input_ids"])
+        assert torch.equal(a["labels"], b["labels"])
+        _assert_views_of_one_window(a, 16)
+    order = torch.utils.data.DataLoader(
+        range(1999 // 16), batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(5)
+    )
+    windows = reference_windows(stream, 16)
+    assert as_rows(got) == [windows[i] for b in order for i in b.tolist()]
+
+
+def _rows(batch: dict[str, torch.Tensor]) -> list[list[int]]:
+    return batch["input_ids"].tolist()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_no_workers_resumes_as_threads_do(tmp_path: Path, workers: int) -> None:
+    path, _ = _windows_file(tmp_path, 3000, seed=6)
+
+    def loader(w: int) -> chute.DataLoader:
+        return _windows_loader(path, w, shuffle=True, generator=torch.Generator().manual_seed(7))
+
+    full = [_rows(b) for b in loader(2)]
+    first = loader(workers)
+    it = iter(first)
+    seen = [_rows(next(it)) for _ in range(4)]
+    state = first.state_dict()
+    second = loader(0)  # the rest of the epoch made in-line, whoever made the start
+    second.load_state_dict(state)
+    assert seen + [_rows(b) for b in second] == full
+
+
+def test_no_workers_gives_each_rank_the_threads_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = _windows_file(tmp_path, 3000, seed=8)
+
+    def make(workers: int) -> chute.DataLoader:
+        return _windows_loader(path, workers, distributed=True)
+
+    inline, inline_states = run_ranks(monkeypatch, 3, lambda: make(0), _rows, batches=2)
+    threaded, threaded_states = run_ranks(monkeypatch, 3, lambda: make(2), _rows, batches=2)
+    assert inline == threaded
+    # An elastic resume on 2 ranks: the same rest of the epoch either way.
+    rest_inline, _ = run_ranks(monkeypatch, 2, lambda: make(0), _rows, state=inline_states[0])
+    rest_threaded, _ = run_ranks(monkeypatch, 2, lambda: make(2), _rows, state=threaded_states[0])
+    assert rest_inline == rest_threaded
+    windows = collections.Counter(
+        tuple(row) for part in (inline, rest_inline) for rank in part for b in rank for row in b
+    )
+    assert len(windows) == 2999 // 16 and set(windows.values()) == {1}
+
+
+CUT_INLINE = """
+import os, sys
+sys.path.insert(0, {python!r})
+import torch
+import chute
+
+path = {path!r}
+ds = chute.TokenDataset(path, 256, dtype="uint16", out_dtype=torch.uint16, window_views=True)
+loader = chute.DataLoader(ds, batch_size=8, shuffle=True, num_workers={workers},
+                          generator=torch.Generator().manual_seed(0))
+it = iter(loader)
+next(it)
+os.truncate(path, 100_000 + 1)
+try:
+    for batch in it:
+        pass
+except chute.ReadError as e:
+    print("ReadError:", e)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_file_cut_while_mapped_raises_read_error_in_line_or_not(
+    tmp_path: Path, workers: int
+) -> None:
+    # As tests/test_tokens.py's cut file, with the batches made in-line (0)
+    # or on engine threads (2): the guard holds on either thread (a SIGBUS
+    # would kill the process, hence the subprocess).
+    path = tmp_path / "train.bin"
+    np.random.default_rng(0).integers(1, 50000, size=150_000, dtype=np.uint16).tofile(path)
+    script = CUT_INLINE.format(
+        python=str(Path(chute.__file__).parent.parent), path=str(path), workers=workers
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert f"ReadError: '{path}': tokens at byte offset " in done.stdout, done.stdout
+    assert "are gone: the file was cut to 100001 bytes after it was opened" in done.stdout
+
+
+class _ReadInWorker(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A whole batch per item, read in a torch worker process, with the
+    engine threads that process had once it was read."""
+
+    def __init__(self, ds: chute.TokenDataset) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, rows: list[int]) -> tuple[list[list[int]], int]:
+        batch = self.ds.read_batch(np.asarray(rows, dtype=np.int64))
+        return batch["input_ids"].tolist(), _engine_threads()
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads listed by /proc")
+def test_torch_worker_processes_read_without_engine_threads(tmp_path: Path) -> None:
+    path, stream = _windows_file(tmp_path, 600, seed=9)
+    ds = chute.TokenDataset(path, 8, dtype="uint16", out_dtype=torch.uint16, window_views=True)
+    batches = [[3, 1, 4], [15, 9, 2], [6, 5]]
+    loader = torch.utils.data.DataLoader(
+        _ReadInWorker(ds), batch_size=None, sampler=batches, num_workers=1
+    )
+    windows = reference_windows(stream, 8)
+    got = list(loader)
+    assert [rows for rows, _ in got] == [[windows[i]["input_ids"] for i in b] for b in batches]
+    assert [threads for _, threads in got] == [0, 0, 0]

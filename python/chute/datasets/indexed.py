@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 from chute.common.stats import add_figures, empty_stats, figures_since, with_running
 from chute.datasets.indexed_workers import WorkerBatches, indexed_task
 from chute.gpu.pinning import pin_hooks
-from chute.loader.engine import default_threads, make_indexed_engine, wait_batch
+from chute.loader.engine import default_threads, gather_batch, make_indexed_engine, wait_batch
 from chute.loader.protocol import EngineDataset, LoaderSettings
 
 if TYPE_CHECKING:
@@ -72,6 +72,11 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
     """
 
     index_driven: ClassVar[bool] = True
+    # True: batches are made by the consumer's own next() (an engine without
+    # threads) when the loader has num_workers=0 and in torch's worker
+    # processes: worth it where a batch is little more than copies, which
+    # hand-offs between threads would cost more than.
+    reads_inline: ClassVar[bool] = False
     _proc: ProcessState | None
     _num_threads: int
     _totals: dict[str, Any]  # figures of the engines that finished (chute.common.stats)
@@ -196,7 +201,8 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         state = self._state()
         with state.lock:
             if state.engine is None:
-                threads = 1 if torch.utils.data.get_worker_info() is not None else self._num_threads
+                in_worker = torch.utils.data.get_worker_info() is not None
+                threads = self._num_threads if not in_worker else 0 if self.reads_inline else 1
                 state.engine = self._make_engine(state, threads, 1, None)
             self._submit(state.engine, idx)
             return self._wait(state.engine, 0.0)
@@ -210,6 +216,11 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
 
     def _submit(self, engine: Any, idx: np.ndarray) -> None:
         engine.submit(idx)
+
+    def _read_inline(self, engine: Any, idx: np.ndarray) -> Any:
+        """An engine without threads (`reads_inline`): `_submit` then
+        `_wait`, in one call (a dataset overriding them overrides this)."""
+        return gather_batch(engine, idx)
 
     def _wait(self, engine: Any, timeout: float) -> Any:
         """The engine's next result (for `_assemble`)."""
@@ -244,8 +255,9 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         """Yields `{field: tensor[n, ...]}` for each index batch, in order.
 
         Keeps up to `prefetch` batches submitted ahead of the consumer,
-        pulling index batches from `index_batches` lazily. `timeout` > 0
-        bounds the wait for one batch (TimeoutError). The engine is shut down
+        pulling index batches from `index_batches` lazily (`num_threads` 0:
+        no engine threads, each batch is made when the consumer asks for
+        it). `timeout` > 0 bounds the wait for one batch (TimeoutError). The engine is shut down
         (threads joined) when the generator finishes, is closed, or is
         collected — breaking out of a loop is enough.
         """
@@ -255,7 +267,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         copy_to_pinned = pin_memory and hooks is None and torch.cuda.is_available()
         # An engine that finished an epoch cleanly is kept for the next one:
         # its batch buffers are then reused instead of faulted in afresh.
-        key = (max(1, int(num_threads)), prefetch, hooks)
+        key = (max(0, int(num_threads)), prefetch, hooks)
         engine = state.idle.pop(key, None)
         if engine is None:
             engine = self._make_engine(state, key[0], prefetch, hooks)
@@ -276,7 +288,23 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
             return self._pin(batch) if copy_to_pinned else batch
 
         try:
-            yield from submitted_ahead(index_batches, prefetch, submit, collect)
+            if key[0] == 0:
+                # No engine threads: each batch is made by one call on this
+                # thread; the loop is kept to what each batch needs.
+                for indices in index_batches:
+                    idx = self._as_indices(indices)
+                    started = time.perf_counter()
+                    result = self._read_inline(engine, idx)
+                    self._totals["wait_seconds"] += time.perf_counter() - started
+                    batch = self._assemble(result, idx)
+                    del result
+                    if copy_to_pinned:
+                        batch = self._pin(batch)
+                    # Hold no batch while the next one is made.
+                    yield batch
+                    del batch
+            else:
+                yield from submitted_ahead(index_batches, prefetch, submit, collect)
             clean = engine.outstanding() == 0
         finally:
             del state.live[engine]
@@ -290,6 +318,12 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
     ) -> Iterator[Any]:
         assert index_batches is not None, "an index-driven dataset reads the sampler's batches"
+        if settings.inline_reads and self.reads_inline and settings.collate_fn is None:
+            # Each batch as iter_batches makes it, with nothing between.
+            yield from self.iter_batches(
+                index_batches, 0, 1, settings.timeout, pin_memory=settings.pin_memory
+            )
+            return
         outputs = self.loader_batch_outputs(settings, index_batches)
         try:
             for results, stop in outputs:
@@ -309,10 +343,11 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         """For each index batch, what the loader yields for it (one batch, or
         none when the handler skipped all its rows) and whether the handler
         asked to end the epoch there."""
+        inline = settings.inline_reads and self.reads_inline
         batches = self.iter_batches(
             index_batches,
-            num_threads=settings.threads,
-            prefetch=settings.prefetch,
+            num_threads=0 if inline else settings.threads,
+            prefetch=1 if inline else settings.prefetch,
             timeout=settings.timeout,
             pin_memory=settings.pin_memory,
         )

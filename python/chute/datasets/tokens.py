@@ -227,6 +227,10 @@ class TokenDataset(IndexedDataset):
             files are reached, as for ``H5Dataset``.
     """
 
+    # A batch is copies from the page cache (and conversions): with
+    # num_workers=0 the consumer's next() makes it, no thread hand-off.
+    reads_inline = True
+
     def __init__(
         self,
         urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],

@@ -247,6 +247,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             timeout=float(self.timeout),
             # The hand-off copies from page-locked memory while a step runs.
             pin_memory=self.pin_memory or self._handoff_device is not None,
+            inline_reads=self.num_workers == 0,
         )
 
     def _python_work(self, native: EngineDataset) -> bool:

@@ -41,6 +41,16 @@ def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
     return [batch.column(i) for i in range(batch.num_columns)]
 
 
+def gather_batch(engine: Any, idx: np.ndarray) -> list[np.ndarray]:
+    """The columns of the batch of `idx`, made by the calling thread in
+    an indexed engine without threads (``wait_batch``'s errors)."""
+    try:
+        return engine.gather(idx)  # type: ignore[no-any-return]
+    except (DataError, ReadError, UnicodeDecodeError):
+        with engine_errors():
+            raise
+
+
 def make_indexed_engine(
     sources: list[Any],
     num_rows: int,

@@ -25,6 +25,9 @@ class LoaderSettings:
     prefetch: int  # batches in flight
     timeout: float  # seconds to wait for one batch; 0: no limit
     pin_memory: bool
+    # num_workers=0: a dataset whose batches are little more than copies may
+    # make each one in the consumer's own next(), without engine threads.
+    inline_reads: bool = False
 
 
 class EngineDataset(ABC):
