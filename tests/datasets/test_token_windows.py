@@ -7,9 +7,6 @@ tensors as before."""
 from __future__ import annotations
 
 import collections
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import chute
@@ -245,50 +242,6 @@ def test_no_workers_gives_each_rank_the_threads_batches(
         tuple(row) for part in (inline, rest_inline) for rank in part for b in rank for row in b
     )
     assert len(windows) == 2999 // 16 and set(windows.values()) == {1}
-
-
-CUT_INLINE = """
-import os, sys
-sys.path.insert(0, {python!r})
-import torch
-import chute
-
-path = {path!r}
-ds = chute.TokenDataset(path, 256, dtype="uint16", out_dtype=torch.uint16, window_views=True)
-loader = chute.DataLoader(ds, batch_size=8, shuffle=True, num_workers={workers},
-                          generator=torch.Generator().manual_seed(0))
-it = iter(loader)
-next(it)
-os.truncate(path, 100_000 + 1)
-try:
-    for batch in it:
-        pass
-except chute.ReadError as e:
-    print("ReadError:", e)
-"""
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_file_cut_while_mapped_raises_read_error_in_line_or_not(
-    tmp_path: Path, workers: int
-) -> None:
-    # As tests/test_tokens.py's cut file, with the batches made in-line (0)
-    # or on engine threads (2): the guard holds on either thread (a SIGBUS
-    # would kill the process, hence the subprocess).
-    path = tmp_path / "train.bin"
-    np.random.default_rng(0).integers(1, 50000, size=150_000, dtype=np.uint16).tofile(path)
-    script = CUT_INLINE.format(
-        python=str(Path(chute.__file__).parent.parent), path=str(path), workers=workers
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-    assert f"ReadError: '{path}': tokens at byte offset " in done.stdout, done.stdout
-    assert "are gone: the file was cut to 100001 bytes after it was opened" in done.stdout
 
 
 class _ReadInWorker(torch.utils.data.Dataset):  # type: ignore[type-arg]

@@ -635,9 +635,11 @@ import torch
 import chute
 
 path = {path!r}
-ds = chute.TokenDataset(path, 256, dtype="uint16", out_dtype=getattr(torch, {out_dtype!r}))
+ds = chute.TokenDataset(
+    path, 256, dtype="uint16", out_dtype=getattr(torch, {out_dtype!r}), window_views={views}
+)
 g = torch.Generator().manual_seed(0)
-loader = chute.DataLoader(ds, batch_size=8, shuffle=True, generator=g)
+loader = chute.DataLoader(ds, batch_size=8, shuffle=True, num_workers={workers}, generator=g)
 it = iter(loader)
 next(it)
 # Another process rewrites the file: a third of it is left, the rest is gone.
@@ -650,15 +652,25 @@ except chute.ReadError as e:
 """
 
 
-@pytest.mark.parametrize("out_dtype", ["int64", "uint16"])
-def test_token_file_cut_while_mapped_raises_read_error(tmp_path: Path, out_dtype: str):
+@pytest.mark.parametrize(
+    ("out_dtype", "views", "workers"),
+    [("int64", False, 0), ("uint16", False, 0), ("uint16", True, 0), ("uint16", True, 2)],
+)
+def test_token_file_cut_while_mapped_raises_read_error(
+    tmp_path: Path, out_dtype: str, views: bool, workers: int
+):
     # Pages past the new end fault (SIGBUS, which would kill the process:
     # hence the subprocess); the end's own page reads as zeros. Both must be
-    # a ReadError naming the file and the byte offset.
+    # a ReadError naming the file and the byte offset, whether the batches
+    # are made on the caller's thread (num_workers=0) or on engine threads.
     path = tmp_path / "train.bin"
     np.random.default_rng(0).integers(1, 50000, size=150_000, dtype=np.uint16).tofile(path)
     script = TOKENS_CUT.format(
-        python=str(Path(chute.__file__).parent.parent), path=str(path), out_dtype=out_dtype
+        python=str(Path(chute.__file__).parent.parent),
+        path=str(path),
+        out_dtype=out_dtype,
+        views=views,
+        workers=workers,
     )
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script)],
