@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
@@ -108,13 +109,14 @@ if os.environ.get("CHUTE_SANITIZER") == "address":
             )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Test files run in the order of their names, whatever their folder, as
-    when tests/ was one folder: some tests expect a loader to fork its
-    workers, which it does only while no chute thread runs, and engines that
-    earlier files leave alive (not all freed by a garbage collection) would
-    make it choose forkserver. Within a file, tests keep their order."""
-    items.sort(key=lambda item: item.path.name)
+@pytest.fixture(autouse=True, scope="module")
+def _earlier_modules_garbage_collected() -> None:
+    """Datasets that earlier test modules dropped in reference cycles are
+    freed (their engines' threads ended) before a module's tests run: a
+    loader forks its workers only while no chute thread runs
+    (``resolve_context``), so what a module's tests see must not depend on
+    which modules ran before it, nor on when Python last collected."""
+    gc.collect()
 
 
 def same_values(a: object, b: object) -> bool:

@@ -8,8 +8,12 @@ group; a node cache is filled once and read locally."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
+import os
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,3 +225,30 @@ def test_the_node_cache_copy_is_opened_once_per_file(
     # copy's open (a HEAD each), whatever the threads reading row groups.
     heads = collections.Counter(r.path for r in object_server.requests if r.method == "HEAD")
     assert sorted(heads.values()) == [3, 3], heads
+
+
+def dataset_threads() -> list[str]:
+    """The threads of chute running here other than the remote fetcher
+    (which lives as long as the process's remote session): the engines'
+    native ones by their kernel names, the row group readers by theirs."""
+    names = [t.name for t in threading.enumerate()]
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+    return [n for n in names if n.startswith("chute-") and n != "chute-fetch"]
+
+
+def test_a_dataset_dropped_mid_epoch_lets_its_threads_end(served: Any) -> None:
+    urls, settings, _ = served
+    ds = chute.ParquetDataset(urls, decode="torchrgb8", remote=options(**settings))
+    assert ds[0]["label"] is not None
+    it = iter(chute.DataLoader(ds, batch_size=5))
+    next(it)
+    assert "chute-read" in dataset_threads()
+    assert any(n.startswith("chute-parquet") for n in dataset_threads())
+    del ds, it  # no garbage collection: dropping them is enough
+    # A pool's idle readers leave once it is freed, a moment later.
+    deadline = time.monotonic() + 25
+    while dataset_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not dataset_threads()

@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -208,6 +209,8 @@ class ParquetDataset(IndexedDataset):
         self._copies: dict[str, str | None] = {}
         self._held_copies: list[Any] = []  # open cache entries: not evicted
         self._opening: dict[str, threading.Lock] = {}
+        # Each thread's pyarrow readers of the files (see `_reader`).
+        self._thread_readers = threading.local()
         with ThreadPoolExecutor(max_workers=min(16, len(self.urls))) as pool:
             self._files: list[_File] = list(pool.map(self._describe, self.urls))
         schema = self._files[0].metadata.schema.to_arrow_schema()
@@ -300,7 +303,12 @@ class ParquetDataset(IndexedDataset):
         state = super().__getstate__()
         # Native readers and locks: a process opens its own.
         state.update(_open_ranges={}, _copies={}, _held_copies=[], _opening={})
+        del state["_thread_readers"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._thread_readers = threading.local()
 
     def remote_copy(self, f: _File) -> str | None:
         """The node cache's copy of remote file `f` (downloaded once per node,
@@ -753,7 +761,9 @@ class _Engine:
     def __init__(self, engine: Any, groups: _RowGroups, dataset: ParquetDataset) -> None:
         self._engine = engine
         self._groups = groups
-        self._dataset = dataset
+        # The dataset holds its engines: they hold it weakly, so that a
+        # dataset dropped ends its threads at once, not at a later collection.
+        self._dataset = weakref.proxy(dataset)
         self._pending: list[tuple[np.ndarray, np.ndarray, dict[str, Any]]] = []
         self._native = bool(dataset._decoded)
         self._skipped = SkippedSamples()
@@ -815,9 +825,13 @@ class _RowGroups:
     needs them, and the least recently used beyond the byte bound dropped."""
 
     def __init__(self, dataset: ParquetDataset, source: Any) -> None:
-        self._dataset = dataset
+        self._dataset = weakref.proxy(dataset)  # as `_Engine`'s
         self._source = source
         self._pool = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="chute-parquet")
+        # Its readers end with the dataset: row groups read ahead for a
+        # dataset gone are of no use, and a read that failed for it would
+        # keep the pool in a reference cycle until a collection.
+        weakref.finalize(dataset, self._pool.shutdown, wait=False, cancel_futures=True)
         self._lock = threading.Lock()
         self._loading: dict[int, Future[tuple[Any, int]]] = {}
         self._tables: OrderedDict[int, tuple[Any, int]] = OrderedDict()  # block -> (table, bytes)
@@ -917,18 +931,21 @@ class _RowGroups:
             yield batch
 
 
-_readers = threading.local()
 _ranges_lock = threading.Lock()
 
 
 def _reader(dataset: ParquetDataset, f: _File) -> Any:
     """This thread's pyarrow reader of `f` (readers are not shared across
-    threads); the footer is parsed once, at open."""
+    threads); the footer is parsed once, at open. The readers belong to the
+    dataset, not to the thread: one kept in the thread's own storage would
+    keep the dataset, its engines and the reading threads themselves alive
+    for as long as the thread runs, and the dataset's reading pool would
+    then never end."""
     pq = pyarrow_module().parquet
-    cache: dict[tuple[int, str], Any] = getattr(_readers, "files", None) or {}
-    _readers.files = cache
-    key = (id(dataset), f.url)
-    reader = cache.get(key)
+    cache: dict[str, Any] | None = getattr(dataset._thread_readers, "files", None)
+    if cache is None:
+        cache = dataset._thread_readers.files = {}
+    reader = cache.get(f.url)
     if reader is None:
         if is_remote_url(f.path):
             reader = _RemoteReader(dataset, f)
@@ -936,7 +953,7 @@ def _reader(dataset: ParquetDataset, f: _File) -> Any:
             # Read, not mapped: a file cut while mapped would end the process
             # with SIGBUS inside pyarrow instead of raising.
             reader = pq.ParquetFile(f.path, metadata=f.metadata)
-        cache[key] = reader
+        cache[f.url] = reader
     return reader
 
 
@@ -1019,7 +1036,6 @@ class _RemoteReader:
     local file."""
 
     def __init__(self, dataset: ParquetDataset, f: _File) -> None:
-        self._dataset = dataset
         self._file = f
         self._ranges: Any = None
         self._local: Any = None
