@@ -231,7 +231,7 @@ ldd python/chute/_core*.so 2>/dev/null | grep -E 'jpeg|png|webp|libz' || true
 
 echo "== CUDA tests"
 step pytest 150 "$python" -m pytest -q -p no:cacheprovider -rA \
-  tests/gpu/test_pinning.py tests/gpu/test_device.py tests/datasets/test_splits.py::test_pin_memory_only_with_cuda
+  tests/gpu/test_pinning.py tests/gpu/test_device.py tests/dataset_kinds/test_splits.py::test_pin_memory_only_with_cuda
 
 echo "== shards for bench_device.py"
 data_rc=0

@@ -31,10 +31,10 @@ tests=(tests/native/test_tar_reader.py tests/native/test_transforms.py
        tests/remote/test_remote_cache.py tests/remote/test_remote_queue.py
        tests/sources/test_sample_counts.py
        tests/loader/test_lifecycle.py tests/loader/test_resume.py tests/loader/test_elastic.py
-       tests/datasets/test_h5.py tests/datasets/test_arrays.py tests/datasets/test_faults_h5.py
-       tests/datasets/test_tar_dataset.py tests/datasets/test_remote_h5.py tests/datasets/test_mix.py
-       tests/datasets/test_tokens.py tests/datasets/test_token_windows.py
-       tests/datasets/test_parquet.py tests/datasets/test_parquet_remote.py
+       tests/dataset_kinds/test_h5.py tests/dataset_kinds/test_arrays.py tests/dataset_kinds/test_faults_h5.py
+       tests/dataset_kinds/test_tar_dataset.py tests/dataset_kinds/test_remote_h5.py tests/dataset_kinds/test_mix.py
+       tests/dataset_kinds/test_tokens.py tests/dataset_kinds/test_token_windows.py
+       tests/dataset_kinds/test_parquet.py tests/dataset_kinds/test_parquet_remote.py
        tests/wds/test_webdataset.py tests/wds/test_faults_tar.py tests/wds/test_remote_datasets.py
        tests/wds/test_elastic_remote.py)
 

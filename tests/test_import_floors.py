@@ -221,3 +221,26 @@ def test_a_test_file_imports_test_modules_of_its_own_folder_only() -> None:
                 if home is not None and home != path.parent:
                     strays.append(f"{path.relative_to(tests)} imports {name}")
     assert strays == []
+
+
+def test_no_test_folder_is_named_as_a_module_the_tests_import() -> None:
+    # pytest puts tests/ on sys.path, and a folder there without __init__.py
+    # is a namespace package: where the module of that name is missing
+    # (Hugging Face's datasets, say), the tests would import the folder.
+    tests = Path(__file__).resolve().parent
+    imported: set[str] = set()
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add((node.module or "").split(".")[0])
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "importorskip"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                imported.add(str(node.args[0].value).split(".")[0])
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert sorted(folders & imported) == []

@@ -1,7 +1,7 @@
 """chute.TokenDataset(window_views=True): each batch is one [batch, seq_len +
 1] tensor the engine writes once, with input_ids and labels as views of it
 (its [:, :-1] and [:, 1:]); the tokens still equal the plain-Python
-reference packer's (tests/datasets/test_tokens.py). Without it, two contiguous
+reference packer's (tests/dataset_kinds/test_tokens.py). Without it, two contiguous
 tensors as before."""
 
 from __future__ import annotations
