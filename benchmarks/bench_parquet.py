@@ -25,15 +25,20 @@ RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
     ``chute.wds.ParquetStream(files, ["image", "label"])`` against
     ``chute.wds.WebDataset`` over the tar shards.
   Each runs two epochs in its own process; the second is timed.
-(b) The chute Parquet run over ``s3://`` urls of a local S3 server (moto)
-    through bench_remote.py's latency proxy (+20 ms per request), against
-    the same run over the local files. Here the first epoch is timed, in
-    which every row group is read once (the second is served from the row
-    group cache). Beside each of the two: the CPU seconds of the loader's
-    process in that epoch and, for the S3 run, those of the process serving
-    S3 and the proxy (on the same cores here). No S3 epoch is shorter than
-    those CPU seconds together spread over every core without a gap: the
-    ratio that allows is ``s3_over_local_cpu_bound``.
+(b) The chute Parquet runs (ParquetDataset, then ParquetStream) over
+    ``s3://`` urls of a local S3 server (moto) through bench_remote.py's
+    latency proxy (+20 ms per request), against the same runs over the
+    local files and over the same server without the proxy ("direct"), in
+    --rounds alternating rounds. Here the first epoch is timed, in which
+    every row group is read once (the second is served from the row group
+    cache). Beside each S3 run: the CPU seconds of the loader's process in
+    that epoch and those of the process serving S3 and the proxy (on the
+    same cores here). No S3 epoch is shorter than those CPU seconds
+    together spread over every core without a gap: the ratio that allows
+    is ``s3_over_local_cpu_bound``. ``s3_over_s3_direct`` is what the
+    20 ms cost once the server's own cost is in both; moto reads the whole
+    object for every ranged GET, so its cost per request grows with the
+    file, not with the range.
 
 Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x datasets;
 (b) >= 90% of local.
@@ -42,6 +47,7 @@ Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x datasets;
     python benchmarks/bench_parquet.py --quick    # 500
     python benchmarks/bench_parquet.py --images 4000
     python benchmarks/bench_parquet.py --part b   # part (b) alone
+    python benchmarks/bench_parquet.py --part b --images 4000 --rounds 3
     python benchmarks/bench_parquet.py --part streams  # the two stream rows alone
 """
 
@@ -219,6 +225,12 @@ def main() -> None:
         choices=("a", "streams", "b"),
         help="run part (a), its stream rows or part (b) only (default: all)",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="part (b): rounds of local / S3 +20 ms / S3 direct, alternating (median reported)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -286,7 +298,7 @@ def main() -> None:
             parquet_stream["samples_per_s"] / tar_stream["samples_per_s"]
         )
     if args.part in (None, "b"):
-        summary.update(part_b(script, files, cores, measure))
+        summary.update(part_b(script, files, cores, measure, args.rounds))
     summary["targets"] = {
         "parquet_over_tar": 0.95,
         "parquet_stream_over_tar_stream": 0.95,
@@ -324,8 +336,12 @@ def main() -> None:
     print(f"saved {path} (load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
 
 
-def part_b(script: str, files: list[str], cores: int, measure: Any) -> dict[str, float]:
-    """(b) Parquet over S3 behind the +20 ms proxy, against local files."""
+def part_b(
+    script: str, files: list[str], cores: int, measure: Any, rounds: int
+) -> dict[str, float]:
+    """(b) Parquet over S3 behind the +20 ms proxy, against local files and
+    against the same S3 server without the proxy, in `rounds` alternating
+    rounds (each ratio is the median round's)."""
     servers = subprocess.Popen(
         [sys.executable, script, "--serve", json.dumps({"parquet": files})],
         stdin=subprocess.PIPE,
@@ -333,53 +349,54 @@ def part_b(script: str, files: list[str], cores: int, measure: Any) -> dict[str,
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    urls = [f"s3://{BUCKET}/parquet/{Path(p).name}" for p in files]
+    ratios: dict[str, list[float]] = {}
     try:
         assert servers.stdout is not None
         endpoints = json.loads(servers.stdout.readline())
-        urls = [f"s3://{BUCKET}/parquet/{Path(p).name}" for p in files]
-        storage = {"endpoint": endpoints["proxies"][LATENCY], **CREDENTIALS}
-        local_cold = measure(
-            "chute, Parquet, local (epoch 1)",
-            {"kind": "parquet", "urls": files, "workers": cores},
-            0,
-        )
-        serving = cpu_seconds(servers.pid)
-        s3 = measure(
-            "chute, Parquet, s3 +20 ms (epoch 1)",
-            {"kind": "parquet", "urls": urls, "workers": cores, "storage_options": storage},
-            0,
-        )
-        # The server's CPU from the loader's start: its footer reads included.
-        s3["server_cpu_s"] = cpu_seconds(servers.pid) - serving
-        # The stream form: row groups shuffled, then a bounded buffer, so the
-        # first batch waits for one row group, not for every one.
-        stream_local = measure(
-            "chute, ParquetStream, local (epoch 1)",
-            {"kind": "parquet-stream", "urls": files, "workers": cores},
-            0,
-        )
-        serving = cpu_seconds(servers.pid)
-        stream_s3 = measure(
-            "chute, ParquetStream, s3 +20 ms (epoch 1)",
-            {"kind": "parquet-stream", "urls": urls, "workers": cores, "storage_options": storage},
-            0,
-        )
-        stream_s3["server_cpu_s"] = cpu_seconds(servers.pid) - serving
+        where = {
+            "local": (files, None),
+            "s3 +20 ms": (urls, {"endpoint": endpoints["proxies"][LATENCY], **CREDENTIALS}),
+            "s3 direct": (urls, {"endpoint": endpoints["endpoint"], **CREDENTIALS}),
+        }
+        for round_ in range(rounds):
+            for kind, name in (("parquet", "ParquetDataset"), ("parquet-stream", "ParquetStream")):
+                rate: dict[str, dict[str, Any]] = {}
+                for place, (place_urls, storage) in where.items():
+                    serving = cpu_seconds(servers.pid)
+                    config = {"kind": kind, "urls": place_urls, "workers": cores}
+                    if storage is not None:
+                        config["storage_options"] = storage
+                    label = f"chute, {name}, {place} (epoch 1, round {round_ + 1})"
+                    row = measure(label, config, 0)
+                    if storage is not None:
+                        # The server's CPU from the loader's start: its footer reads included.
+                        row["server_cpu_s"] = cpu_seconds(servers.pid) - serving
+                    rate[place] = row
+                prefix = "" if kind == "parquet" else "stream_"
+                local = rate["local"]["samples_per_s"]
+                s3 = rate["s3 +20 ms"]
+                ratios.setdefault(f"{prefix}s3_over_local", []).append(s3["samples_per_s"] / local)
+                ratios.setdefault(f"{prefix}s3_direct_over_local", []).append(
+                    rate["s3 direct"]["samples_per_s"] / local
+                )
+                ratios.setdefault(f"{prefix}s3_over_s3_direct", []).append(
+                    s3["samples_per_s"] / rate["s3 direct"]["samples_per_s"]
+                )
+                # The S3 epoch's CPU work (the loader's and the server's) spread
+                # over every core without a gap: no S3 epoch on these cores is shorter.
+                fastest = (s3["cpu_s"] + s3["server_cpu_s"]) / cores
+                local_seconds = rate["local"]["samples"] / local
+                ratios.setdefault(f"{prefix}s3_over_local_cpu_bound", []).append(
+                    min(1.0, local_seconds / fastest)
+                )
     finally:
         assert servers.stdin is not None
         servers.stdin.close()
         servers.wait(timeout=60)
-    s3_seconds = s3["samples"] / s3["samples_per_s"]
-    local_seconds = local_cold["samples"] / local_cold["samples_per_s"]
-    # The S3 epoch's CPU work (the loader's and the server's) spread over
-    # every core without a gap: no S3 epoch on these cores is shorter.
-    fastest = (s3["cpu_s"] + s3["server_cpu_s"]) / cores
-    return {
-        "s3_over_local": s3["samples_per_s"] / local_cold["samples_per_s"],
-        "s3_seconds": s3_seconds,
-        "s3_over_local_cpu_bound": min(1.0, local_seconds / fastest),
-        "stream_s3_over_local": stream_s3["samples_per_s"] / stream_local["samples_per_s"],
-    }
+    out: dict[str, Any] = {name: sorted(v)[len(v) // 2] for name, v in ratios.items()}
+    out["rounds"] = {name: [round(x, 3) for x in v] for name, v in ratios.items()}
+    return out
 
 
 if __name__ == "__main__":
