@@ -21,6 +21,10 @@ into contiguous windows of 2,048 + 1 tokens, batches of 32, shuffled:
 - the limit: one thread memcpy-ing the same windows' bytes (uint16, 2,049
   tokens each) from the page cache into one reused batch buffer
   (``chute_testing.memcpy_windows``: no Python between windows).
+- chute's engine call alone: the call the in-line loader makes for each
+  batch (uint16 window views), in a loop over the same batches with no
+  loader, sampler or tensors around it: what is left of the limit for
+  everything a loader does in Python per batch.
 
 Every loader runs in its own subprocess on a warm page cache, repeating
 epochs for at least MIN_SECONDS. memcpy and the chute loaders run in
@@ -114,6 +118,7 @@ BYTES_PER_TOKEN = {
     "chute-views": 8 * 2049 / 2048,
     "chute-views-int32": 4 * 2049 / 2048,
     "chute-views-uint16": 2 * 2049 / 2048,
+    "gather": 2 * 2049 / 2048,
     "memmap": 16,
 }  # GPT-2's, as nanoGPT's OpenWebText file holds
 
@@ -187,6 +192,29 @@ def worker_a(config: dict[str, Any]) -> None:
         tokens = epochs * windows * SEQ_LEN
         print(json.dumps({"tokens": tokens, "seconds": seconds, "cpu": cpu, "first": None}))
         return
+    if kind == "gather":
+        import chute
+
+        ds = chute.TokenDataset(
+            path, SEQ_LEN, dtype="uint16", out_dtype=torch.uint16, window_views=True
+        )
+        # The engine's own call, as the in-line loader makes it for each
+        # batch, with nothing of the loader around it.
+        engine = ds._make_engine(ds._state(), 0, 1, None)
+        order = [np.asarray(b, dtype=np.int64) for b in window_order(windows, 0)]
+        seconds, epochs = 0.0, 0
+        cpu = _cpu_seconds()
+        while seconds < MIN_SECONDS:
+            start = time.perf_counter()
+            for idx in order:
+                engine.gather(idx)
+            seconds += time.perf_counter() - start
+            epochs += 1
+        cpu = _cpu_seconds() - cpu
+        engine.close()
+        tokens = epochs * sum(len(b) for b in order) * SEQ_LEN
+        print(json.dumps({"tokens": tokens, "seconds": seconds, "cpu": cpu, "first": None}))
+        return
     loader: Any
     if kind == "chute":
         import chute
@@ -242,11 +270,12 @@ def part_a(args: argparse.Namespace) -> None:
     script = str(Path(__file__).resolve())
     load_before = os.getloadavg()
     modes = ["chute", "chute-views", "chute-views-int32", "chute-views-uint16"]
-    configs = [("memcpy", 0)]
+    configs = [("memcpy", 0), ("gather", 0)]
     for mode in modes:
         configs += [(mode, threads), (mode, 0), (mode + "-threaded", 0)]
     names = {
         "memcpy": "memcpy of the same windows, 1 thread",
+        "gather": "chute's engine call alone (uint16 views, no loader)",
         "chute": "chute.TokenDataset + chute.DataLoader",
         "chute-views": "the same, window_views=True",
         "chute-views-int32": "the same, window_views + out_dtype=torch.int32",
