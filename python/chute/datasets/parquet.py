@@ -98,6 +98,9 @@ class _File:
     version: str  # a remote object's ETag (else modification time); "" for local files
     metadata: Any  # pyarrow FileMetaData
     footer_digest: str
+    # A local file's (device, inode, size, mtime, ctime) when its footer was
+    # last found to be the one read at open; None for remote objects.
+    stat: tuple[int, ...] | None = None
 
     @property
     def group_rows(self) -> list[int]:
@@ -289,15 +292,14 @@ class ParquetDataset(IndexedDataset):
                 )
             if not os.path.isfile(path):
                 raise FileNotFoundError(2, "Parquet file not found", path)
+            # Taken before the footer is read: a change in between shows at the first read.
+            stat = _stat_key(path)
             try:
                 metadata = pq.read_metadata(path)
             except (OSError, ValueError) as e:
                 raise EngineDataError(f"'{url}' is not a readable Parquet file: {e}") from e
-            size, version = os.path.getsize(path), ""
-        digest = hashlib.sha256(
-            json.dumps(metadata.to_dict(), sort_keys=True, default=str).encode()
-        ).hexdigest()[:16]
-        return _File(url, path, size, version, metadata, digest)
+            return _File(url, path, stat[2], "", metadata, _footer_digest(metadata), stat)
+        return _File(url, path, size, version, metadata, _footer_digest(metadata))
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -669,12 +671,50 @@ class ParquetDataset(IndexedDataset):
         """Row group `block` (global) of the columns asked for, as a pyarrow Table."""
         f = self._files[int(self._block_file[block])]
         group = int(self._block_group[block])
+        while True:
+            try:
+                table = _reader(self, f).read_row_group(group, columns=self.columns)
+            except _core.ReadError as e:  # the storage failed, not the data
+                raise EngineReadError(f"{self._block_names[block]}: {e}") from e
+            except (OSError, ValueError) as e:  # pyarrow's ArrowIOError, ArrowInvalid
+                self._check_unchanged(f, block)  # a rewrite is the better explanation
+                raise EngineDataError(f"{self._block_names[block]}: {e}") from e
+            if self._check_unchanged(f, block):
+                return table
+            # Rewritten with the same footer while read: read as it is now.
+
+    def _check_unchanged(self, f: _File, block: int) -> bool:
+        """Whether local file `f` is as it was when row group `block` was
+        read. A file rewritten since the dataset opened it is read from the
+        footer read at open, whose offsets may then point at other columns'
+        or row groups' pages: it raises, naming the file, unless its footer
+        is still the one read at open (False: read the row group again)."""
+        if f.stat is None:
+            return True  # a remote object: its reads are checked against its version
+        name = self._block_names[block]
         try:
-            return _reader(self, f).read_row_group(group, columns=self.columns)
-        except _core.ReadError as e:  # the storage failed, not the data
-            raise EngineReadError(f"{self._block_names[block]}: {e}") from e
-        except (OSError, ValueError) as e:  # pyarrow's ArrowIOError, ArrowInvalid
-            raise EngineDataError(f"{self._block_names[block]}: {e}") from e
+            now = _stat_key(f.path)
+        except FileNotFoundError:
+            raise EngineReadError(
+                f"{name}: the file was removed after the dataset opened it"
+            ) from None
+        if now == f.stat:
+            return True
+        try:
+            metadata = pyarrow_module().parquet.read_metadata(f.path)
+        except (OSError, ValueError) as e:
+            raise EngineDataError(
+                f"{name}: the file changed after the dataset opened it (size {f.size}, now "
+                f"{now[2]}) and its footer no longer reads ({e}); open the dataset again"
+            ) from None
+        if _footer_digest(metadata) != f.footer_digest:
+            raise EngineDataError(
+                f"{name}: the file changed after the dataset opened it (size {f.size}, now "
+                f"{now[2]}): its footer describes other row groups or column chunks than "
+                "the one read at open; open the dataset again"
+            )
+        f.stat = now
+        return False
 
     def native_columns(self, table: Any, block: int) -> list[tuple[Any, np.ndarray, Any]]:
         """The decoded columns of row group `block`'s table as the native
@@ -686,6 +726,22 @@ class ParquetDataset(IndexedDataset):
             f"ParquetDataset({len(self._files)} files, {len(self)} rows, "
             f"{len(self._block_names)} row groups, columns {self.columns})"
         )
+
+
+def _stat_key(path: str) -> tuple[int, ...]:
+    """What changes whenever a local file's bytes do: its inode, size,
+    modification time and status-change time (which a file's owner cannot
+    set back, as `os.utime` sets the modification time back)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _footer_digest(metadata: Any) -> str:
+    """A digest of a file's footer: its row groups, column chunks (where
+    each lies) and their statistics."""
+    return hashlib.sha256(
+        json.dumps(metadata.to_dict(), sort_keys=True, default=str).encode()
+    ).hexdigest()[:16]
 
 
 def _fill_scalar(pa: Any, name: str, type_: Any, value: FillValue) -> Any:
