@@ -277,6 +277,35 @@ def test_changed_input_is_tokenized_again(tmp_path, tokenizer, encode_calls, cap
     assert_tokens(path, tokenizer, changed)
 
 
+def test_input_rewritten_with_its_time_set_back_is_tokenized_again(
+    tmp_path, tokenizer, encode_calls, caplog
+) -> None:
+    url = write_jsonl(tmp_path / "a.jsonl", ["the loader"] * 20)
+    (path,) = chute.tokenize_shards(url, tokenizer, tmp_path / "cache")
+    before = os.stat(url)
+    changed = ["the batch!"] * 20  # as many characters: the same size
+    write_jsonl(tmp_path / "a.jsonl", changed)
+    os.utime(url, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(url)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(
+        ValueError,
+        match=r"a\.jsonl: the token cache .* cannot be used \(the input .*a\.jsonl does not "
+        r"match the SHA-256 the manifest records \(it was rewritten with the same size and "
+        r"modification time\)\) and read_only=True",
+    ):
+        chute.tokenize_shards(url, tokenizer, tmp_path / "cache", read_only=True)
+    # verify=False compares sizes and times only, as documented.
+    assert chute.tokenize_shards(url, tokenizer, tmp_path / "cache", verify=False) == [path]
+    assert len(encode_calls) == 1
+    with caplog.at_level(logging.WARNING, logger="chute"):
+        assert chute.tokenize_shards(url, tokenizer, tmp_path / "cache") == [path]
+    assert "does not match the SHA-256 the manifest records" in caplog.text
+    assert len(encode_calls) == 2
+    assert_tokens(path, tokenizer, changed)
+    assert chute.tokenize_shards(url, tokenizer, tmp_path / "cache", read_only=True) == [path]
+
+
 def test_changed_tokenizer_or_options_are_other_entries(tmp_path, tokenizer, encode_calls) -> None:
     documents = make_documents(np.random.default_rng(7), 20)
     url = write_jsonl(tmp_path / "a.jsonl", documents)

@@ -26,9 +26,9 @@ input order.
 
 A cache entry is three files, ``<name>.bin``, ``<name>.idx`` and
 ``<name>.json``; the last, its manifest, records what the entry describes
-(the input's url, size and modification time or ETag, the SHA-256 of the
-tokenizer's JSON serialisation, the options) and the size and SHA-256 of
-the other two. It is written last, each file by a rename of a finished
+(the input's url, size and modification time or ETag, a local input's
+SHA-256, the SHA-256 of the tokenizer's JSON serialisation, the options)
+and the size and SHA-256 of the other two. It is written last, each file by a rename of a finished
 temporary file, so an interrupted run leaves no entry that passes the check.
 An entry is used only when its manifest matches the input as it is now and
 its files match their digests; otherwise the shard is tokenized again (a
@@ -74,7 +74,9 @@ IDX_VERSION = 1
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 
 MANIFEST_FORMAT = "chute.token-cache"
-MANIFEST_VERSION = 1
+# 2: a local input's SHA-256 is recorded (its size and modification time
+# alone let an input rewritten with its time set back pass for the old one).
+MANIFEST_VERSION = 2
 
 # Text handed to one encode call (characters, documents): large enough that
 # the tokenizer's threads share it out, small enough that reading and
@@ -186,18 +188,29 @@ class _Input:
             if path is None:
                 raise ValueError(f"cannot read {url!r}: not a local file or remote url")
             self.path = os.path.abspath(path)
-            self.identity = self._stat()
+            self.identity, self._changes = self._stat()
+        self._sha256: str | None = None
 
-    def _stat(self) -> InputIdentity:
+    def _stat(self) -> tuple[InputIdentity, tuple[int, int]]:
+        """The identity recorded, and what else changes with the file's bytes
+        (its inode and status-change time, which cannot be set back)."""
         assert self.path is not None
         st = os.stat(self.path)
-        return InputIdentity(self.path, st.st_size, f"mtime_ns:{st.st_mtime_ns}")
+        identity = InputIdentity(self.path, st.st_size, f"mtime_ns:{st.st_mtime_ns}")
+        return identity, (st.st_ino, st.st_ctime_ns)
+
+    def sha256(self) -> str | None:
+        """A local file's SHA-256 (read once); None for a remote object,
+        whose ETag or modification time stands for its bytes."""
+        if self.path is not None and self._sha256 is None:
+            self._sha256 = _file_digest(self.path)
+        return self._sha256
 
     def check_unchanged(self) -> None:
-        """Raises when a local file changed while it was read (a remote
-        object with a strong ETag is read with If-Match: a replaced one
-        fails its next read)."""
-        if self.path is not None and self._stat() != self.identity:
+        """Raises when a local file changed since it was looked up (its
+        digest taken) or while it was read (a remote object with a strong
+        ETag is read with If-Match: a replaced one fails its next read)."""
+        if self.path is not None and self._stat() != (self.identity, self._changes):
             raise DataError(f"{self.url}: the file changed while it was tokenized")
 
     def chunks(self) -> Iterator[bytes]:
@@ -375,8 +388,11 @@ class CacheEntry:
         name = hashlib.sha256(f"{url}\n{key}".encode()).hexdigest()[:16]
         return CacheEntry(os.path.join(cache_dir, f"{base}-{name}"))
 
-    def problem(self, expected: dict[str, Any], verify: bool) -> str | None:
-        """Why this entry cannot stand for `expected` (None: it can)."""
+    def problem(
+        self, expected: dict[str, Any], verify: bool, source: _Input | None = None
+    ) -> str | None:
+        """Why this entry cannot stand for `expected` (None: it can); with
+        `verify`, also the digests of its files and of `source`, its input."""
         if not os.path.exists(self.manifest):
             return "no cache entry"
         try:
@@ -399,6 +415,11 @@ class CacheEntry:
                 return f"{path} has {size} bytes, its manifest says {manifest.get(what + '_size')}"
             if verify and _file_digest(path) != manifest.get(f"{what}_sha256"):
                 return f"{path} does not match the SHA-256 its manifest records"
+        if verify and source is not None and source.sha256() != manifest.get("input_sha256"):
+            return (
+                f"the input {source.url} does not match the SHA-256 the manifest records "
+                "(it was rewritten with the same size and modification time)"
+            )
         return None
 
 
@@ -721,9 +742,9 @@ def tokenize_shards(
     int32.
 
     A shard whose entry is present and still describes it (same input size
-    and modification time or ETag, same tokenizer, same options, files that
-    match their recorded SHA-256; `verify=False` checks their sizes only) is
-    not tokenized again. Any other is tokenized again (a warning on the
+    and modification time or ETag, same tokenizer, same options, a local
+    input and files that match their recorded SHA-256; `verify=False` checks
+    sizes and times only) is not tokenized again. Any other is tokenized again (a warning on the
     "chute" logger says why an existing entry was not used), or with
     `read_only=True` refused with a ``ValueError`` naming the shard and
     the reason. Bad input raises ``chute.DataError`` naming the file and
@@ -757,7 +778,11 @@ def tokenize_shards(
             "tokenizer_sha256": tokenizer_sha256,
             "options": options.record(),
         }
-        return url, source, entry, expected, entry.problem(expected, verify)
+        problem = entry.problem(expected, verify, source)
+        if problem is not None and source.sha256() is not None:
+            # The entry built records the input's digest, taken before it is read.
+            expected["input_sha256"] = source.sha256()
+        return url, source, entry, expected, problem
 
     # A remote shard's HEAD and an entry's digests wait on the network and on
     # hashlib, both without the GIL: the shards are looked up side by side.
