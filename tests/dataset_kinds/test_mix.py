@@ -118,6 +118,50 @@ def test_map_style_mix_resumes_elastically(monkeypatch, world):
     )
 
 
+def mix_loader(sources: Any, weights: Any) -> chute.DataLoader:
+    return chute.DataLoader(chute.mix(sources, weights, seed=4, num_samples=100), batch_size=8)
+
+
+def ys(loader: chute.DataLoader) -> list[int]:
+    return [y for batch in loader for y in batch["y"].tolist()]
+
+
+def state_after(loader: chute.DataLoader, batches: int, epoch: int = 0) -> tuple[Any, list[int]]:
+    loader.set_epoch(epoch)
+    it = iter(loader)
+    head = [y for batch in itertools.islice(it, batches) for y in batch["y"].tolist()]
+    return loader.state_dict(), head
+
+
+def test_a_map_style_mix_resumed_with_other_weights_or_order_is_refused():
+    a, b = sources()
+    state, head = state_after(mix_loader({"a": a, "b": b}, {"a": 0.7, "b": 0.3}), 3)
+    loader = mix_loader({"a": a, "b": b}, {"a": 0.7, "b": 0.3})
+    loader.load_state_dict(state)
+    assert head + ys(loader) == ys(mix_loader({"a": a, "b": b}, {"a": 0.7, "b": 0.3}))
+    # The same sources, names and epoch length: only the epoch's order differs.
+    for sources_, weights in (
+        ({"a": a, "b": b}, {"a": 0.3, "b": 0.7}),
+        ({"b": b, "a": a}, {"a": 0.7, "b": 0.3}),
+    ):
+        with pytest.raises(ValueError, match=r"another order of its epoch .* the weights changed"):
+            mix_loader(sources_, weights).load_state_dict(state)
+
+
+def test_a_map_style_mix_resumes_in_a_later_epoch_of_its_schedule():
+    a, b = sources()
+    schedule = [{"a": 1, "b": 1}, {"a": 1, "b": 3}]
+    state, head = state_after(mix_loader({"a": a, "b": b}, schedule), 2, epoch=1)
+    # A schedule changed for epochs after the state's own is no reason to refuse it.
+    later = {0: {"a": 1, "b": 1}, 1: {"a": 1, "b": 3}, 2: {"a": 5, "b": 1}}
+    for weights in (schedule, later):
+        loader = mix_loader({"a": a, "b": b}, weights)
+        loader.load_state_dict(state)
+        whole = mix_loader({"a": a, "b": b}, schedule)
+        whole.set_epoch(1)
+        assert head + ys(loader) == ys(whole)
+
+
 def test_map_style_mix_errors():
     a, b = sources()
     with pytest.raises(ValueError, match="unknown dataset"):

@@ -353,6 +353,14 @@ class MixSampler(Sampler[int]):
     def fingerprint(self) -> dict[str, Any]:
         return {"sampler": "mix", "seed": self.seed, "shuffle": self.mixed.shuffle}
 
+    def epoch_identity(self, epoch: int | None = None) -> dict[str, Any]:
+        """What decides `epoch`'s order besides the sources and the seed: the
+        sources' order and the samples each gives (its weights' counts).
+        A loader state records it, so that resuming with the sources
+        reordered or reweighted is refused rather than read as another order."""
+        counts = self.mixed.counts(self.epoch if epoch is None else int(epoch))
+        return {"sources": [str(n) for n in counts], "counts": list(counts.values())}
+
     def __iter__(self) -> Iterator[int]:
         part = deal(self.global_order(), self.num_replicas, self.rank, self.drop_last)
         return iter(part.tolist())

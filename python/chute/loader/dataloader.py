@@ -433,8 +433,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             segment = Segment(n, 0, sampler.num_replicas, int(self.batch_size or 1), self.drop_last)
         return elastic_state(segment, batches, sampler_fingerprint(sampler))
 
-    def _fingerprint(self) -> dict[str, Any]:
-        """What a state of this loader must match when loaded."""
+    def _fingerprint(self, sampler_epoch: int | None = None) -> dict[str, Any]:
+        """What a state of this loader must match when loaded (a state of
+        epoch `sampler_epoch`; default: the sampler's current one)."""
         out: dict[str, Any] = {"batch_size": self.batch_size, "drop_last": self.drop_last}
         native = self._native
         if native is not None and native.index_driven:
@@ -445,6 +446,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         identity = getattr(native, "state_identity", None)
         if callable(identity):
             out["dataset"] = identity()
+        # What else decides the epoch's order (a weighted mix's sources, in
+        # order, and how many samples each gives that epoch).
+        epoch_identity = getattr(self.sampler, "epoch_identity", None)
+        if callable(epoch_identity):
+            out["epoch"] = epoch_identity(sampler_epoch)
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -496,7 +502,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             )
         _check_state_version(state)
         recorded = state.get("loader")
-        expected_fingerprint = self._fingerprint()
+        epoch = state.get("sampler_epoch")
+        expected_fingerprint = self._fingerprint(
+            epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+        )
         if recorded is not None or "dataset" in expected_fingerprint:
             _check_loader_fingerprint(recorded, expected_fingerprint)
         native = self._native
@@ -642,6 +651,12 @@ def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
     # After the plain counts, whose messages say more than the identity's.
     if "dataset" in expected:
         _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
+    if "epoch" in expected and recorded.get("epoch") != expected["epoch"]:
+        raise ValueError(
+            "loader state was taken over another order of its epoch (the mix's sources, in "
+            f"order, and the samples each gives): {recorded.get('epoch')!r} in the state, "
+            f"{expected['epoch']!r} in this loader (the sources' order or the weights changed)"
+        )
 
 
 def _check_state_version(state: dict[str, Any]) -> None:
