@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import re
 import struct
 import tarfile
@@ -106,4 +107,26 @@ def png_declaring(height: int, width: int) -> bytes:
         + _png_chunk(b"IHDR", ihdr)
         + _png_chunk(b"IDAT", pixels)
         + _png_chunk(b"IEND", b"")
+    )
+
+
+def rewrite_with_its_times_set_back(path: Path, write: Callable[[], None]) -> None:
+    """Runs `write`, which rewrites `path` in place (same inode), once the
+    file system's clock has moved past `path`'s change time (file times
+    tick coarsely), then sets its access and modification times back: what
+    is left to tell the rewrite from the file is its change time."""
+    before = path.stat()
+    probe = path.with_name(path.name + ".probe")
+    while True:
+        probe.write_bytes(b"")
+        if probe.stat().st_ctime_ns != before.st_ctime_ns:
+            probe.unlink()
+            break
+    write()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
     )

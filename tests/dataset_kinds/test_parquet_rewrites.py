@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import rewrite_with_its_times_set_back
 
 N = 100
 LABELS = np.arange(N, dtype=np.int64)
@@ -35,29 +36,8 @@ def other_first() -> pa.Table:
     return pa.table({"other": OTHER, "label": LABELS})
 
 
-def wait_for_a_new_timestamp(path: Path) -> None:
-    """Until the file system's clock has moved past `path`'s change time, so
-    that a rewrite now gets another (file times tick coarsely)."""
-    probe = path.with_suffix(".probe")
-    while True:
-        probe.write_bytes(b"")
-        if probe.stat().st_ctime_ns != path.stat().st_ctime_ns:
-            probe.unlink()
-            return
-
-
 def rewrite_in_place(path: Path, table: pa.Table) -> None:
-    """Rewrites `path` in place (same inode) and sets its modification time back."""
-    before = path.stat()
-    wait_for_a_new_timestamp(path)
-    write(path, table)
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    after = path.stat()
-    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
-        before.st_ino,
-        before.st_size,
-        before.st_mtime_ns,
-    )
+    rewrite_with_its_times_set_back(path, lambda: write(path, table))
 
 
 @pytest.fixture
@@ -112,8 +92,7 @@ def test_a_rewrite_between_state_and_resume_is_refused(path: Path) -> None:
 def test_changes_that_keep_the_footer_read_on(path: Path) -> None:
     ds = chute.ParquetDataset(str(path), ["label", "other"], cache_bytes=0)
     assert int(ds[0]["label"]) == 0
-    wait_for_a_new_timestamp(path)
-    path.chmod(0o600)  # a new status-change time, the same bytes
+    rewrite_with_its_times_set_back(path, lambda: path.chmod(0o600))  # the same bytes
     assert int(ds[60]["label"]) == 60
     rewrite_in_place(path, labels_first())  # the same bytes written again
     rows = [b for b in chute.DataLoader(ds, batch_size=25)]

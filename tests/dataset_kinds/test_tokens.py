@@ -18,7 +18,7 @@ import chute
 import numpy as np
 import pytest
 import torch
-from helpers import assert_equal_batch_counts, run_ranks
+from helpers import assert_equal_batch_counts, rewrite_with_its_times_set_back, run_ranks
 
 IGNORE = -100
 MEGATRON_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int32): 4, np.dtype(np.uint16): 8}
@@ -434,6 +434,17 @@ def test_vocabulary_check_reads_a_file_once(tmp_path: Path, monkeypatch: Any):
     os.utime(path, ns=(written + 10**9, written + 10**9))
     with pytest.raises(chute.DataError, match=r"token id 4000 at byte offset 6 "):
         chute.TokenDataset(path, 10, dtype="uint16", vocab_size=2000)
+
+
+def test_vocabulary_check_reads_a_file_rewritten_with_its_times_set_back(tmp_path: Path):
+    path = tmp_path / "a.bin"
+    np.arange(1000, dtype=np.uint16).tofile(path)
+    chute.TokenDataset(str(path), 10, dtype="uint16", vocab_size=1000)
+    bad = np.arange(1000, dtype=np.uint16)
+    bad[3] = 4000
+    rewrite_with_its_times_set_back(path, lambda: path.write_bytes(bad.tobytes()))
+    with pytest.raises(chute.DataError, match=r"token id 4000 at byte offset 6 "):
+        chute.TokenDataset(str(path), 10, dtype="uint16", vocab_size=1000)
 
 
 # -- resume, elastic resume, mixing ---------------------------------------------------------

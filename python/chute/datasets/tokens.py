@@ -43,15 +43,16 @@ _FILE_OUT_DTYPES = {
 _SCAN_TOKENS = 1 << 24
 
 # Bounds (lowest, highest) of the ids in token files this process has
-# checked, by (device, inode, size, modification time): opening a file again
-# does not read it again.
-_id_bounds: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+# checked, by (device, inode, size, modification time, status-change time:
+# the one a rewrite cannot set back): opening a file again does not read it
+# again.
+_id_bounds: dict[tuple[int, ...], tuple[int, int]] = {}
 _id_bounds_lock = threading.Lock()
 
 
-def _file_key(path: str) -> tuple[int, int, int, int]:
+def _file_key(path: str) -> tuple[int, ...]:
     st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def remember_id_bounds(path: str, lowest: int, highest: int) -> None:
