@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import pickle
 import struct
 import subprocess
 import sys
@@ -445,6 +446,28 @@ def test_vocabulary_check_reads_a_file_rewritten_with_its_times_set_back(tmp_pat
     rewrite_with_its_times_set_back(path, lambda: path.write_bytes(bad.tobytes()))
     with pytest.raises(chute.DataError, match=r"token id 4000 at byte offset 6 "):
         chute.TokenDataset(str(path), 10, dtype="uint16", vocab_size=1000)
+
+
+def test_a_copy_that_maps_changed_files_again_names_them(tmp_path: Path):
+    path = tmp_path / "w.bin"
+    np.arange(1000, dtype=np.uint16).tofile(path)
+    windows = chute.TokenDataset(str(path), 8, dtype="uint16")
+    np.arange(3000, dtype=np.uint16).tofile(path)
+    copy = pickle.loads(pickle.dumps(windows))  # as a worker process gets it
+    with pytest.raises(
+        chute.DataError,
+        match=r"'.*w\.bin': the file changed after the dataset opened it \(2000 bytes, 1000 "
+        r"uint16 tokens; now 6000 bytes, 3000 uint16 tokens\): open the dataset again",
+    ):
+        copy[0]
+    # The same size, other documents: the sequences they make are counted again.
+    docs = tmp_path / "docs.bin"
+    np.tile(np.array([1, 2, 3, 4, 0], np.uint16), 20).tofile(docs)
+    packed = chute.TokenDataset(str(docs), 8, dtype="uint16", pack="documents", eod_id=0)
+    np.tile(np.array([1, 2, 0, 3, 4], np.uint16), 20).tofile(docs)
+    copy = pickle.loads(pickle.dumps(packed))
+    with pytest.raises(chute.DataError, match=r"make 19 sequences, not 20: open the dataset"):
+        copy[0]
 
 
 # -- resume, elastic resume, mixing ---------------------------------------------------------

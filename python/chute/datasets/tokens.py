@@ -384,10 +384,34 @@ class TokenDataset(IndexedDataset):
         """This process's packer (a forked or unpickled copy maps the files again)."""
         if self._packer is None or self._packer_pid != os.getpid():
             held: list[Any] = []
-            self._files, self._packer = self._open_files(held)
+            files, packer = self._open_files(held)
+            self._check_reopened(files, packer)
+            self._files, self._packer = files, packer
             self._held = held
             self._packer_pid = os.getpid()
         return self._packer
+
+    def _check_reopened(self, files: list[Any], packer: Any) -> None:
+        """Raises chute.DataError naming the file when the files mapped anew
+        (in a worker process, say) no longer make the sequences this
+        dataset counted when it was made."""
+        for spec, f, was in zip(self.specs, files, self._identity["files"], strict=True):
+            if (int(f.size), int(f.num_tokens), f.dtype) != (
+                was["size"],
+                was["tokens"],
+                was["dtype"],
+            ):
+                raise DataError(
+                    f"'{spec.url}': the file changed after the dataset opened it ({was['size']} "
+                    f"bytes, {was['tokens']} {was['dtype']} tokens; now {int(f.size)} bytes, "
+                    f"{int(f.num_tokens)} {f.dtype} tokens): open the dataset again"
+                )
+        if int(packer.num_sequences) != self._identity["sequences"]:
+            raise DataError(
+                f"the token files {[s.url for s in self.specs]} changed after the dataset opened "
+                f"them: they make {int(packer.num_sequences)} sequences, not "
+                f"{self._identity['sequences']}: open the dataset again"
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
