@@ -220,6 +220,9 @@ class ParquetDataset(IndexedDataset):
         self.columns = list(schema.names) if columns is None else [str(c) for c in columns]
         if not self.columns:
             raise ValueError("ParquetDataset: no columns given")
+        twice = [c for c in dict.fromkeys(self.columns) if self.columns.count(c) > 1]
+        if twice:
+            raise ValueError(f"columns names {twice[0]!r} twice: {self.columns}")
         self._types: dict[str, Any] = {}
         for f in self._files:
             file_schema = f.metadata.schema.to_arrow_schema()

@@ -42,6 +42,7 @@ from chute.common.errors import EngineDataError
 from chute.common.handlers import Handler, reraise_exception
 from chute.datasets import parquet as parquet_files
 from chute.decoding.decoders import IMAGE_SPECS, NativeDecode
+from chute.decoding.extensions import SAMPLE_FIELDS
 from chute.remote import RemoteOptions, is_remote_url
 from chute.sources.sample_counts import CountSettings, ShardSamples, register_sample_counter
 from chute.sources.shards import Splitter, split_by_node, split_by_worker
@@ -72,6 +73,10 @@ def _stop_readers() -> None:
         running = list(_readers)
     for thread in running:
         thread.join(timeout=5)
+
+
+# Fields every sample has, set by the stream (the column of that name, if any, would be hidden).
+_OWN_FIELDS = (*SAMPLE_FIELDS, "__local_path__")
 
 
 def row_group_url(file_url: str, group: int) -> str:
@@ -180,6 +185,16 @@ class ParquetStream(WebDataset):
         )
         self.files = files
         self.columns = list(files.columns)
+        taken = [c for c in self.columns if c in _OWN_FIELDS]
+        if taken:
+            others = [c for c in self.columns if c not in _OWN_FIELDS]
+            raise ValueError(
+                f"column {taken[0]!r} of '{files.urls[0]}' has the name of a field "
+                "ParquetStream sets itself (__key__: the row's number in its file, __url__: its "
+                "row group's url, __local_path__: its file), which would hide the column's "
+                f"values: read the other columns (columns={others!r}), or the file with "
+                "chute.ParquetDataset, which returns every column as it is"
+            )
         self.roles: dict[str, str] = {}
         for name in self.columns:
             role = _column_role(files._types[name])
