@@ -252,3 +252,20 @@ def test_a_dataset_dropped_mid_epoch_lets_its_threads_end(served: Any) -> None:
     while dataset_threads() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not dataset_threads()
+
+
+def test_remote_column_names_with_dots(tmp_path: Path, object_server: ObjectServer) -> None:
+    # A column "a.b" beside a struct "a" with a field "b": the leaf paths are alike.
+    table = pa.table(
+        {
+            "a.b": pa.array(np.arange(12), pa.int64()),
+            "a": pa.array([{"b": 100 + i} for i in range(12)]),
+            "c": pa.array(np.arange(12) * 3),
+        }
+    )
+    path = tmp_path / "dotted.parquet"
+    pq.write_table(table, path, row_group_size=5)
+    object_server.objects["/dotted.parquet"] = path.read_bytes()
+    for columns in (["a.b"], ["c", "a.b"], ["a"]):
+        remote_ds = chute.ParquetDataset(f"{object_server.url}/dotted.parquet", columns)
+        assert rows(remote_ds) == rows(chute.ParquetDataset(str(path), columns))

@@ -1111,11 +1111,15 @@ class _RemoteReader:
         pq = pyarrow_module().parquet
         metadata = self._file.metadata
         row_group = metadata.row_group(group)
-        wanted = set(columns)
+        # pyarrow reads, for a column name, every leaf whose dotted path is
+        # the name or starts with it: a column's own leaves, and for a name
+        # with a dot ("a.b") also those of a struct's field of that path.
+        names, prefixes = set(columns), tuple(f"{c}." for c in columns)
         spans = []
         for j in range(row_group.num_columns):
             chunk = row_group.column(j)
-            if chunk.path_in_schema.split(".")[0] not in wanted:
+            path = chunk.path_in_schema
+            if path not in names and not path.startswith(prefixes):
                 continue
             start = chunk.data_page_offset
             if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
