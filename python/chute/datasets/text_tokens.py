@@ -28,8 +28,9 @@ A cache entry is three files, ``<name>.bin``, ``<name>.idx`` and
 ``<name>.json``; the last, its manifest, records what the entry describes
 (the input's url, size and modification time or ETag, a local input's
 SHA-256, the SHA-256 of the tokenizer's JSON serialisation, the options)
-and the size and SHA-256 of the other two. It is written last, each file by a rename of a finished
-temporary file, so an interrupted run leaves no entry that passes the check.
+and the size and SHA-256 of the other two. It is written last, each file
+by a rename of a finished temporary file, so an interrupted run leaves no
+entry that passes the check.
 An entry is used only when its manifest matches the input as it is now and
 its files match their digests; otherwise the shard is tokenized again (a
 warning on the "chute" logger says why), or, with ``read_only=True``, the
@@ -744,8 +745,9 @@ def tokenize_shards(
     A shard whose entry is present and still describes it (same input size
     and modification time or ETag, same tokenizer, same options, a local
     input and files that match their recorded SHA-256; `verify=False` checks
-    sizes and times only) is not tokenized again. Any other is tokenized again (a warning on the
-    "chute" logger says why an existing entry was not used), or with
+    sizes and times only) is not tokenized again. Any other is tokenized
+    again (a warning on the "chute" logger says why an existing entry was
+    not used), or with
     `read_only=True` refused with a ``ValueError`` naming the shard and
     the reason. Bad input raises ``chute.DataError`` naming the file and
     line or member.
