@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -11,20 +12,34 @@ namespace chute {
 
 namespace {
 
+// Whether converting Src to Out can change a value (uint32 or int64 ids
+// into int32 batches): those conversions check every value.
 template <typename Src, typename Out>
-void convert(const uint8_t* bytes, int64_t n, Out* out) {
+constexpr bool kNarrowing =
+    sizeof(Src) > sizeof(Out) ||
+    (sizeof(Src) == sizeof(Out) && std::is_unsigned<Src>::value && std::is_signed<Out>::value);
+
+// Returns whether every value kept its value.
+template <typename Src, typename Out>
+bool convert(const uint8_t* bytes, int64_t n, Out* out) {
   // memcpy per element: the source may sit at any alignment (a .npy header
   // of odd length, a Megatron pointer); the compiler turns this into
   // vector loads.
+  bool kept = true;
   for (int64_t j = 0; j < n; ++j) {
     Src v;
     std::memcpy(&v, bytes + j * static_cast<int64_t>(sizeof(Src)), sizeof(Src));
     out[j] = static_cast<Out>(v);
+    if constexpr (kNarrowing<Src, Out>) {
+      if constexpr (std::is_unsigned<Src>::value) kept &= out[j] >= 0;
+      kept &= static_cast<Src>(out[j]) == v;
+    }
   }
+  return kept;
 }
 
 template <typename Out>
-void convert_from(DType src, const uint8_t* bytes, int64_t n, Out* out) {
+bool convert_from(DType src, const uint8_t* bytes, int64_t n, Out* out) {
   switch (src) {
     case DType::kU8: return convert<uint8_t>(bytes, n, out);
     case DType::kI8: return convert<int8_t>(bytes, n, out);
@@ -35,7 +50,7 @@ void convert_from(DType src, const uint8_t* bytes, int64_t n, Out* out) {
     case DType::kI64: return convert<int64_t>(bytes, n, out);
     // Throws nothing: it runs under the SIGBUS guard, and TokenFile::open
     // admits token dtypes only.
-    default: return;
+    default: return true;
   }
 }
 
@@ -208,6 +223,7 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
     size_t count;
     DType out_dtype;
     volatile size_t done;  // read after a fault has left the loop midway
+    bool kept;             // every converted value kept its value
   };
   thread_local std::vector<Segment> segments;
   segments.clear();
@@ -231,7 +247,7 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
       ++it;
     }
   }
-  Reading reading{segments.data(), segments.size(), options_.out_dtype, 0};
+  Reading reading{segments.data(), segments.size(), options_.out_dtype, 0, true};
   const bool whole = read_from_mapping(
       [](void* context) {
         auto* r = static_cast<Reading*>(context);
@@ -241,8 +257,8 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
           const uint8_t* from = g.span->data + g.skip * static_cast<int64_t>(dtype_size(src));
           if (src == r->out_dtype) {
             std::memcpy(g.out, from, static_cast<size_t>(g.n) * sizeof(Out));
-          } else {
-            convert_from(src, from, g.n, g.out);
+          } else if (!convert_from(src, from, g.n, g.out)) {
+            r->kept = false;
           }
           r->done = i + 1;
         }
@@ -270,8 +286,8 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
                     << " bytes after it was opened");
   }
   const auto vocab = static_cast<uint64_t>(options_.vocab_size);
-  if (vocab == 0) return;
   for (const Segment& g : segments) {
+    if (vocab == 0) break;
     bool bad = false;
     for (int64_t j = 0; j < g.n; ++j) bad |= static_cast<uint64_t>(g.out[j]) >= vocab;
     if (!bad) continue;
@@ -284,6 +300,25 @@ void TokenPacker::copy_runs(const std::vector<Run>& runs) const {
       const int64_t v = copy_from_mapping(&one, 1) == 1 ? token_at(src, raw, 0)
                                                          : static_cast<int64_t>(g.out[j]);
       if (static_cast<uint64_t>(v) >= vocab) bad_token(*g.span, g.skip + j, v);
+    }
+  }
+  // An id the batches' dtype cannot hold (one past vocab_size was refused above).
+  if (!reading.kept) {
+    for (const Segment& g : segments) {
+      const DType src = g.span->file->dtype();
+      const size_t item = dtype_size(src);
+      for (int64_t j = 0; j < g.n; ++j) {
+        uint8_t raw[sizeof(int64_t)] = {};
+        const CopySpan one{raw, g.span->data + static_cast<size_t>(g.skip + j) * item, item};
+        if (copy_from_mapping(&one, 1) != 1) continue;
+        const int64_t v = token_at(src, raw, 0);
+        CHUTE_CHECK(v == static_cast<int64_t>(g.out[j]), kData,
+                    "'" << g.span->file->path() << "': token id " << v << " at byte offset "
+                        << g.span->byte_offset + static_cast<uint64_t>(g.skip + j) * item
+                        << " does not fit the " << dtype_name(options_.out_dtype)
+                        << " batches (out_dtype): take int64 batches, or give vocab_size to "
+                           "refuse such ids when the dataset is made");
+      }
     }
   }
 }

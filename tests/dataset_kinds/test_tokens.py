@@ -437,6 +437,22 @@ def test_vocabulary_check_reads_a_file_once(tmp_path: Path, monkeypatch: Any):
         chute.TokenDataset(path, 10, dtype="uint16", vocab_size=2000)
 
 
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_an_id_that_int32_batches_cannot_hold_is_refused(tmp_path: Path, dtype: Any):
+    ids = np.arange(40, dtype=dtype)
+    ids[21] = 2**31 + 7  # wraps to a negative int32
+    np.save(tmp_path / "ids.npy", ids)
+    ds = chute.TokenDataset(str(tmp_path / "ids.npy"), 4, out_dtype=torch.int32)
+    assert ds[0]["input_ids"].tolist() == [0, 1, 2, 3]
+    with pytest.raises(
+        chute.DataError,
+        match=r"ids\.npy': token id 2147483655 at byte offset \d+ does not fit the int32 batches",
+    ):
+        ds[5]  # tokens 20 to 24
+    wide = chute.TokenDataset(str(tmp_path / "ids.npy"), 4)  # int64 batches hold it
+    assert wide[5]["input_ids"].tolist() == [20, 2**31 + 7, 22, 23]
+
+
 def test_vocabulary_check_reads_a_file_rewritten_with_its_times_set_back(tmp_path: Path):
     path = tmp_path / "a.bin"
     np.arange(1000, dtype=np.uint16).tofile(path)
