@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <unordered_map>
 
@@ -24,18 +25,26 @@ template <typename Src, typename Out>
 bool convert(const uint8_t* bytes, int64_t n, Out* out) {
   // memcpy per element: the source may sit at any alignment (a .npy header
   // of odd length, a Megatron pointer); the compiler turns this into
-  // vector loads.
-  bool kept = true;
+  // vector loads. What a narrowing loses is OR-ed over the run, which
+  // vectorises too: an unsigned id past Out's largest sets the top bit, a
+  // wider one that changes leaves bits in v ^ back.
+  [[maybe_unused]] Src lost = 0;
   for (int64_t j = 0; j < n; ++j) {
     Src v;
     std::memcpy(&v, bytes + j * static_cast<int64_t>(sizeof(Src)), sizeof(Src));
     out[j] = static_cast<Out>(v);
-    if constexpr (kNarrowing<Src, Out>) {
-      if constexpr (std::is_unsigned<Src>::value) kept &= out[j] >= 0;
-      kept &= static_cast<Src>(out[j]) == v;
+    if constexpr (kNarrowing<Src, Out> && sizeof(Src) == sizeof(Out)) {
+      lost |= v;
+    } else if constexpr (kNarrowing<Src, Out>) {
+      lost |= v ^ static_cast<Src>(out[j]);
     }
   }
-  return kept;
+  if constexpr (kNarrowing<Src, Out> && sizeof(Src) == sizeof(Out)) {
+    return lost <= static_cast<Src>(std::numeric_limits<Out>::max());
+  } else if constexpr (kNarrowing<Src, Out>) {
+    return lost == 0;
+  }
+  return true;
 }
 
 template <typename Out>
