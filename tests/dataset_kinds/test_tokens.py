@@ -453,6 +453,13 @@ def test_an_id_that_int32_batches_cannot_hold_is_refused(tmp_path: Path, dtype: 
     assert wide[5]["input_ids"].tolist() == [20, 2**31 + 7, 22, 23]
 
 
+def test_a_file_given_twice_is_refused(tmp_path: Path):
+    path = str(tmp_path / "a.bin")
+    np.arange(100, dtype=np.uint16).tofile(path)
+    with pytest.raises(ValueError, match=r"'.*a\.bin' is given twice; each file is read once"):
+        chute.TokenDataset([path, path], 9, dtype="uint16")
+
+
 def test_vocabulary_check_reads_a_file_rewritten_with_its_times_set_back(tmp_path: Path):
     path = tmp_path / "a.bin"
     np.arange(1000, dtype=np.uint16).tofile(path)

@@ -278,8 +278,7 @@ class TokenDataset(IndexedDataset):
             cache_dir=cache_dir,
             cache_limit_bytes=cache_limit_bytes,
         )
-        # A Megatron pair named by both its files (a glob over a folder) is one file.
-        self.specs = list(dict.fromkeys(token_file_spec(u) for u in _expand(urls, self._remote)))
+        self.specs = _distinct_specs(_expand(urls, self._remote))
         if any(is_remote_url(s.url) for s in self.specs) and not self._remote.cache_dir:
             raise ValueError(
                 "TokenDataset maps remote token files from the node cache: give cache_dir"
@@ -513,6 +512,21 @@ class TokenDataset(IndexedDataset):
             f"TokenDataset({len(self.specs)} files, {len(self)} sequences of {self.seq_len}, "
             f"pack={self.pack!r})"
         )
+
+
+def _distinct_specs(urls: list[str]) -> list[TokenFileSpec]:
+    """The token files of `urls`, a Megatron pair named by both its files
+    (a glob over a folder) once; a file named twice raises, rather than
+    being read once or twice unasked."""
+    seen: set[str] = set()
+    for url in urls:
+        if url in seen:
+            raise ValueError(
+                f"TokenDataset: {url!r} is given twice; each file is read once (to weigh "
+                "files, mix datasets of them with chute.mix)"
+            )
+        seen.add(url)
+    return list(dict.fromkeys(token_file_spec(u) for u in urls))
 
 
 def _expand(
