@@ -242,3 +242,28 @@ def test_mixed_dataset_of_array_and_h5(tmp_path):
     for o, t in zip(ours, theirs, strict=True):
         assert torch.equal(o["x"], t["x"]) and torch.equal(o["y"], t["y"])
     assert mixed.stats()["samples_yielded"] == 200
+
+
+def test_a_curriculum_resumed_with_another_schedule_or_seed_is_refused():
+    mixed = chute.MixedDataset({"a": table(70, 0), "b": table(30, 1000)})
+
+    def loader(schedule: object, seed: int = 1) -> chute.DataLoader:
+        sampler = mixed.curriculum(schedule, num_samples=60, seed=seed)
+        return chute.DataLoader(mixed, batch_size=4, sampler=sampler)
+
+    def rows(batches: object) -> list[int]:
+        return [int(x) for b in batches for x in b["x"]]
+
+    first = loader([{"a": 0.7, "b": 0.3}, {"a": 0.5, "b": 0.5}])
+    it = iter(first)
+    head = rows([next(it) for _ in range(3)])
+    state = first.state_dict()
+    whole = rows(loader({"a": 0.7, "b": 0.3}))
+    # The same draw (a schedule changed for later epochs only): the rest of it.
+    for schedule in ({"a": 0.7, "b": 0.3}, {0: {"a": 0.7, "b": 0.3}, 1: {"a": 1, "b": 0}}):
+        again = loader(schedule)
+        again.load_state_dict(state)
+        assert head + rows(again) == whole
+    for other, seed in (({"a": 0.2, "b": 0.8}, 1), ({"a": 0.7, "b": 0.3}, 2)):
+        with pytest.raises(ValueError, match=r"another order of its epoch .* the weights changed"):
+            loader(other, seed).load_state_dict(state)

@@ -23,6 +23,7 @@ one draw and equal lengths, and DDP never waits on a short rank.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -115,6 +116,7 @@ class Curriculum(Sampler[int]):
                 f"{self.num_replicas} replicas"
             )
         self.epoch = 0
+        self._members_digest: str | None = None
         self.weights(0)  # a bad schedule fails here, not at the first iteration
 
     @property
@@ -140,6 +142,27 @@ class Curriculum(Sampler[int]):
                 f"schedule for epoch {e}: group {empty[0]!r} has weight but no members"
             )
         return shares
+
+    def epoch_identity(self, epoch: int | None = None) -> dict[str, Any]:
+        """What decides `epoch`'s draw: the groups (in order, a digest of
+        their members), that epoch's shares, the seed, `num_samples` and
+        `replacement`. A loader state records it, so that resuming with
+        another schedule or other groups is refused rather than drawn anew."""
+        e = self.epoch if epoch is None else int(epoch)
+        if self._members_digest is None:
+            digest = hashlib.sha256()
+            for members in self._members:
+                digest.update(np.int64(members.size).tobytes() + members.tobytes())
+            self._members_digest = digest.hexdigest()[:16]
+        return {
+            "sampler": "curriculum",
+            "groups": [str(n) for n in self._names],
+            "members": self._members_digest,
+            "weights": [float(w) for w in self.weights(e).values()],
+            "seed": self.seed,
+            "num_samples": self.num_samples,
+            "replacement": self.replacement,
+        }
 
     def global_order(self, epoch: int | None = None) -> np.ndarray:
         """The `num_samples` indices every rank draws for `epoch`, before the split."""

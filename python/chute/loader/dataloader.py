@@ -447,7 +447,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if callable(identity):
             out["dataset"] = identity()
         # What else decides the epoch's order (a weighted mix's sources, in
-        # order, and how many samples each gives that epoch).
+        # order, and how many samples each gives that epoch; a curriculum's
+        # groups and weights that epoch).
         epoch_identity = getattr(self.sampler, "epoch_identity", None)
         if callable(epoch_identity):
             out["epoch"] = epoch_identity(sampler_epoch)
@@ -653,9 +654,9 @@ def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
         _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
     if "epoch" in expected and recorded.get("epoch") != expected["epoch"]:
         raise ValueError(
-            "loader state was taken over another order of its epoch (the mix's sources, in "
-            f"order, and the samples each gives): {recorded.get('epoch')!r} in the state, "
-            f"{expected['epoch']!r} in this loader (the sources' order or the weights changed)"
+            "loader state was taken over another order of its epoch (the sampler's sources or "
+            f"groups, in order, and their weights that epoch): {recorded.get('epoch')!r} in the "
+            f"state, {expected['epoch']!r} in this loader (reordered, or the weights changed)"
         )
 
 
