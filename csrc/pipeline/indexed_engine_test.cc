@@ -51,8 +51,9 @@ class FakeSamples final : public IndexedSampleSource {
     }
   }
 
-  std::string location(const EncodedSample& sample, const SampleMember* member) const override {
-    return "fake '" + (member != nullptr ? member->name : sample.key) + "'";
+  SampleLocation location(const EncodedSample& sample, const SampleMember* member) const override {
+    return {"fake '" + (member != nullptr ? member->name : sample.key) + "'",
+            {"fake", member != nullptr ? member->name : "", sample.key}};
   }
 
  private:
