@@ -108,7 +108,8 @@ class BlockFeed::Source final : public SampleSource {
     if (pending_->error) {
       // The block could not be read (or its columns do not fit it): a read
       // failure of its file.
-      const Error error = pending_->error->scoped(ErrorScope::kRead, {shared_->files[block_], "", ""});
+      const Error error =
+          pending_->error->scoped(ErrorScope::kRead, {shared_->files[block_], "", ""});
       lock.unlock();
       pending_ = nullptr;
       throw error;

@@ -75,7 +75,9 @@ void SampleFields::probe(PlannedSample& sample) const {
       const SampleLocation at = location(enc, nullptr);
       os << at.text << ": field '" << f.name << "' not found (wanted one of " << wanted
          << "; sample has ";
-      for (size_t m = 0; m < enc.members.size(); ++m) os << (m ? ", " : "") << enc.members[m].extension;
+      for (size_t m = 0; m < enc.members.size(); ++m) {
+        os << (m ? ", " : "") << enc.members[m].extension;
+      }
       os << ")";
       throw Error(ErrorKind::kData, os.str(), __FILE__, __LINE__, ErrorScope::kField, at.place);
     }
