@@ -16,33 +16,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chute.common.errors import MemberDecodeError, failure_scope
-from conftest import image_samples, png_bytes, write_shards
+from conftest import png_bytes, shard_with_a_cut_jpeg
+from helpers import CollectingHandler, refusing_handler
 
 BAD = 4  # the sample (row) whose image does not decode
 
 
-class Collect:
-    """A handler that keeps what it is handed and skips the sample."""
-
-    def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-
-    def __call__(self, error: BaseException) -> bool:
-        self.errors.append(error)
-        return True
-
-
-def refuse(error: BaseException) -> bool:
-    raise AssertionError(f"the read handler got {type(error).__name__}: {error}")
-
-
 @pytest.fixture()
 def shard(tmp_path: Path) -> str:
-    samples = image_samples(8, seed=5)
-    data = samples[BAD]["jpg"]
-    assert isinstance(data, bytes)
-    samples[BAD]["jpg"] = data[: len(data) // 2]
-    return write_shards(tmp_path / "a tar archive", samples, per_shard=8)[0]
+    return shard_with_a_cut_jpeg(tmp_path / "a tar archive", BAD)
 
 
 @pytest.fixture()
@@ -77,11 +59,11 @@ def test_tar_dataset_member_that_does_not_decode_names_url_and_member(shard: str
 
 
 def test_tar_dataset_member_failure_goes_to_the_decode_handler(shard: str) -> None:
-    decode = Collect()
+    decode = CollectingHandler()
     ds = chute.TarDataset(shard, decode="rgb8", fields=("jpg", "cls"), handler=decode)
     # One handler for every scope through TarDataset's arguments; told apart
     # here, the failure must reach the decode stage's.
-    ds._handlers = dataclasses.replace(ds._handlers, read=refuse, field=refuse)
+    ds._handlers = dataclasses.replace(ds._handlers, read=refusing_handler, field=refusing_handler)
     batches = list(chute.DataLoader(ds, batch_size=3))
     assert sum(len(b[1]) for b in batches) == 7
     assert len(decode.errors) == 1
@@ -93,9 +75,9 @@ def test_parquet_image_that_does_not_decode_names_file_and_column(parquet: str) 
     with pytest.raises(MemberDecodeError) as info:
         ds[BAD]
     check_member_error(info.value, parquet, "image", str(BAD), "image")
-    decode = Collect()
+    decode = CollectingHandler()
     ds = chute.ParquetDataset(parquet, decode={"image": "rgb8"}, handler=decode)
-    ds._handlers = dataclasses.replace(ds._handlers, read=refuse, field=refuse)
+    ds._handlers = dataclasses.replace(ds._handlers, read=refusing_handler, field=refusing_handler)
     rows = [b["label"].tolist() for b in chute.DataLoader(ds, batch_size=3)]
     assert sum(rows, []) == [i for i in range(8) if i != BAD]
     assert len(decode.errors) == 1

@@ -18,24 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 import webdataset
 from chute.common.errors import MemberDecodeError, failure_scope
-from conftest import image_samples, png_bytes, write_shards
+from conftest import png_bytes, shard_with_a_cut_jpeg
+from helpers import CollectingHandler, refusing_handler
 
 BAD = 4  # the sample (row) whose image does not decode
-
-
-class Collect:
-    """A handler that keeps what it is handed and skips the sample."""
-
-    def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-
-    def __call__(self, error: BaseException) -> bool:
-        self.errors.append(error)
-        return True
-
-
-def refuse(error: BaseException) -> bool:
-    raise AssertionError(f"the wrong handler got {type(error).__name__}: {error}")
 
 
 @pytest.fixture()
@@ -45,16 +31,12 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture()
 def shard(folder: Path) -> str:
-    samples = image_samples(8, seed=5)
-    data = samples[BAD]["jpg"]
-    assert isinstance(data, bytes)
-    samples[BAD]["jpg"] = data[: len(data) // 2]
-    return write_shards(folder, samples, per_shard=8)[0]
+    return shard_with_a_cut_jpeg(folder, BAD)
 
 
 def test_a_member_that_does_not_decode_goes_to_the_decode_handler(shard: str) -> None:
-    decode = Collect()
-    ds = chute.WebDataset(shard, shardshuffle=False, handler=refuse)
+    decode = CollectingHandler()
+    ds = chute.WebDataset(shard, shardshuffle=False, handler=refusing_handler)
     keys = [s[0] for s in ds.decode("rgb8", handler=decode).to_tuple("__key__", "jpg")]
     theirs = webdataset.WebDataset(shard, shardshuffle=False, handler=webdataset.reraise_exception)
     expected = [
@@ -75,18 +57,18 @@ def test_a_read_failure_goes_to_the_dataset_handler(shard: str, folder: Path) ->
     # Words of a member's failure in the shard's very name.
     cut = folder / "member 'x.jpg' at offset 0: x.tar"
     cut.write_bytes(Path(shard).read_bytes()[:1700])
-    read = Collect()
+    read = CollectingHandler()
     ds = chute.WebDataset(str(cut), shardshuffle=False, handler=read)
     # The sample cut short is delivered as far as it was read, as webdataset does.
-    assert list(ds.decode("rgb8", handler=refuse).to_tuple("__key__")) == [("img000000",)]
+    assert list(ds.decode("rgb8", handler=refusing_handler).to_tuple("__key__")) == [("img000000",)]
     [error] = read.errors
     assert failure_scope(error) == "read" and getattr(error, "url", None) == str(cut)
     assert not isinstance(error, MemberDecodeError)
 
 
 def test_a_missing_field_goes_to_the_to_tuple_handler(shard: str) -> None:
-    field = Collect()
-    ds = chute.WebDataset(shard, shardshuffle=False, handler=refuse)
+    field = CollectingHandler()
+    ds = chute.WebDataset(shard, shardshuffle=False, handler=refusing_handler)
     assert list(ds.to_tuple("png", "cls", handler=field)) == []
     assert len(field.errors) == 8
     error: Any = field.errors[0]
@@ -104,8 +86,8 @@ def test_a_parquet_stream_row_that_does_not_decode_goes_to_the_decode_handler(
     folder.mkdir()
     path = folder / "rows.parquet"
     pq.write_table(pa.table({"raw": pa.array(blobs, pa.binary())}), path, row_group_size=3)
-    decode = Collect()
-    ds = wds.ParquetStream(str(path), handler=refuse, shardshuffle=False)
+    decode = CollectingHandler()
+    ds = wds.ParquetStream(str(path), handler=refusing_handler, shardshuffle=False)
     assert len(list(ds.decode("rgb8", handler=decode).to_tuple("raw"))) == 7
     [error] = decode.errors
     assert isinstance(error, MemberDecodeError) and failure_scope(error) == "member"
