@@ -224,6 +224,16 @@ def image_samples(
     return out
 
 
+def shard_with_a_cut_jpeg(folder: Path, bad: int, n: int = 8) -> str:
+    """One shard of `n` image samples (jpg, cls) whose sample `bad` has its
+    JPEG cut in half: its header reads, its body does not."""
+    samples = image_samples(n, seed=5)
+    data = samples[bad]["jpg"]
+    assert isinstance(data, bytes)
+    samples[bad]["jpg"] = data[: len(data) // 2]
+    return write_shards(folder, samples, per_shard=n)[0]
+
+
 @pytest.fixture(scope="session")
 def tiny_shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return write_shards(tmp_path_factory.mktemp("tiny"), tiny_samples(1000), per_shard=250)

@@ -130,3 +130,20 @@ def rewrite_with_its_times_set_back(path: Path, write: Callable[[], None]) -> No
         before.st_size,
         before.st_mtime_ns,
     )
+
+
+class CollectingHandler:
+    """A webdataset handler that keeps the errors it is handed and skips
+    their samples."""
+
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+
+    def __call__(self, error: BaseException) -> bool:
+        self.errors.append(error)
+        return True
+
+
+def refusing_handler(error: BaseException) -> bool:
+    """A handler no error may reach: one routed to it fails the test."""
+    raise AssertionError(f"the wrong handler got {type(error).__name__}: {error}")

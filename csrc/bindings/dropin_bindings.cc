@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "bindings/errors.h"
 #include "bindings/owned_stream_engine.h"
 #include "bindings/registry.h"
 #include "core/error.h"
@@ -35,22 +36,6 @@ py::str decode_utf8(const std::string& s, const char* errors) {
 }
 
 py::str name_str(const std::string& s) { return decode_utf8(s, "surrogateescape"); }
-
-const char* kind_name(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kData:
-      return "data";
-    case ErrorKind::kIo:
-      return "io";
-    case ErrorKind::kUsage:
-      return "usage";
-    case ErrorKind::kTimeout:
-      return "timeout";
-    case ErrorKind::kMemory:
-      return "memory";
-  }
-  return "data";
-}
 
 }  // namespace
 
@@ -81,16 +66,11 @@ void register_dropin(py::module_& m) {
         const std::vector<SkippedSample> skipped =
             owned.here() ? owned.get().take_skipped() : std::vector<SkippedSample>{};
         py::list out(skipped.size());
-        for (size_t i = 0; i < skipped.size(); ++i) {
-          const Error& error = skipped[i].error;
-          out[i] = py::make_tuple(kind_name(error.kind()),
-                                  decode_utf8(error.what(), "backslashreplace"));
-        }
+        for (size_t i = 0; i < skipped.size(); ++i) out[i] = python_skipped(skipped[i]);
         return out;
       },
-      "The errors of the samples the engine skipped since the last call, oldest first, as "
-      "(kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray "
-      "bytes of tar names in a message shown as \\xNN.");
+      "The exceptions of the samples the engine skipped since the last call, oldest first, "
+      "with their scope and place as attributes (see chute.common.errors).");
 
   py::class_<MappedFile, std::shared_ptr<MappedFile>>(
       m, "_MappedFile", py::buffer_protocol(),

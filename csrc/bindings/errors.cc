@@ -15,6 +15,27 @@ namespace {
 PyObject* g_data_error = nullptr;
 PyObject* g_read_error = nullptr;
 
+const char* scope_name(ErrorScope scope) {
+  switch (scope) {
+    case ErrorScope::kRead:
+      return "read";
+    case ErrorScope::kMember:
+      return "member";
+    case ErrorScope::kField:
+      return "field";
+    case ErrorScope::kBatch:
+      return "batch";
+    case ErrorScope::kOther:
+      return "other";
+  }
+  return "other";
+}
+
+// A place's name as Python shows names (see text.h); None where not known.
+py::object known_name(const std::string& bytes) {
+  return bytes.empty() ? py::none() : py::object(name_text(bytes));
+}
+
 PyObject* python_class(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kData:
@@ -36,13 +57,21 @@ PyObject* python_class(ErrorKind kind) {
 // DataError and ReadError carry the source location at the end of their
 // message, where chute.common.errors takes it off (onto `where`) as it picks the
 // finer class; the built-in classes get the message alone and `where` here.
+// Every class gets the error's scope and place as attributes (failure_scope,
+// url, member, sample_key), which chute.common.errors routes it by.
 py::object python_error(const Error& error) {
   const py::object cls = py::reinterpret_borrow<py::object>(python_class(error.kind()));
+  py::object exc;
   if (error.kind() == ErrorKind::kData || error.kind() == ErrorKind::kIo) {
-    return cls(message_text(error.what()));
+    exc = cls(message_text(error.what()));
+  } else {
+    exc = cls(message_text(error.message()));
+    exc.attr("where") = std::string(error.file()) + ":" + std::to_string(error.line());
   }
-  py::object exc = cls(message_text(error.message()));
-  exc.attr("where") = std::string(error.file()) + ":" + std::to_string(error.line());
+  exc.attr("failure_scope") = scope_name(error.scope());
+  exc.attr("url") = known_name(error.place().url);
+  exc.attr("member") = known_name(error.place().member);
+  exc.attr("sample_key") = known_name(error.place().key);
   return exc;
 }
 

@@ -10,7 +10,10 @@
 
 namespace chute::bindings {
 
-// The exception object for `error`, not raised (for handlers of skipped samples).
+// The exception object for `error`, not raised (for handlers of skipped
+// samples), its scope and place as attributes: failure_scope ("read",
+// "member", "field", "batch" or "other"), url, member and sample_key (None
+// where not known).
 pybind11::object python_error(const Error& error);
 
 // The exception object of a skip, with the sample it dropped as attributes

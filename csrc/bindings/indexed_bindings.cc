@@ -391,12 +391,14 @@ void register_indexed(py::module_& m) {
       "groups read by pyarrow): put a block before submitting a batch that reads it, drop it "
       "once no batch in flight does.")
       .def(py::init([](std::vector<std::string> extensions, std::vector<std::string> column_names,
-                       std::vector<int64_t> block_starts, std::vector<std::string> block_names) {
+                       std::vector<int64_t> block_starts, std::vector<std::string> block_names,
+                       std::vector<std::string> block_urls) {
              return compose_block_samples({std::move(extensions), std::move(column_names),
-                                           std::move(block_starts), std::move(block_names)});
+                                           std::move(block_starts), std::move(block_names),
+                                           std::move(block_urls)});
            }),
            py::arg("extensions"), py::arg("column_names"), py::arg("block_starts"),
-           py::arg("block_names"))
+           py::arg("block_names"), py::arg("block_urls"))
       .def("put", &put_block, py::arg("block"), py::arg("columns"),
            "Block `block`'s columns, one (data buffer, int64 offsets, uint8 present or None) "
            "per extension; the buffers are used in place and kept alive.")

@@ -98,9 +98,10 @@ void register_stream(py::module_& m) {
       "request: the engine opens a url, the owner takes the request (next_request), reads "
       "the block and puts it, or fails it.")
       .def(py::init<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
-                    std::vector<int64_t>, std::vector<std::string>, std::vector<int64_t>>(),
+                    std::vector<int64_t>, std::vector<std::string>, std::vector<int64_t>,
+                    std::vector<std::string>>(),
            py::arg("extensions"), py::arg("column_names"), py::arg("urls"), py::arg("rows"),
-           py::arg("names"), py::arg("first_keys"))
+           py::arg("names"), py::arg("first_keys"), py::arg("files"))
       .def(
           "next_request",
           [](const BlockFeed& feed, double timeout) -> std::optional<std::tuple<uint64_t, size_t>> {

@@ -20,7 +20,8 @@ std::shared_ptr<IndexedTarSource> compose_tar_index_source(TarIndexRequest reque
 std::shared_ptr<BlockSampleSource> compose_block_samples(BlockSamplesRequest request) {
   return std::make_shared<BlockSampleSource>(
       std::move(request.extensions), std::move(request.column_names),
-      std::move(request.block_starts), std::move(request.block_names));
+      std::move(request.block_starts), std::move(request.block_names),
+      std::move(request.block_urls));
 }
 
 std::shared_ptr<H5RowSource> compose_h5_rows(std::shared_ptr<H5Context> context,

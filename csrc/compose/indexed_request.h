@@ -36,12 +36,14 @@ std::shared_ptr<IndexedTarSource> compose_tar_index_source(TarIndexRequest reque
 // Samples whose members lie in blocks their owner puts and drops (see
 // BlockSampleSource): one member per column, `extensions[c]` naming column
 // c's members, `column_names[c]` and `block_names[b]` naming them in
-// messages; block b holds samples [block_starts[b], block_starts[b + 1]).
+// messages, `block_urls[b]` the file of block b; block b holds samples
+// [block_starts[b], block_starts[b + 1]).
 struct BlockSamplesRequest {
   std::vector<std::string> extensions;
   std::vector<std::string> column_names;
   std::vector<int64_t> block_starts;
   std::vector<std::string> block_names;
+  std::vector<std::string> block_urls;
 };
 
 std::shared_ptr<BlockSampleSource> compose_block_samples(BlockSamplesRequest request);

@@ -17,7 +17,11 @@ namespace {
 
 TEST(IndexedRequest, BlockSamplesAreNamedByTheirColumnsAndBlocks) {
   const std::shared_ptr<BlockSampleSource> source = compose_block_samples(
-      {{"jpg"}, {"image"}, {0, 2, 5}, {"file 'a', row group 0", "file 'a', row group 1"}});
+      {{"jpg"},
+       {"image"},
+       {0, 2, 5},
+       {"file 'a', row group 0", "file 'a', row group 1"},
+       {"a", "a"}});
   EXPECT_EQ(source->num_samples(), 5);
   ASSERT_EQ(source->num_blocks(), 2u);
   EXPECT_EQ(source->block_rows(1), 3);

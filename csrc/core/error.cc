@@ -1,6 +1,7 @@
 #include "core/error.h"
 
 #include <cstring>
+#include <utility>
 
 namespace chute {
 namespace {
@@ -18,15 +19,27 @@ std::string with_location(const std::string& message, const char* file, int line
 
 }  // namespace
 
-Error::Error(ErrorKind kind, const std::string& message, const char* file, int line)
+Error::Error(ErrorKind kind, const std::string& message, const char* file, int line,
+             ErrorScope scope, ErrorPlace place)
     : std::runtime_error(with_location(message, basename_of(file), line)),
       kind_(kind),
+      scope_(scope),
+      place_(std::move(place)),
       message_(message),
       file_(basename_of(file)),
       line_(line) {}
 
 Error Error::with_prefix(const std::string& prefix) const {
-  return Error(kind_, prefix + message_, file_, line_);
+  return Error(kind_, prefix + message_, file_, line_, scope_, place_);
+}
+
+Error Error::scoped(ErrorScope scope, const ErrorPlace& place) const {
+  ErrorPlace filled = place_;
+  if (filled.url.empty()) filled.url = place.url;
+  if (filled.member.empty()) filled.member = place.member;
+  if (filled.key.empty()) filled.key = place.key;
+  return Error(kind_, message_, file_, line_, scope_ == ErrorScope::kOther ? scope : scope_,
+               std::move(filled));
 }
 
 void raise_error(ErrorKind kind, const std::string& message, const char* file, int line) {

@@ -1,7 +1,10 @@
 // One exception type for the engine, thrown through one macro that records
 // where in the engine it was raised. The message itself must name the data
 // location (shard/file, member/row, byte offset); the bindings map the kind to
-// a Python exception class.
+// a Python exception class. What the failure is about (its scope) and where
+// in the data it lies (url, member, sample key) travel beside the message as
+// data, set by the code that knows them, so that nothing downstream has to
+// read them out of the words.
 #pragma once
 
 #include <ostream>
@@ -20,10 +23,30 @@ enum class ErrorKind {
   kMemory,   // an allocation failed: the memory asked for is not there
 };
 
+// Which stage of a pipeline a failure belongs to, which decides the handler
+// webdataset would give it.
+enum class ErrorScope {
+  kOther,   // none of those below (not known where it was raised)
+  kRead,    // opening or reading a shard or file, its tar structure or compression
+  kMember,  // a member (a row's column) that does not decode
+  kField,   // a sample lacks the member a field needs
+  kBatch,   // a sample that does not fit the batch being formed
+};
+
+// Where in the data a failure lies; an empty string is not known.
+struct ErrorPlace {
+  std::string url;     // the shard or file
+  std::string member;  // the member's full name, or the column of a row
+  std::string key;     // the sample's key
+};
+
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message, const char* file, int line);
+  Error(ErrorKind kind, const std::string& message, const char* file, int line,
+        ErrorScope scope = ErrorScope::kOther, ErrorPlace place = {});
   ErrorKind kind() const { return kind_; }
+  ErrorScope scope() const { return scope_; }
+  const ErrorPlace& place() const { return place_; }
   // The message without the "[file:line]" suffix.
   const std::string& message() const { return message_; }
   // Where it was raised: the source file's base name and line.
@@ -35,8 +58,16 @@ class Error : public std::runtime_error {
   // happened adds that, without the error seeming to come from the caller.
   Error with_prefix(const std::string& prefix) const;
 
+  // The same error with `scope` and `place` where it had none: the code
+  // nearest the failure that knows them sets them, and code further out
+  // (which sees more kinds of failure pass) fills in only what is left:
+  // a place's fields one by one, the scope when it is still kOther.
+  Error scoped(ErrorScope scope, const ErrorPlace& place) const;
+
  private:
   ErrorKind kind_;
+  ErrorScope scope_;
+  ErrorPlace place_;
   std::string message_;
   const char* file_;  // a string literal (__FILE__): lives for the program
   int line_;

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <string>
+#include <thread>
 
 namespace chute {
 namespace {
@@ -62,6 +64,63 @@ TEST(Error, IsARuntimeError) {
     return;
   }
   FAIL() << "not caught as std::runtime_error";
+}
+
+TEST(Error, ScopeAndPlaceAreNotKnownUnlessSet) {
+  try {
+    fail_with_value(3);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.scope(), ErrorScope::kOther);
+    EXPECT_EQ(e.place().url, "");
+    EXPECT_EQ(e.place().member, "");
+    EXPECT_EQ(e.place().key, "");
+  }
+}
+
+TEST(Error, ScopeAndPlaceTravelWithTheErrorNotInItsWords) {
+  // Words of a read failure in a member's failure: the scope is what was set.
+  const Error e(ErrorKind::kData, "truncated tar archive 'a.tar': cannot open", "jpeg.cc", 4,
+                ErrorScope::kMember, {"a.tar", "k.jpg", "k"});
+  const Error prefixed = e.with_prefix("shard 'a.tar': ");
+  EXPECT_EQ(prefixed.scope(), ErrorScope::kMember);
+  EXPECT_EQ(prefixed.place().url, "a.tar");
+  EXPECT_EQ(prefixed.place().member, "k.jpg");
+  EXPECT_EQ(prefixed.place().key, "k");
+  EXPECT_STREQ(prefixed.file(), "jpeg.cc");
+  // Copied into an exception_ptr and rethrown on another thread (as engines
+  // hand their errors to next()): nothing is lost.
+  std::exception_ptr held;
+  std::thread([&] {
+    try {
+      throw prefixed;
+    } catch (...) {
+      held = std::current_exception();
+    }
+  }).join();
+  try {
+    std::rethrow_exception(held);
+  } catch (const Error& again) {
+    EXPECT_EQ(again.scope(), ErrorScope::kMember);
+    EXPECT_EQ(again.place().member, "k.jpg");
+    EXPECT_EQ(again.message(), "shard 'a.tar': truncated tar archive 'a.tar': cannot open");
+  }
+}
+
+TEST(Error, ScopedSetsOnlyWhatIsNotKnownYet) {
+  const Error plain(ErrorKind::kIo, "read error", "file_source.cc", 40);
+  const Error read = plain.scoped(ErrorScope::kRead, {"a.tar", "", ""});
+  EXPECT_EQ(read.scope(), ErrorScope::kRead);
+  EXPECT_EQ(read.place().url, "a.tar");
+  EXPECT_EQ(read.kind(), ErrorKind::kIo);
+  EXPECT_EQ(read.message(), "read error");
+  EXPECT_EQ(read.line(), 40);
+  // Code further out keeps the scope and fields set nearer the failure and
+  // fills in the rest.
+  const Error outer = read.scoped(ErrorScope::kMember, {"b.tar", "k.jpg", "k"});
+  EXPECT_EQ(outer.scope(), ErrorScope::kRead);
+  EXPECT_EQ(outer.place().url, "a.tar");
+  EXPECT_EQ(outer.place().member, "k.jpg");
+  EXPECT_EQ(outer.place().key, "k");
 }
 
 TEST(Error, FileWithoutDirectoryKeepsItsName) {

@@ -18,6 +18,7 @@ struct BlockFeed::Shared {
   std::vector<int64_t> rows;
   std::vector<std::string> names;
   std::vector<int64_t> first_keys;
+  std::vector<std::string> files;
   std::unordered_map<std::string, size_t> by_url;
 
   std::mutex mutex;  // guards the fields below
@@ -105,7 +106,10 @@ class BlockFeed::Source final : public SampleSource {
       pending_->arrived.wait_for(lock, std::chrono::milliseconds(50));
     }
     if (pending_->error) {
-      const Error error = *pending_->error;
+      // The block could not be read (or its columns do not fit it): a read
+      // failure of its file.
+      const Error error =
+          pending_->error->scoped(ErrorScope::kRead, {shared_->files[block_], "", ""});
       lock.unlock();
       pending_ = nullptr;
       throw error;
@@ -124,16 +128,17 @@ class BlockFeed::Source final : public SampleSource {
 
 BlockFeed::BlockFeed(std::vector<std::string> extensions, std::vector<std::string> column_names,
                      std::vector<std::string> urls, std::vector<int64_t> rows,
-                     std::vector<std::string> names, std::vector<int64_t> first_keys)
+                     std::vector<std::string> names, std::vector<int64_t> first_keys,
+                     std::vector<std::string> files)
     : shared_(std::make_shared<Shared>()) {
   CHUTE_CHECK(column_names.size() == extensions.size(), kUsage,
               "block feed: " << extensions.size() << " extensions but " << column_names.size()
                              << " column names");
   CHUTE_CHECK(rows.size() == urls.size() && names.size() == urls.size() &&
-                  first_keys.size() == urls.size(),
+                  first_keys.size() == urls.size() && files.size() == urls.size(),
               kUsage, "block feed: " << urls.size() << " urls but " << rows.size() << " row counts, "
-                                     << names.size() << " names and " << first_keys.size()
-                                     << " first keys");
+                                     << names.size() << " names, " << first_keys.size()
+                                     << " first keys and " << files.size() << " files");
   for (size_t b = 0; b < urls.size(); ++b) {
     CHUTE_CHECK(rows[b] >= 0, kUsage, "block feed: " << names[b] << " has " << rows[b] << " rows");
     CHUTE_CHECK(shared_->by_url.emplace(urls[b], b).second, kUsage,
@@ -145,6 +150,7 @@ BlockFeed::BlockFeed(std::vector<std::string> extensions, std::vector<std::strin
   shared_->rows = std::move(rows);
   shared_->names = std::move(names);
   shared_->first_keys = std::move(first_keys);
+  shared_->files = std::move(files);
 }
 
 BlockFeed::~BlockFeed() { close(); }
@@ -178,14 +184,16 @@ std::unique_ptr<SampleSource> BlockFeed::open(const std::string& url, uint32_t i
                                   options.cancel);
 }
 
-std::string BlockFeed::location(const std::string& url, const EncodedSample& sample,
-                                const SampleMember* member) const {
+SampleLocation BlockFeed::location(const std::string& url, const EncodedSample& sample,
+                                   const SampleMember* member) const {
   const auto found = shared_->by_url.find(url);
+  const bool known = found != shared_->by_url.end();
   std::ostringstream os;
-  os << (found != shared_->by_url.end() ? shared_->names[found->second] : "'" + url + "'")
-     << ", row " << sample.offset;
+  os << (known ? shared_->names[found->second] : "'" + url + "'") << ", row " << sample.offset;
   if (member != nullptr) os << ", column '" << member->name << "'";
-  return os.str();
+  return {os.str(),
+          {known ? shared_->files[found->second] : url, member != nullptr ? member->name : "",
+           sample.key}};
 }
 
 std::optional<BlockFeed::Request> BlockFeed::next_request(double timeout_s) const {

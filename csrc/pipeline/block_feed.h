@@ -26,18 +26,20 @@ class BlockFeed final : public SampleSourceFactory {
  public:
   // One block per url: `urls[b]` names block b in a plan, `rows[b]` its row
   // count, `names[b]` it in messages ("file 'a.parquet', row group 3") and
-  // `first_keys[b]` the key of its first row (keys count on from there).
+  // `first_keys[b]` the key of its first row (keys count on from there);
+  // `files[b]` is the file that holds it (an error's url).
   // `extensions[c]` is the member extension column c's values get;
   // `column_names[c]` the column's name for messages.
   BlockFeed(std::vector<std::string> extensions, std::vector<std::string> column_names,
             std::vector<std::string> urls, std::vector<int64_t> rows,
-            std::vector<std::string> names, std::vector<int64_t> first_keys);
+            std::vector<std::string> names, std::vector<int64_t> first_keys,
+            std::vector<std::string> files);
   ~BlockFeed() override;
 
   std::unique_ptr<SampleSource> open(const std::string& url, uint32_t index,
                                      const SourceOpenOptions& options) const override;
-  std::string location(const std::string& url, const EncodedSample& sample,
-                       const SampleMember* member) const override;
+  SampleLocation location(const std::string& url, const EncodedSample& sample,
+                          const SampleMember* member) const override;
 
   struct Request {
     uint64_t ticket = 0;

@@ -27,7 +27,7 @@ BlockColumn column(const std::string& data, const std::vector<int64_t>& offsets,
 // Two blocks: "g0" of 3 rows (keys from 10), "g1" of 2 rows.
 BlockFeed make_feed() {
   return BlockFeed({"img", "txt"}, {"image", "text"}, {"f#0", "f#1"}, {3, 2},
-                   {"file 'f', row group 0", "file 'f', row group 1"}, {10, 0});
+                   {"file 'f', row group 0", "file 'f', row group 1"}, {10, 0}, {"f", "f"});
 }
 
 TEST(BlockFeed, OpeningRequestsTheBlockAndRowsBecomeSamples) {
@@ -60,7 +60,11 @@ TEST(BlockFeed, OpeningRequestsTheBlockAndRowsBecomeSamples) {
   ASSERT_TRUE(first->next(s));
   ASSERT_EQ(s.members.size(), 1u);  // a null is no member
   EXPECT_EQ(payload(s, 0), "bb");
-  EXPECT_EQ(feed.location("f#0", s, &s.members[0]), "file 'f', row group 0, row 1, column 'image'");
+  const SampleLocation at = feed.location("f#0", s, &s.members[0]);
+  EXPECT_EQ(at.text, "file 'f', row group 0, row 1, column 'image'");
+  EXPECT_EQ(at.place.url, "f");  // the file, not the row group's url
+  EXPECT_EQ(at.place.member, "image");
+  EXPECT_EQ(at.place.key, "11");
   ASSERT_TRUE(first->next(s));
   EXPECT_EQ(s.key, "12");
   EXPECT_FALSE(first->next(s));

@@ -51,11 +51,13 @@ void check_block_columns(const std::string& block_name,
 BlockSampleSource::BlockSampleSource(std::vector<std::string> extensions,
                                      std::vector<std::string> column_names,
                                      std::vector<int64_t> block_starts,
-                                     std::vector<std::string> block_names)
+                                     std::vector<std::string> block_names,
+                                     std::vector<std::string> block_urls)
     : extensions_(std::move(extensions)),
       column_names_(std::move(column_names)),
       block_starts_(std::move(block_starts)),
-      block_names_(std::move(block_names)) {
+      block_names_(std::move(block_names)),
+      block_urls_(std::move(block_urls)) {
   CHUTE_CHECK(column_names_.size() == extensions_.size(), kUsage,
               "block source: " << extensions_.size() << " extensions but " << column_names_.size()
                                << " column names");
@@ -64,6 +66,9 @@ BlockSampleSource::BlockSampleSource(std::vector<std::string> extensions,
               kUsage,
               "block source: block starts must begin at 0 and have one more entry than the "
                   << block_names_.size() << " block names");
+  CHUTE_CHECK(block_urls_.size() == block_names_.size(), kUsage,
+              "block source: " << block_names_.size() << " block names but "
+                               << block_urls_.size() << " block urls");
   CHUTE_CHECK(std::is_sorted(block_starts_.begin(), block_starts_.end()), kUsage,
               "block source: block starts must not decrease");
   blocks_.resize(block_names_.size());
@@ -146,7 +151,7 @@ void BlockSampleSource::read(const int64_t* ids, size_t n, EncodedSample* out,
     s.payload_bytes = 0;
     if (block == nullptr) {
       errors[r] = Error(ErrorKind::kUsage,
-                        location(s, nullptr) + ": its block was not read ahead of the batch",
+                        location(s, nullptr).text + ": its block was not read ahead of the batch",
                         __FILE__, __LINE__);
       continue;
     }
@@ -181,13 +186,14 @@ void BlockSampleSource::read(const int64_t* ids, size_t n, EncodedSample* out,
   }
 }
 
-std::string BlockSampleSource::location(const EncodedSample& sample,
-                                        const SampleMember* member) const {
+SampleLocation BlockSampleSource::location(const EncodedSample& sample,
+                                           const SampleMember* member) const {
   std::ostringstream os;
   os << block_names_[sample.source_index] << ", row " << sample.offset << " (sample "
      << sample.key << ")";
   if (member != nullptr) os << ", column '" << member->name << "'";
-  return os.str();
+  return {os.str(),
+          {block_urls_[sample.source_index], member != nullptr ? member->name : "", sample.key}};
 }
 
 }  // namespace chute

@@ -45,16 +45,18 @@ class BlockSampleSource final : public IndexedSampleSource {
  public:
   // `extensions[c]` is the member extension that column c's values get (what
   // fields name); `column_names[c]` the column's name for messages;
-  // `block_names[b]` names block b in messages ("file 'a.parquet', row group 3").
+  // `block_names[b]` names block b in messages ("file 'a.parquet', row group 3")
+  // and `block_urls[b]` is the file that holds it (an error's url).
   BlockSampleSource(std::vector<std::string> extensions, std::vector<std::string> column_names,
-                    std::vector<int64_t> block_starts, std::vector<std::string> block_names);
+                    std::vector<int64_t> block_starts, std::vector<std::string> block_names,
+                    std::vector<std::string> block_urls);
 
   int64_t num_samples() const override { return block_starts_.back(); }
   // 0 for a sample whose block is not held.
   uint64_t payload_bytes(int64_t id) const override;
   void read(const int64_t* ids, size_t n, EncodedSample* out,
             std::optional<Error>* errors) const override;
-  std::string location(const EncodedSample& sample, const SampleMember* member) const override;
+  SampleLocation location(const EncodedSample& sample, const SampleMember* member) const override;
 
   size_t num_blocks() const { return block_names_.size(); }
   int64_t block_rows(size_t block) const;
@@ -79,6 +81,7 @@ class BlockSampleSource final : public IndexedSampleSource {
   const std::vector<std::string> column_names_;
   const std::vector<int64_t> block_starts_;
   const std::vector<std::string> block_names_;
+  const std::vector<std::string> block_urls_;
 
   mutable std::mutex mutex_;  // guards blocks_
   std::vector<std::shared_ptr<const Block>> blocks_;

@@ -24,7 +24,7 @@ struct Fixture {
   std::vector<int64_t> img0_off{0, 1, 3, 3}, txt0_off{0, 1, 1, 2};
   std::vector<int64_t> img1_off{0, 3, 4}, txt1_off{0, 1, 2};
   std::vector<uint8_t> txt0_present{1, 0, 1};
-  BlockSampleSource source{{"c0", "c1"}, {"img", "txt"}, {0, 3, 5}, {"block A", "block B"}};
+  BlockSampleSource source{{"c0", "c1"}, {"img", "txt"}, {0, 3, 5}, {"block A", "block B"}, {"a", "b"}};
 
   static BlockColumn column(const std::string& data, const std::vector<int64_t>& offsets,
                             const uint8_t* present = nullptr) {
@@ -57,8 +57,12 @@ TEST(BlockSampleSource, ReadsMembersAcrossBlocks) {
   EXPECT_EQ(payload(out[1], 0), "bb");
   EXPECT_EQ(payload(out[2], 1), "x");
   EXPECT_EQ(payload(out[3], 0), "ccc");
-  EXPECT_EQ(f.source.location(out[3], &out[3].members[0]),
-            "block B, row 0 (sample 3), column 'img'");
+  const SampleLocation at = f.source.location(out[3], &out[3].members[0]);
+  EXPECT_EQ(at.text, "block B, row 0 (sample 3), column 'img'");
+  // As data: the block's file, the column, the sample's key.
+  EXPECT_EQ(at.place.url, "b");
+  EXPECT_EQ(at.place.member, "img");
+  EXPECT_EQ(at.place.key, "3");
 }
 
 TEST(BlockSampleSource, SampleOfADroppedBlockFailsNamingIt) {

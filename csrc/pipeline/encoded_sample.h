@@ -17,6 +17,14 @@ namespace chute {
 
 struct EncodedSample;
 
+// Where a sample (or one of its members) lies, for an error about it: in
+// words, for the message ("shard 'URL', member 'NAME' at offset N"), and as
+// data, for the error's place (Error::scoped).
+struct SampleLocation {
+  std::string text;
+  ErrorPlace place;
+};
+
 struct SampleMember {
   std::string extension;  // lowercased, e.g. "jpg", "nsdgeneral.npy"
   std::string name;       // full member name, for error messages

@@ -131,7 +131,11 @@ class IndexedEngine::SampleJob final : public StreamBatchJob {
       PlannedSample& sample = t.samples[i];
       sample.encoded = std::move(encoded[i]);
       std::optional<Error> error = std::move(errors[i]);
-      if (!error) {
+      if (error) {
+        // A sample the source could not read (its bytes, or what they
+        // should have been): a read failure of the sample, where it is.
+        error = error->scoped(ErrorScope::kRead, source.location(sample.encoded, nullptr).place);
+      } else {
         try {
           context().fields->probe(sample);
         } catch (const Error& e) {

@@ -51,8 +51,9 @@ class FakeSamples final : public IndexedSampleSource {
     }
   }
 
-  std::string location(const EncodedSample& sample, const SampleMember* member) const override {
-    return "fake '" + (member != nullptr ? member->name : sample.key) + "'";
+  SampleLocation location(const EncodedSample& sample, const SampleMember* member) const override {
+    return {"fake '" + (member != nullptr ? member->name : sample.key) + "'",
+            {"fake", member != nullptr ? member->name : "", sample.key}};
   }
 
  private:
@@ -175,6 +176,10 @@ TEST(IndexedEngineSamples, RaiseFailsTheBatchWithItsFirstBadRow) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kIo);
   EXPECT_EQ(e->message(), "fake 'k20': cannot read");
+  // Rethrown from the worker thread that read it, with its scope and place.
+  EXPECT_EQ(e->scope(), ErrorScope::kRead);
+  EXPECT_EQ(e->place().url, "fake");
+  EXPECT_EQ(e->place().key, "k20");
   // The engine goes on with the next batch.
   const std::vector<int64_t> good{0};
   engine.submit(good.data(), good.size());
@@ -201,6 +206,14 @@ TEST(IndexedEngineSamples, SkipDropsBadRowsAndCountsThem) {
   EXPECT_EQ(skipped[1].index, 13);
   EXPECT_EQ(skipped[1].source, 0);
   EXPECT_EQ(skipped[1].offset, 1300);
+  // And so do what they are about and where: a read, a member that does
+  // not decode.
+  EXPECT_EQ(skipped[0].error.scope(), ErrorScope::kRead);
+  EXPECT_EQ(skipped[0].error.place().key, "k20");
+  EXPECT_EQ(skipped[1].error.scope(), ErrorScope::kMember);
+  EXPECT_EQ(skipped[1].error.place().url, "fake");
+  EXPECT_EQ(skipped[1].error.place().member, "k13.v");
+  EXPECT_EQ(skipped[1].error.place().key, "k13");
 }
 
 TEST(IndexedEngineSamples, OutOfRangeIdIsAUsageErrorAtItsBatch) {

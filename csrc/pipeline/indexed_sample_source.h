@@ -32,7 +32,7 @@ class IndexedSampleSource {
                     std::optional<Error>* errors) const = 0;
 
   // Where `sample` (or its `member`) is, for errors.
-  virtual std::string location(const EncodedSample& sample, const SampleMember* member) const = 0;
+  virtual SampleLocation location(const EncodedSample& sample, const SampleMember* member) const = 0;
 };
 
 }  // namespace chute

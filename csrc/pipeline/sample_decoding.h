@@ -36,8 +36,9 @@ struct SampleDecoding {
   uint64_t seed = 0;         // of the decoders' random draws (RowPosition)
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   // Where `sample` (or its `member`, when not null) is, for errors: "shard
-  // 'URL', member 'NAME' at offset N". Called only on failure.
-  std::function<std::string(const EncodedSample& sample, const SampleMember* member)> locate;
+  // 'URL', member 'NAME' at offset N", and its url, member and key. Called
+  // only on failure.
+  std::function<SampleLocation(const EncodedSample& sample, const SampleMember* member)> locate;
 };
 
 }  // namespace chute

@@ -28,7 +28,8 @@ std::vector<int64_t> element_shape(const ProbedField& p) {
 
 }  // namespace
 
-std::string SampleFields::location(const EncodedSample& sample, const SampleMember* member) const {
+SampleLocation SampleFields::location(const EncodedSample& sample,
+                                      const SampleMember* member) const {
   return decoding_.locate(sample, member);
 }
 
@@ -39,8 +40,10 @@ Error SampleFields::in_context(const Error& error, const EncodedSample& sample,
     if (sample.in_place->lost(sample)) return sample.in_place->lost_error(sample);
   }
   // A decoder called without a place of its own starts its message with its
-  // own words (At in core/error.h): the place goes in front.
-  return error.with_prefix(location(sample, member) + ": ");
+  // own words (At in core/error.h): the place goes in front, and beside it
+  // as data, with the scope a member that does not decode has.
+  const SampleLocation at = location(sample, member);
+  return error.with_prefix(at.text + ": ").scoped(ErrorScope::kMember, at.place);
 }
 
 void SampleFields::probe(PlannedSample& sample) const {
@@ -68,10 +71,15 @@ void SampleFields::probe(PlannedSample& sample) const {
       }
       std::string wanted;
       for (size_t k = 0; k < f.extensions.size(); ++k) wanted += (k ? ";" : "") + f.extensions[k];
-      std::ostringstream names;
-      for (size_t m = 0; m < enc.members.size(); ++m) names << (m ? ", " : "") << enc.members[m].extension;
-      CHUTE_CHECK(false, kData, location(enc, nullptr) << ": field '" << f.name << "' not found (wanted one of "
-                                                       << wanted << "; sample has " << names.str() << ")");
+      std::ostringstream os;
+      const SampleLocation at = location(enc, nullptr);
+      os << at.text << ": field '" << f.name << "' not found (wanted one of " << wanted
+         << "; sample has ";
+      for (size_t m = 0; m < enc.members.size(); ++m) {
+        os << (m ? ", " : "") << enc.members[m].extension;
+      }
+      os << ")";
+      throw Error(ErrorKind::kData, os.str(), __FILE__, __LINE__, ErrorScope::kField, at.place);
     }
     if (f.decoder == nullptr) continue;  // raw bytes: nothing to probe
     const SampleMember& member = enc.members[static_cast<size_t>(p.member)];
@@ -111,12 +119,13 @@ std::optional<Error> SampleFields::incompatibility(const PlannedSample& first,
     if (a.member < 0 || b.member < 0) continue;
     if (a.dtype == b.dtype && a.shape == b.shape && a.descr == b.descr) continue;
     const SampleMember& m = other.encoded.members[static_cast<size_t>(b.member)];
+    const SampleLocation at = location(other.encoded, &m);
     std::ostringstream os;
-    os << location(other.encoded, &m) << ": field '" << f.name << "' has " << type_string(b)
+    os << at.text << ": field '" << f.name << "' has " << type_string(b)
        << " shape " << shape_string(element_shape(b)) << " but this batch holds "
        << type_string(a) << " shape " << shape_string(element_shape(a))
        << " (set an output size to resize images, or batch variable shapes as lists)";
-    return Error(ErrorKind::kData, os.str(), __FILE__, __LINE__);
+    return Error(ErrorKind::kData, os.str(), __FILE__, __LINE__, ErrorScope::kBatch, at.place);
   }
   return std::nullopt;
 }

@@ -38,10 +38,12 @@ class SampleFields {
   size_t decoded_bytes(const PlannedSample& sample) const;
 
   // Where `sample` (or its `member`) is, as the source describes it.
-  std::string location(const EncodedSample& sample, const SampleMember* member) const;
+  SampleLocation location(const EncodedSample& sample, const SampleMember* member) const;
 
-  // Runs fn, which reads `sample`. A chute::Error from it is rethrown with
-  // the location in front, keeping its kind and the place it was raised; a
+  // Runs fn, which decodes `member` of `sample`. A chute::Error from it is
+  // rethrown with the location in front, keeping its kind and the place it
+  // was raised, scoped as a member that does not decode (ErrorScope::kMember,
+  // the location's url, member and key as its place); a
   // sample read in place whose bytes were lost meanwhile fails as such,
   // whatever fn made of them. The location is built only on failure:
   // formatting it for every sample would cost more than decoding a small one.

@@ -97,6 +97,10 @@ TEST(SampleFields, AMissingRequiredFieldNamesItTheWantedExtensionsAndTheSamplesM
   EXPECT_EQ(e->message(),
             "shard-b.tar sample 'dir/x7': field 'image' not found "
             "(wanted one of jpg;jpeg;png; sample has cls, txt, json)");
+  EXPECT_EQ(e->scope(), ErrorScope::kField);
+  EXPECT_EQ(e->place().url, "shard-b.tar");
+  EXPECT_EQ(e->place().key, "dir/x7");
+  EXPECT_EQ(e->place().member, "");
 }
 
 TEST(SampleFields, AnAbsentOptionalFieldIsMarkedAbsent) {
@@ -143,6 +147,10 @@ TEST(SampleFields, ABadHeaderFailsNamingTheMemberAndKeepsWhereItWasRaised) {
   EXPECT_EQ(e->kind(), ErrorKind::kData);
   EXPECT_EQ(e->message(), "shard-a.tar sample 'k9' member 'k9.jpg': bad digits header '!'");
   EXPECT_STREQ(e->file(), "sample_testing.h");  // the decoder's line, not the engine's
+  EXPECT_EQ(e->scope(), ErrorScope::kMember);
+  EXPECT_EQ(e->place().url, "shard-a.tar");
+  EXPECT_EQ(e->place().member, "k9.jpg");
+  EXPECT_EQ(e->place().key, "k9");
 }
 
 TEST(SampleFields, InContextKeepsKindAndPlaceAndPutsThePlaceInFront) {
@@ -202,6 +210,8 @@ TEST(SampleFields, AnErrorAboutBytesThatWereLostReportsTheLoss) {
   const Error lost = fields.in_context(garbage, samples[1], &samples[1].members[0]);
   EXPECT_EQ(lost.kind(), ErrorKind::kIo);
   EXPECT_EQ(lost.message(), "sample 'b' was cut from the shard");
+  // A read failure, not a member that does not decode.
+  EXPECT_EQ(lost.scope(), ErrorScope::kRead);
 }
 
 TEST(SampleFields, SamplesFitABatchWhenEveryStackedFieldAgrees) {
@@ -245,6 +255,9 @@ TEST(SampleFields, ADifferentDtypeDoesNotFitABatch) {
   EXPECT_EQ(same_shape->message().substr(0, same_shape->message().find(" (set")),
             "shard-a.tar sample 'b' member 'b.bin': field 'x' has int8 shape (2,) but this "
             "batch holds uint8 shape (2,)");
+  EXPECT_EQ(same_shape->scope(), ErrorScope::kBatch);
+  EXPECT_EQ(same_shape->place().member, "b.bin");
+  EXPECT_EQ(same_shape->place().key, "b");
   b.fields[0].dtype = DType::kF32;
   b.fields[0].shape = {2, 3};
   const std::optional<Error> e = fields.incompatibility(a, b);

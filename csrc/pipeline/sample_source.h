@@ -57,9 +57,9 @@ class SampleSourceFactory {
   // Opens `url`; its samples carry `index` as their source_index.
   virtual std::unique_ptr<SampleSource> open(const std::string& url, uint32_t index,
                                              const SourceOpenOptions& options) const = 0;
-  // Where `sample` (or its `member`, when not null) lies in `url`, for error
-  // messages. Built only on failure.
-  virtual std::string location(const std::string& url, const EncodedSample& sample,
+  // Where `sample` (or its `member`, when not null) lies in `url`, for
+  // errors. Built only on failure.
+  virtual SampleLocation location(const std::string& url, const EncodedSample& sample,
                                const SampleMember* member) const = 0;
 };
 

@@ -56,11 +56,11 @@ class LocatingSources final : public SampleSourceFactory {
     CHUTE_CHECK(false, kUsage, "test sources open nothing ('" << url << "')");
     return nullptr;
   }
-  std::string location(const std::string& url, const EncodedSample& sample,
-                       const SampleMember* member) const override {
+  SampleLocation location(const std::string& url, const EncodedSample& sample,
+                          const SampleMember* member) const override {
     std::string out = url + " sample '" + sample.key + "'";
     if (member != nullptr) out += " member '" + member->name + "'";
-    return out;
+    return {out, {url, member != nullptr ? member->name : "", sample.key}};
   }
 };
 
@@ -97,7 +97,7 @@ class TestStorage final : private StorageBytes, public InPlaceStorage {
   }
   Error lost_error(const EncodedSample& sample) const override {
     return Error(ErrorKind::kIo, "sample '" + sample.key + "' was cut from the shard", __FILE__,
-                 __LINE__);
+                 __LINE__, ErrorScope::kRead, {"", "", sample.key});
   }
   void release(uint64_t begin, uint64_t end) const override {
     std::lock_guard<std::mutex> lock(mutex_);

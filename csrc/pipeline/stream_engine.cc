@@ -73,9 +73,19 @@ struct StreamEngine::ShardJob {
 void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
   ChunkFiller filler(chunk_size);
   std::exception_ptr failure;
+  // What fails while the shard is opened or read (the source's own errors,
+  // and those of the files, pipes and stores under it) is a read failure of
+  // this url, whichever layer raised it.
+  const ErrorPlace shard_place{plan_.urls[job.shard], "", ""};
+  auto read_failure = [&](const Error& e) { return e.scoped(ErrorScope::kRead, shard_place); };
   try {
     uint64_t t0 = now_ns();
-    std::unique_ptr<SampleSource> source = open_planned_shard(plan_, job.shard, &closed_);
+    std::unique_ptr<SampleSource> source;
+    try {
+      source = open_planned_shard(plan_, job.shard, &closed_);
+    } catch (const Error& e) {
+      throw read_failure(e);
+    }
     counters_.shard_opened();
     auto payload_buffer = [&] {
       return source->in_place() ? std::vector<uint8_t>() : payload_buffers_.take();
@@ -88,17 +98,17 @@ void StreamEngine::parse_shard(ShardJob& job, size_t chunk_size) {
       bool more = false;
       try {
         more = source->next(sample.encoded);
+        // Under raise a flawed sample is not delivered: its fault is raised
+        // in its place (the source throws it now).
+        if (more && sample.encoded.flawed && raise) source->next(sample.encoded);
       } catch (const Error& e) {
-        if (raise || closed_.load()) throw;
+        if (raise || closed_.load()) throw read_failure(e);
         const SampleSource::Failure cost = source->failure();
-        record_formation_skip(e, losses.uncounted(cost));
+        record_formation_skip(read_failure(e), losses.uncounted(cost));
         if (cost.resumable) continue;
         break;
       }
       if (!more) break;
-      // Under raise a flawed sample is not delivered: its fault is raised
-      // in its place (the source throws it now).
-      if (sample.encoded.flawed && raise) source->next(sample.encoded);
       counters_.sample_read(sample.encoded);
       losses.kept();
       try {

@@ -28,9 +28,10 @@ class CountingSources final : public SampleSourceFactory {
     last_options = options;
     return std::make_unique<Counting>(url, index, samples_);
   }
-  std::string location(const std::string& url, const EncodedSample& sample,
-                       const SampleMember* member) const override {
-    return url + "#" + sample.key + (member != nullptr ? "/" + member->name : "");
+  SampleLocation location(const std::string& url, const EncodedSample& sample,
+                          const SampleMember* member) const override {
+    return {url + "#" + sample.key + (member != nullptr ? "/" + member->name : ""),
+            {url, member != nullptr ? member->name : "", sample.key}};
   }
 
   mutable SourceOpenOptions last_options;
@@ -130,8 +131,9 @@ TEST(StreamPlan, SampleDecodingTakesThePlansFieldsAndLocatesByUrl) {
   EXPECT_EQ(d.seed, 77u);
   EXPECT_EQ(d.on_error, ErrorPolicy::kSkip);
   const EncodedSample sample = test::encoded_sample("k", {{"jpg", "x"}}, 1);
-  EXPECT_EQ(d.locate(sample, nullptr), "b.tar#k");
-  EXPECT_EQ(d.locate(sample, &sample.members[0]), "b.tar#k/k.jpg");
+  EXPECT_EQ(d.locate(sample, nullptr).text, "b.tar#k");
+  EXPECT_EQ(d.locate(sample, &sample.members[0]).text, "b.tar#k/k.jpg");
+  EXPECT_EQ(d.locate(sample, &sample.members[0]).place.url, "b.tar");
 }
 
 TEST(StreamPlan, ShardScheduleTakesThePlansOrderSettings) {

@@ -175,7 +175,7 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
     for (const Wanted* w = begin; w != end; ++w) out[w->row].in_place = buffer;
   } catch (const Error& e) {
     for (const Wanted* w = begin; w != end; ++w) {
-      errors[w->row] = e.with_prefix(location(out[w->row], nullptr) + ": ");
+      errors[w->row] = e.with_prefix(location(out[w->row], nullptr).text + ": ");
       out[w->row].members.clear();
     }
     return;
@@ -223,16 +223,17 @@ void IndexedTarSource::check_headers(const EncodedSample& sample, int64_t id, ui
   }
 }
 
-std::string IndexedTarSource::location(const EncodedSample& sample,
-                                       const SampleMember* member) const {
+SampleLocation IndexedTarSource::location(const EncodedSample& sample,
+                                          const SampleMember* member) const {
+  const std::string& url = index_.shards[sample.source_index].url;
   std::ostringstream os;
-  os << "shard '" << index_.shards[sample.source_index].url << "'";
+  os << "shard '" << url << "'";
   if (member != nullptr) {
     os << ", member '" << member->name << "' (payload at offset " << member->data_offset << ")";
   } else {
     os << ", sample '" << sample.key << "' at offset " << sample.offset;
   }
-  return os.str();
+  return {os.str(), {url, member != nullptr ? member->name : "", sample.key}};
 }
 
 }  // namespace chute

@@ -49,7 +49,7 @@ class IndexedTarSource final : public IndexedSampleSource {
   uint64_t payload_bytes(int64_t id) const override;
   void read(const int64_t* ids, size_t n, EncodedSample* out,
             std::optional<Error>* errors) const override;
-  std::string location(const EncodedSample& sample, const SampleMember* member) const override;
+  SampleLocation location(const EncodedSample& sample, const SampleMember* member) const override;
 
   const TarIndex& index() const { return index_; }
   uint64_t reads() const { return reads_.load(std::memory_order_relaxed); }

@@ -274,9 +274,12 @@ TEST(IndexedTarSource, LocationNamesShardMemberAndPayloadOffset) {
   const Read r = read(*source, {3});
   const SampleMember* m = r.samples[0].find("bin");
   ASSERT_NE(m, nullptr);
-  EXPECT_EQ(source->location(r.samples[0], m),
-            "shard 'shard0.tar', member 'k3.bin' (payload at offset " +
-                std::to_string(m->data_offset) + ")");
+  const SampleLocation at = source->location(r.samples[0], m);
+  EXPECT_EQ(at.text, "shard 'shard0.tar', member 'k3.bin' (payload at offset " +
+                         std::to_string(m->data_offset) + ")");
+  EXPECT_EQ(at.place.url, "shard0.tar");
+  EXPECT_EQ(at.place.member, "k3.bin");
+  EXPECT_EQ(at.place.key, "k3");
   EXPECT_EQ(store->shards[0].substr(m->data_offset, m->data_size), "dddd");
 }
 

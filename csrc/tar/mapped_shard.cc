@@ -14,16 +14,17 @@ Error MappedShard::lost_error(const EncodedSample& sample) const {
   if (sample.key.empty()) {
     os << "shard '" << url_ << "'";
   } else {
-    os << tar_location(url_, sample, nullptr);
+    os << tar_location(url_, sample, nullptr).text;
   }
   os << ": truncated tar archive: the file shrank while it was being read (cut or rewritten in"
      << " place; it now ends at offset " << file_->valid_size()
      << "), so the samples past that are gone";
-  return Error(ErrorKind::kData, os.str(), __FILE__, __LINE__);
+  return Error(ErrorKind::kData, os.str(), __FILE__, __LINE__, ErrorScope::kRead,
+               {url_, "", sample.key});
 }
 
-std::string tar_location(const std::string& url, const EncodedSample& sample,
-                         const SampleMember* member) {
+SampleLocation tar_location(const std::string& url, const EncodedSample& sample,
+                            const SampleMember* member) {
   std::ostringstream os;
   os << "shard '" << url << "'";
   if (member != nullptr) {
@@ -31,7 +32,7 @@ std::string tar_location(const std::string& url, const EncodedSample& sample,
   } else {
     os << ", sample '" << sample.key << "' at offset " << sample.offset;
   }
-  return os.str();
+  return {os.str(), {url, member != nullptr ? member->name : "", sample.key}};
 }
 
 }  // namespace chute

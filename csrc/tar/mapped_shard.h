@@ -30,7 +30,7 @@ class MappedShard final : public InPlaceStorage {
 
 // "shard 'URL', member 'NAME' at offset N" (or "..., sample 'KEY' at offset
 // N" without a member): where a sample of a tar shard is, for errors.
-std::string tar_location(const std::string& url, const EncodedSample& sample,
+SampleLocation tar_location(const std::string& url, const EncodedSample& sample,
                          const SampleMember* member);
 
 }  // namespace chute

@@ -118,9 +118,11 @@ struct SampleReader::Impl {
     out.members.push_back(std::move(m));
   }
 
+  // Every error of the reader leaves through here: the archive's structure,
+  // its compression and the reads under them, all read failures of the shard.
   [[noreturn]] void fail(const Error& error, bool resumable, uint64_t lost) {
     failure = SampleSource::Failure{resumable, lost};
-    throw error;
+    throw error.scoped(ErrorScope::kRead, {stream.url(), "", ""});
   }
 };
 

@@ -158,6 +158,10 @@ Thrown thrown(SampleReader& reader) {
   const std::optional<Error> e = error_from([&] { reader.next(s); });
   if (!e) return {"<no error>", false, 99};
   EXPECT_EQ(e->kind(), ErrorKind::kData);
+  // Whatever went wrong in the archive, the reader marks it a read failure
+  // of its shard.
+  EXPECT_EQ(e->scope(), ErrorScope::kRead);
+  EXPECT_EQ(e->place().url, "mem.tar");
   return {e->message(), reader.failure().resumable, reader.failure().samples_lost};
 }
 

@@ -110,11 +110,14 @@ std::vector<ScannedSample> scan_tar_index(std::unique_ptr<ByteSource> source,
     s.offset = sample.offset;
     s.members.reserve(sample.members.size());
     for (const SampleMember& m : sample.members) {
-      CHUTE_CHECK(m.data_offset != SampleMember::kScattered, kData,
-                  "tar archive '" << reader_url << "': member '" << m.name << "' at offset "
-                                  << m.offset
-                                  << " is a sparse file, whose payload is not one range of the "
-                                     "shard: the shard cannot be indexed");
+      if (m.data_offset == SampleMember::kScattered) {
+        std::ostringstream os;
+        os << "tar archive '" << reader_url << "': member '" << m.name << "' at offset " << m.offset
+           << " is a sparse file, whose payload is not one range of the shard: the shard "
+              "cannot be indexed";
+        throw Error(ErrorKind::kData, os.str(), __FILE__, __LINE__, ErrorScope::kRead,
+                    {reader_url, m.name, sample.key});
+      }
       s.members.push_back({m.extension, m.offset, m.data_offset, m.data_size});
       if (sample.in_place) {
         in_place_digest = add_to_digest(in_place_digest, sample.in_place->data() + m.offset,

@@ -52,8 +52,8 @@ std::unique_ptr<SampleSource> TarSampleSources::open(const std::string& url, uin
   return std::make_unique<TarSampleSource>(open_source(url, source), index, options.in_place);
 }
 
-std::string TarSampleSources::location(const std::string& url, const EncodedSample& sample,
-                                       const SampleMember* member) const {
+SampleLocation TarSampleSources::location(const std::string& url, const EncodedSample& sample,
+                                          const SampleMember* member) const {
   return tar_location(url, sample, member);
 }
 

@@ -18,7 +18,7 @@ class TarSampleSources final : public SampleSourceFactory {
 
   std::unique_ptr<SampleSource> open(const std::string& url, uint32_t index,
                                      const SourceOpenOptions& options) const override;
-  std::string location(const std::string& url, const EncodedSample& sample,
+  SampleLocation location(const std::string& url, const EncodedSample& sample,
                        const SampleMember* member) const override;
 
  private:

@@ -596,7 +596,7 @@ class BlockFeed:
     """
     Stream shards of one block each (Parquet row groups), read by their owner on request: the engine opens a url, the owner takes the request (next_request), reads the block and puts it, or fails it.
     """
-    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], urls: collections.abc.Sequence[str], rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], names: collections.abc.Sequence[str], first_keys: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], urls: collections.abc.Sequence[str], rows: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], names: collections.abc.Sequence[str], first_keys: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], files: collections.abc.Sequence[str]) -> None:
         ...
     def close(self) -> None:
         ...
@@ -1047,7 +1047,7 @@ class BlockSampleSource(IndexedSampleSource):
     """
     Samples whose members lie in blocks of memory handed over by their owner (Parquet row groups read by pyarrow): put a block before submitting a batch that reads it, drop it once no batch in flight does.
     """
-    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], block_starts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], block_names: collections.abc.Sequence[str]) -> None:
+    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], block_starts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], block_names: collections.abc.Sequence[str], block_urls: collections.abc.Sequence[str]) -> None:
         ...
     def drop(self, block: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -1262,7 +1262,7 @@ def _map_file(path: str) -> _MappedFile:
     """
 def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
     """
-    The errors of the samples the engine skipped since the last call, oldest first, as (kind, message) pairs, kind one of 'data', 'io', 'usage', 'timeout', 'memory'; stray bytes of tar names in a message shown as \\xNN.
+    The exceptions of the samples the engine skipped since the last call, oldest first, with their scope and place as attributes (see chute.common.errors).
     """
 def count_tar_samples(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None) -> dict[str, typing.Any]:
     """

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import chute
 import pytest
 from chute import _core
 from chute.common.handlers import ignore_and_continue, reraise_exception, warn_and_continue
@@ -227,13 +228,19 @@ def test_each_failure_goes_to_the_handler_of_its_scope() -> None:
     )
     assert h.policy == _core.ErrorPolicy.SKIP
     assert error_handlers(plain.stages, reraise_exception).policy == _core.ErrorPolicy.RAISE
-    tar = "truncated tar archive '/d/a.tar': the stream ends at offset 700 [tar_stream.cc:198]"
-    member = "shard '/d/a.tar', member 'k.jpg' at offset 0: not a JPEG [stream_engine.cc:82]"
-    field = "shard '/d/a.tar', sample 'k' at offset 0: field 'npy' not found (wanted one of npy)"
-    assert h.for_failure(tar) is reraise_exception
-    assert h.for_failure(member) is warn_and_continue
-    assert h.for_failure(field) is ignore_and_continue
-    assert h.for_failure("cannot open '/d/b.tar': No such file or directory") is reraise_exception
+    # By the scope the engine set, whatever the message says.
+    for scope, handler in [
+        ("read", reraise_exception),
+        ("member", warn_and_continue),
+        ("field", ignore_and_continue),
+        ("batch", reraise_exception),
+        ("other", reraise_exception),
+    ]:
+        error = chute.DataError("truncated tar archive 'a.tar': field 'npy' not found")
+        error.failure_scope = scope
+        assert h.for_failure(error) is handler, scope
+    # A failure that is not the engine's has no scope: the dataset's handler.
+    assert h.for_failure(ValueError("member 'k.jpg' at offset 0: x")) is reraise_exception
 
 
 def test_decode_only_leaves_the_other_members_undecoded() -> None:

@@ -698,6 +698,23 @@ def lock_at_key(key: str, sample: tuple[str, int]) -> Any:
     return threading.Lock() if sample[0] == key else sample
 
 
+def test_a_tar_dataset_member_error_in_a_worker_keeps_its_scope_and_place(
+    broken: list[str],
+) -> None:
+    ds = chute.TarDataset(broken, decode="rgb8", fields=("jpg", "cls"))
+    # A collate_fn of its own puts the engine in the workers.
+    loader = chute.DataLoader(
+        ds, batch_size=10, num_workers=2, collate_fn=torch.utils.data.default_collate
+    )
+    with pytest.raises(MemberDecodeError) as info:
+        for _ in loader:
+            pass
+    error = info.value
+    assert re.search(r"raised in chute DataLoader worker \d \(pid \d+\)", error.__notes__[0])
+    assert error.failure_scope == "member" and error.url == broken[2]
+    assert (error.member, error.sample_key, error.k) == ("img000050.jpg", "img000050", "jpg")
+
+
 def test_a_result_that_does_not_pickle_raises_its_error_in_the_loader(images: list[str]) -> None:
     # It used to end the worker ("exited unexpectedly with code 1"), its
     # TypeError only on the worker's stderr.
@@ -726,6 +743,10 @@ def test_a_data_error_in_a_worker_keeps_its_class_and_message(broken: list[str])
     assert str(workers.value) == str(single.value)
     assert "img000050.jpg" in str(workers.value)
     assert workers.value.key == single.value.key == "img000050"
+    # What it is about and where, as data, survive the process boundary.
+    for error in (single.value, workers.value):
+        assert error.failure_scope == "member" and error.url == broken[2]
+        assert (error.member, error.sample_key) == ("img000050.jpg", "img000050")
     # The samples before the bad one arrive first, as without workers.
     assert len(before[0]) == 5
     assert_same(before[2], before[0])

@@ -10,9 +10,11 @@ the one other code expects, so either ``except`` catches it.
 
 Every message names the data (shard, member, offset); the place in chute's
 C++ source that raised it is kept on ``err.where`` (for bug reports), not in
-the message. The error of a sample an indexed engine skipped also names the
-sample as data (``sample_index``, ``sample_source``, ``sample_offset``; see
-`SAMPLE_FIELDS`), which code matches it by, never by the message's words.
+the message. What a failure is about and where it lies come as data too,
+set by the engine where it raised the failure (`SCOPE_FIELDS`: its scope,
+url, member and sample key), and so does the sample an indexed engine
+skipped (`SAMPLE_FIELDS`): code routes and matches failures by these, never
+by the message's words.
 """
 
 from __future__ import annotations
@@ -32,11 +34,6 @@ from chute._core import DataError, ReadError
 _WHERE = re.compile(r" \[([\w.+-]+\.(?:cc|h|hpp|cpp):\d+)\]\Z")
 # An empty field between two separators (a location the engine left blank).
 _EMPTY_FIELD = re.compile(r": :(?= )")
-_MEMBER = re.compile(r"\Ashard '(?P<url>.*?)', member '(?P<member>[^']*)' at offset \d+: ")
-# A Parquet row's column, as chute.wds.ParquetStream's source names it.
-_ROW_MEMBER = re.compile(
-    r"\Afile '(?P<url>.*?)', row group \d+, row (?P<row>\d+), column '(?P<column>[^']*)': "
-)
 
 
 # What the engine tells of a sample it skipped, as attributes of its error
@@ -44,6 +41,13 @@ _ROW_MEMBER = re.compile(
 # sources (shard, row group) holds it, and where it starts there (a byte, a
 # row of the row group). `translate` keeps them on the exception it makes.
 SAMPLE_FIELDS = ("sample_index", "sample_source", "sample_offset")
+
+# What an engine failure is about and where it lies, as attributes the
+# engine sets where it raised it (None where not known): ``failure_scope``
+# (see `failure_scope`), ``url`` (the shard or file), ``member`` (the
+# member's full name, or a row's column) and ``sample_key``. `translate`
+# keeps them, and they survive pickling (worker processes).
+SCOPE_FIELDS = ("failure_scope", "url", "member", "sample_key")
 
 
 class SkippedSamples:
@@ -103,6 +107,10 @@ class _FromEngine(Exception):
     """Marks the classes below: an engine failure, already translated."""
 
     where: str | None = None
+    failure_scope: str = "other"
+    url: str | None = None
+    member: str | None = None
+    sample_key: str | None = None
     sample_index: int | None = None
     sample_source: int | None = None
     sample_offset: int | None = None
@@ -163,57 +171,26 @@ def split_where(message: str) -> tuple[str, str | None]:
     return _EMPTY_FIELD.sub(":", text), match.group(1) if match else None
 
 
-# Failures of the OS or of a pipe command, as the engine words them.
-_READ_FAILURE = re.compile(
-    r"\A(cannot open |read error in |pipe command |cannot start pipe command |pipe source "
-    r"|cannot create a pipe)"
-)
+def failure_scope(error: BaseException) -> str:
+    """What an engine failure is about, as the engine set it where it raised
+    it, which decides the handler webdataset would have given it: ``"read"``
+    (opening or reading a shard, its tar structure or compression: the
+    dataset's handler), ``"member"`` (a member that does not decode: the
+    decode stage's), ``"field"`` (a sample lacks the member a field needs:
+    the ``to_tuple``/``rename`` stage's), ``"batch"`` (a sample that does not
+    fit the batch being formed) or ``"other"`` (also any exception that is
+    not the engine's)."""
+    scope = getattr(error, "failure_scope", None)
+    return scope if isinstance(scope, str) else "other"
 
 
-def failure_scope(message: str) -> str:
-    """What an engine failure (`message`, location removed) is about, which
-    decides the handler webdataset would have given it: ``"read"`` (opening
-    or reading a shard, its tar structure or compression: the dataset's
-    handler), ``"member"`` (a member that does not decode: the decode
-    stage's), ``"field"`` (a sample lacks the member a field needs: the
-    ``to_tuple``/``rename`` stage's), ``"batch"`` (a sample that does not fit
-    the batch being formed) or ``"other"``."""
-    if (
-        _READ_FAILURE.match(message)
-        or "tar archive" in message
-        or "gzip stream" in message
-        or "-compressed stream" in message
-    ):
-        return "read"
-    if "' not found (wanted one of " in message:
-        return "field"
-    if " but this batch holds " in message:
-        return "batch"
-    if _MEMBER.match(message) or _ROW_MEMBER.match(message):
-        return "member"
-    return "other"
-
-
-def from_message(message: str) -> BaseException:
-    """The exception for an engine failure known only by its message."""
-    text, _ = split_where(message)
-    base = ReadError if _READ_FAILURE.match(text) else DataError
-    return translate(base(message))
-
-
-_KINDS: dict[str, type[Exception]] = {
-    "data": DataError,
-    "io": ReadError,
-    "usage": ValueError,
-    "timeout": TimeoutError,
-    "memory": MemoryError,
-}
-
-
-def from_engine_failure(kind: str, message: str) -> BaseException:
-    """The exception for a failure the engine reports by kind ("data", "io",
-    "usage", "timeout", "memory") and message (a sample it skipped)."""
-    return translate(_KINDS.get(kind, DataError)(message))
+def member_extension(member: str, key: str | None) -> str:
+    """webdataset's ``k`` of `member`: what follows the sample's key in a tar
+    member's name (``KEY.EXT``), lowercased as webdataset lowercases it; a
+    row's column (no key in front) as it is."""
+    if key is not None and member.startswith(key + "."):
+        return member[len(key) + 1 :].lower()
+    return member
 
 
 def translate(exc: BaseException) -> BaseException:
@@ -223,6 +200,8 @@ def translate(exc: BaseException) -> BaseException:
     if isinstance(exc, _FromEngine) or not isinstance(exc, DataError | ReadError):
         return exc
     message, where = split_where(str(exc))
+    scope = failure_scope(exc)
+    url = getattr(exc, "url", None)
     new: _FromEngine
     if isinstance(exc, ReadError):
         cls: type[_FromEngine] = EngineReadError
@@ -236,26 +215,22 @@ def translate(exc: BaseException) -> BaseException:
             assert isinstance(new, OSError)
             new.errno = code
             new.strerror = os.strerror(code)
-            quoted = re.search(r"'([^']*)'", message)
-            new.filename = quoted.group(1) if quoted else None
-    elif (scope := failure_scope(message)) == "read":
+            # The url the engine set; a failure outside a shard's read (an
+            # HDF5 or token file) names its file only in its message.
+            quoted = re.search(r"'([^']*)'", message) if url is None else None
+            new.filename = url if quoted is None else quoted.group(1)
+    elif scope == "read":
         new = TarArchiveError(message)
-    elif scope == "member" and (member := _MEMBER.match(message)) is not None:
-        name = member.group("member")
-        base = name.rpartition("/")[2]
-        key, _, ext = base.partition(".")
-        new = MemberDecodeError(
-            message,
-            url=member.group("url"),
-            key=name[: len(name) - len(base)] + key,
-            k=ext.lower(),
-        )
-    elif scope == "member" and (row := _ROW_MEMBER.match(message)) is not None:
-        new = MemberDecodeError(message, url=row.group("url"), k=row.group("column"))
+    elif scope == "member":
+        member = getattr(exc, "member", None)
+        key = getattr(exc, "sample_key", None)
+        k = None if member is None else member_extension(member, key)
+        new = MemberDecodeError(message, url=url, key=key, k=k)
     else:
         new = EngineDataError(message)
     new.where = where
-    for field in SAMPLE_FIELDS:
+    new.failure_scope = scope
+    for field in SCOPE_FIELDS[1:] + SAMPLE_FIELDS:
         setattr(new, field, getattr(exc, field, None))
     return new
 
@@ -263,10 +238,7 @@ def translate(exc: BaseException) -> BaseException:
 @contextmanager
 def engine_errors() -> Iterator[None]:
     """Re-raises engine failures raised inside the block (calls into the
-    engine only) as `translate` maps them. A failure whose message holds
-    bytes of a tar name that are not UTF-8 reaches Python as the
-    UnicodeDecodeError of converting the message; it is raised as the
-    failure, its stray bytes shown as \\xNN."""
+    engine only) as `translate` maps them."""
     try:
         yield
     except (DataError, ReadError) as exc:
@@ -274,8 +246,3 @@ def engine_errors() -> Iterator[None]:
         if new is exc:
             raise
         raise new.with_traceback(exc.__traceback__) from None
-    except UnicodeDecodeError as exc:
-        if not isinstance(exc.object, bytes):
-            raise
-        message = exc.object.decode("utf-8", "backslashreplace")
-        raise from_message(message).with_traceback(exc.__traceback__) from None

@@ -51,7 +51,13 @@ import numpy as np
 import torch
 
 from chute import _core
-from chute.common.errors import EngineDataError, EngineReadError, SkippedSamples, translate
+from chute.common.errors import (
+    EngineDataError,
+    EngineReadError,
+    SkippedSamples,
+    engine_errors,
+    translate,
+)
 from chute.common.handlers import Handler, reraise_exception
 from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.decoding.decoders import IMAGE_SPECS, NativeDecode
@@ -471,6 +477,7 @@ class ParquetDataset(IndexedDataset):
             decoded,
             self._block_starts.tolist(),
             self._block_names,
+            [self._files[int(k)].url for k in self._block_file],
         )
         groups = _RowGroups(self, source)
         return [source], {"groups": groups}
@@ -510,7 +517,11 @@ class ParquetDataset(IndexedDataset):
         engine.submit(idx, self._draw_epoch)
 
     def _wait(self, engine: Any, timeout: float) -> Any:
-        return engine.next(timeout)
+        try:
+            return engine.next(timeout)
+        except (_core.DataError, _core.ReadError):
+            with engine_errors():  # as chute.common.errors maps it
+                raise
 
     def _pin(self, batch: Any) -> Any:
         return {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

@@ -36,7 +36,7 @@ import torch
 import torch.utils.data
 
 from chute import _core
-from chute.common.errors import SkippedSamples
+from chute.common.errors import SkippedSamples, engine_errors
 from chute.common.handlers import (
     Handler,
     SkippedSampleWarning,
@@ -94,10 +94,13 @@ class _Engine(_core.IndexedEngine):
         """The oldest batch in flight, with its skipped samples' errors."""
         try:
             batch = self.next(timeout)
-        except BaseException:
+        except BaseException as exc:
             # A failed batch was taken; one timed out or interrupted was not.
             while len(self.in_flight) > self.outstanding():
                 self.in_flight.popleft()
+            if isinstance(exc, _core.DataError | _core.ReadError):
+                with engine_errors():  # as chute.common.errors maps it
+                    raise
             raise
         idx = self.in_flight.popleft()
         lost = int(idx.size) - int(batch.size)

@@ -33,7 +33,7 @@ def wait_batch(engine: Any, timeout: float) -> list[np.ndarray]:
     `timeout` > 0 seconds; a failure as ``chute.common.errors`` maps it."""
     try:
         batch = engine.next(timeout)
-    except (DataError, ReadError, UnicodeDecodeError):
+    except (DataError, ReadError):
         # Translated here rather than by wrapping the call: this runs once
         # per batch, and a context manager costs more than the wait itself.
         with engine_errors():
@@ -46,7 +46,7 @@ def gather_batch(engine: Any, idx: np.ndarray) -> list[np.ndarray]:
     an indexed engine without threads (``wait_batch``'s errors)."""
     try:
         return engine.gather(idx)  # type: ignore[no-any-return]
-    except (DataError, ReadError, UnicodeDecodeError):
+    except (DataError, ReadError):
         with engine_errors():
             raise
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from chute import _core
-from chute.common.errors import failure_scope, from_engine_failure, split_where, translate
+from chute.common.errors import failure_scope, translate
 from chute.common.handlers import (
     Handler,
     SkippedSampleWarning,
@@ -66,8 +66,10 @@ class ErrorHandlers:
             return _core.ErrorPolicy.RAISE
         return _core.ErrorPolicy.SKIP
 
-    def for_failure(self, message: str) -> Handler:
-        scope = failure_scope(split_where(message)[0])
+    def for_failure(self, error: BaseException) -> Handler:
+        """The handler of `error`'s scope, as the engine set it (never read
+        from its message)."""
+        scope = failure_scope(error)
         if scope == "member":
             return self.member
         if scope == "field":
@@ -80,7 +82,7 @@ class ErrorHandlers:
         ``warn_and_continue``; True when a handler asks to stop."""
         for raw in errors:
             error = translate(raw)
-            handler = self.for_failure(str(error))
+            handler = self.for_failure(error)
             if handler is ignore_and_continue:
                 continue
             if handler is warn_and_continue:
@@ -166,14 +168,4 @@ def report_skips(engine: Any, handlers: ErrorHandlers) -> bool:
     """Hands the samples the engine skipped to their handlers; True when one
     asks to stop. A failure whose handler raises is raised here (the engine
     skipped it because another scope's handler may skip)."""
-    for kind, message in _core._take_skipped(engine):
-        handler = handlers.for_failure(message)
-        if handler is ignore_and_continue:
-            continue
-        if handler is warn_and_continue:
-            warnings.warn(split_where(message)[0], SkippedSampleWarning, stacklevel=3)
-        elif handler is reraise_exception:
-            raise from_engine_failure(kind, message)
-        elif not handler(from_engine_failure(kind, message)):
-            return True
-    return False
+    return handlers.report(_core._take_skipped(engine))

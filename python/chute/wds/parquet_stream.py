@@ -341,6 +341,7 @@ class ParquetStream(WebDataset):
             self.block_rows,
             names,
             self.block_first_keys,
+            [f.url for f in self.files._files for _ in f.group_rows],
         )
         plan.block_feed = feed
         alive = weakref.ref(plan)
