@@ -122,7 +122,7 @@ def _npy(data: bytes) -> Any:
 def _msgpack(data: bytes) -> Any:
     # An optional package, as for webdataset: without it the member fails to
     # decode (ModuleNotFoundError, wrapped by the decode stage).
-    import msgpack  # type: ignore[import-not-found]
+    import msgpack
 
     return msgpack.unpackb(data)
 
