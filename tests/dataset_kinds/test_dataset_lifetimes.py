@@ -28,15 +28,15 @@ GONE_WITHIN_S = 10.0
 
 
 def engine_threads() -> int:
-    """This process's threads named by chute's engines (native threads,
-    which ``threading`` does not see)."""
+    """This process's threads of chute's indexed engines, those of every
+    dataset here (native threads, which ``threading`` does not see)."""
     count = 0
     for task in os.listdir("/proc/self/task"):
         try:
             name = Path(f"/proc/self/task/{task}/comm").read_text().strip()
         except OSError:
             continue  # ended meanwhile
-        count += name.startswith("chute-")
+        count += name == "chute-read"
     return count
 
 
@@ -117,4 +117,4 @@ def test_dropped_dataset_ends_its_threads_without_a_collection(
     assert engine_threads() > before or how == "whole"
     del it, loader, ds
     assert gone() is None, f"{kind}: the dataset outlived its last reference"
-    assert wait_for_threads(before) == before, f"{kind}: engine threads outlived the dataset"
+    assert wait_for_threads(before) <= before, f"{kind}: engine threads outlived the dataset"
