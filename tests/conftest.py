@@ -115,7 +115,14 @@ def _earlier_modules_garbage_collected() -> None:
     freed (their engines' threads ended) before a module's tests run: a
     loader forks its workers only while no chute thread runs
     (``resolve_context``), so what a module's tests see must not depend on
-    which modules ran before it, nor on when Python last collected."""
+    which modules ran before it, nor on when Python last collected.
+
+    chute's datasets hold nothing that holds them back (see
+    dataset_kinds/test_dataset_lifetimes.py); what still makes such cycles
+    is a raised error: its traceback holds the frames it passed through,
+    among them a method's (whose ``self`` is the dataset) and one that holds
+    the error itself (a ``pytest.raises`` block's ``info``, a handler's
+    ``raise error`` of a local), so the dataset lives until a collection."""
     gc.collect()
 
 

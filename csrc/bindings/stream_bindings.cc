@@ -104,7 +104,8 @@ void register_stream(py::module_& m) {
            py::arg("names"), py::arg("first_keys"), py::arg("files"))
       .def(
           "next_request",
-          [](const BlockFeed& feed, double timeout) -> std::optional<std::tuple<uint64_t, size_t>> {
+          [](const BlockFeed& feed,
+             std::optional<double> timeout) -> std::optional<std::tuple<uint64_t, size_t>> {
             std::optional<BlockFeed::Request> request;
             {
               py::gil_scoped_release release;
@@ -113,9 +114,9 @@ void register_stream(py::module_& m) {
             if (!request) return std::nullopt;
             return std::make_tuple(request->ticket, request->block);
           },
-          py::arg("timeout"),
+          py::arg("timeout") = py::none(),
           "(ticket, block) of the oldest request not yet taken, or None after `timeout` "
-          "seconds or once closed.")
+          "seconds or once closed (without a timeout, None only once closed).")
       .def(
           "put",
           [](const BlockFeed& feed, uint64_t ticket, size_t block,

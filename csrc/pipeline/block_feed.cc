@@ -196,10 +196,10 @@ SampleLocation BlockFeed::location(const std::string& url, const EncodedSample& 
            sample.key}};
 }
 
-std::optional<BlockFeed::Request> BlockFeed::next_request(double timeout_s) const {
+std::optional<BlockFeed::Request> BlockFeed::next_request(std::optional<double> timeout_s) const {
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                         std::chrono::duration<double>(timeout_s));
+                         std::chrono::duration<double>(timeout_s.value_or(0)));
   std::unique_lock<std::mutex> lock(shared_->mutex);
   while (true) {
     while (!shared_->queue.empty()) {
@@ -210,8 +210,10 @@ std::optional<BlockFeed::Request> BlockFeed::next_request(double timeout_s) cons
       if (it != shared_->waiting.end()) shared_->waiting.erase(it);  // its source is gone
     }
     if (shared_->closed) return std::nullopt;
-    if (shared_->requested.wait_until(lock, until) == std::cv_status::timeout &&
-        shared_->queue.empty()) {
+    if (!timeout_s) {
+      shared_->requested.wait(lock);
+    } else if (shared_->requested.wait_until(lock, until) == std::cv_status::timeout &&
+               shared_->queue.empty()) {
       return std::nullopt;
     }
   }

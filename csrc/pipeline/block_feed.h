@@ -46,8 +46,9 @@ class BlockFeed final : public SampleSourceFactory {
     size_t block = 0;
   };
   // The oldest request not yet taken; none when `timeout_s` passes first
-  // or the feed is closed.
-  std::optional<Request> next_request(double timeout_s) const;
+  // or the feed is closed. Without a timeout it waits for one or the other
+  // (an idle reader then costs nothing: close() is what ends its wait).
+  std::optional<Request> next_request(std::optional<double> timeout_s = std::nullopt) const;
   // Request `ticket`'s block: its columns (one per extension, rows as the
   // block has) and `owner`, which keeps their memory alive until no sample
   // needs it. A ticket whose source is gone is ignored. Columns that do not

@@ -119,5 +119,19 @@ TEST(BlockFeed, RequestsOfGoneSourcesAreDroppedAndCloseWakesTheReaders) {
   reader.join();
 }
 
+TEST(BlockFeed, AReaderWithoutATimeoutWaitsForARequestOrTheClose) {
+  BlockFeed feed = make_feed();
+  std::optional<BlockFeed::Request> taken;
+  std::thread reader([&] { taken = feed.next_request(); });
+  auto source = feed.open("f#1", 0, SourceOpenOptions{});
+  reader.join();
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->block, 1u);
+  std::thread idle([&] { EXPECT_FALSE(feed.next_request()); });
+  feed.close();
+  idle.join();
+  EXPECT_FALSE(feed.next_request());  // closed: no wait at all
+}
+
 }  // namespace
 }  // namespace chute

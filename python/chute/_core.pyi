@@ -604,9 +604,9 @@ class BlockFeed:
         """
         Request `ticket`'s block cannot be read: its source raises DataError (`data`) or ReadError with `message`.
         """
-    def next_request(self, timeout: typing.SupportsFloat | typing.SupportsIndex) -> tuple[int, int] | None:
+    def next_request(self, timeout: typing.SupportsFloat | typing.SupportsIndex | None = None) -> tuple[int, int] | None:
         """
-        (ticket, block) of the oldest request not yet taken, or None after `timeout` seconds or once closed.
+        (ticket, block) of the oldest request not yet taken, or None after `timeout` seconds or once closed (without a timeout, None only once closed).
         """
     def put(self, ticket: typing.SupportsInt | typing.SupportsIndex, block: typing.SupportsInt | typing.SupportsIndex, columns: collections.abc.Sequence[tuple[typing_extensions.Buffer, typing.Annotated[numpy.typing.ArrayLike, numpy.int64], typing.Annotated[numpy.typing.ArrayLike, numpy.uint8] | None]]) -> None:
         """

@@ -276,7 +276,9 @@ def test_close_waits_for_the_store_threads_to_leave_python(
     wake = asyncio.selector_events.BaseSelectorEventLoop._write_to_self
     lock = threading.Lock()
     calls = {"entered": 0, "left": 0}
-    loop_threads: set[int | None] = set()
+    # Not counted: the loop's own thread, and this one (opening a session
+    # wakes the shared fetcher's loop to serve it).
+    loop_threads: set[int | None] = {threading.get_ident()}
 
     def slow_wake(loop: asyncio.AbstractEventLoop) -> None:
         wake(loop)  # type: ignore[arg-type]
@@ -342,6 +344,33 @@ def test_shared_sessions_per_options(object_server: ObjectServer):
     assert remote.get_session(opts) is not remote.get_session(remote.RemoteOptions())
     with remote.open_url(f"{object_server.url}/a", opts) as f:
         assert f.read() == b"abc"
+
+
+def fetch_threads() -> int:
+    return sum(t.name == "chute-fetch" for t in threading.enumerate())
+
+
+def test_datasets_with_distinct_options_share_one_fetch_thread(
+    object_server: ObjectServer, tmp_path: Path
+):
+    # Each distinct set of options has its own session (its own queue and
+    # byte budget), for the life of the process; they do not each add a
+    # thread, so a job that opens many datasets does not grow without bound.
+    shard = write_shards(tmp_path / "shards", tiny_samples(8), per_shard=8)[0]
+    object_server.objects["/shard.tar"] = Path(shard).read_bytes()
+    url = f"{object_server.url}/shard.tar"
+    local = chute.TarDataset(shard)[5]
+    for i in range(6):
+        options = remote.RemoteOptions(range_bytes=64 * KiB + i, backoff_s=0.01)
+        ds = chute.TarDataset(url, index=tmp_path / "index", remote=options)
+        assert ds[5]["__key__"] == local["__key__"]
+        assert fetch_threads() == 1
+        del ds
+    # A session opened and closed on the side ends nothing the others use.
+    with session(range_bytes=32 * KiB) as s:
+        assert s.read_bytes(url) == Path(shard).read_bytes()
+    assert fetch_threads() == 1
+    assert chute.TarDataset(url, index=tmp_path / "index", remote=options)[5]["cls"] == local["cls"]
 
 
 def test_options_are_checked():

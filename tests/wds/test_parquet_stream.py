@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import itertools
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -567,3 +569,47 @@ def test_hub_urls_and_the_node_cache(
     assert run() == expected
     # Only the footers again (at open): the row groups come from the node cache.
     assert object_server.count("GET") - gets <= len(urls)
+
+
+# -- the readers' lifetime -----------------------------------------------------------
+
+
+def reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "chute-parquet-stream"]
+
+
+def context_switches(thread: threading.Thread) -> int:
+    """How often the kernel let `thread` run (each wait that ended counts)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return sum(
+        int(value)
+        for name, _, value in (line.partition(":") for line in status.splitlines())
+        if name.endswith("ctxt_switches")
+    )
+
+
+@pytest.mark.parametrize("end", ["drop", "close"])
+def test_idle_readers_sleep_until_asked_and_end_with_their_plan(
+    files: dict[str, Any], end: str
+) -> None:
+    before = set(reader_threads())
+    ds = wds.ParquetStream(files["paths"], ["label"], shardshuffle=False, readahead=2)
+    it = iter(ds)
+    next(it)
+    readers = [t for t in reader_threads() if t not in before]
+    assert len(readers) == 2
+    # The engine has asked for what it reads ahead; the consumer takes no
+    # more, so the readers have nothing to do.
+    time.sleep(0.5)
+    woken = [context_switches(t) for t in readers]
+    time.sleep(1.0)
+    # A reader that polled would have woken some twenty times meanwhile; a
+    # few are left to a row group the engine may still have asked for late.
+    assert all(context_switches(t) - w < 5 for t, w in zip(readers, woken, strict=True))
+    if end == "drop":
+        del it
+    else:
+        ds.close()
+    for t in readers:
+        t.join(10)
+        assert not t.is_alive()

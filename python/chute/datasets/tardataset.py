@@ -188,13 +188,17 @@ class TarDataset(IndexedDataset):
         self._draw_epoch = 0  # the epoch of the decoders' random draws
         self._columns = concatenate_indexes(self._load_indexes())
         self._stages, self._names = _stages(decode, fields, handler, decode_options)
+        # Nothing this dataset holds may hold it back (no bound method, no
+        # closure over self): in a reference cycle it, and the threads of its
+        # engines, would outlive the user's last reference until a collection.
+        columns = self._columns
         # Dict samples carry every extension of the dataset, in order of first appearance.
         self._compiled: CompiledPipeline = compile_stages(
-            self._stages, lambda: self._columns.extensions, seed=self.seed
+            self._stages, lambda: columns.extensions, seed=self.seed
         )
         self._handlers: ErrorHandlers = error_handlers(self._stages, handler)
-        self._converter = BatchConverter(self._compiled, self.urls, self._member_failure)
-        self._skipped = 0
+        self._skips = _Skips(self._handlers.member)
+        self._converter = BatchConverter(self._compiled, self.urls, self._skips.member_failure)
         self._init_indexed(num_threads)
 
     def _load_indexes(self) -> list[ShardColumns]:
@@ -351,7 +355,7 @@ class TarDataset(IndexedDataset):
         return {
             "reads": int(source.reads),
             "bytes_read": int(source.bytes_read),
-            "samples_skipped": self._skipped,
+            "samples_skipped": self._skips.count,
         }
 
     # -- batches ----------------------------------------------------------------------------
@@ -537,23 +541,33 @@ class TarDataset(IndexedDataset):
     def _report(self, errors: list[Exception]) -> bool:
         """Hands the skipped samples' errors to the handlers of their scopes
         (see ``chute.stream.native.ErrorHandlers``); True when one asks to stop."""
-        self._skipped += len(errors)
+        self._skips.count += len(errors)
         return self._handlers.report(errors)
 
-    def _member_failure(self, error: BaseException) -> bool:
+    def __repr__(self) -> str:
+        return f"TarDataset({len(self.urls)} shards, {len(self)} samples)"
+
+
+class _Skips:
+    """The samples a dataset skipped, and its decode handler for members
+    that fail in Python (the converter's callback: it holds this, not the
+    dataset)."""
+
+    def __init__(self, member_handler: Handler) -> None:
+        self.member_handler = member_handler
+        self.count = 0
+
+    def member_failure(self, error: BaseException) -> bool:
         """A member that failed to decode in Python, for the decode handler:
         True skips its sample, False stops; reraise raises it."""
-        self._skipped += 1
-        handler = self._handlers.member
+        self.count += 1
+        handler = self.member_handler
         if handler is reraise_exception:
             raise error
         if handler is warn_and_continue:
             warnings.warn(str(error), SkippedSampleWarning, stacklevel=2)
             return True
         return bool(handler(error))
-
-    def __repr__(self) -> str:
-        return f"TarDataset({len(self.urls)} shards, {len(self)} samples)"
 
 
 def _is_torch_image(f: OutputField) -> bool:

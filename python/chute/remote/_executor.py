@@ -1,5 +1,8 @@
-"""The fetcher: one daemon thread running an asyncio loop that performs the
-requests of a native FetchQueue with obstore's async API.
+"""The fetcher: one daemon thread per process running an asyncio loop that
+performs the requests of every open session's native FetchQueue with
+obstore's async API. Sessions come and go (one per distinct set of options,
+and those a user opens); the thread is shared so that they do not add
+threads, and it ends when no session is open.
 
 Why asyncio rather than a pool of threads blocking in obstore's sync calls:
 an awaited request can be cancelled (the connection is dropped), so closing
@@ -26,8 +29,10 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -102,43 +107,48 @@ class _StoreFuture(asyncio.Future[Any]):
     module's docstring). That thread calls cancelled() first: when that is
     True it leaves Python at once, which ends its work on this future."""
 
-    def __init__(self, loop: _FetchLoop) -> None:
+    def __init__(self, loop: _FetchLoop, outstanding: set[_StoreFuture]) -> None:
         super().__init__(loop=loop)
         self._owner = loop
+        self._outstanding = outstanding
 
     def cancelled(self) -> bool:
         cancelled = super().cancelled()
         if cancelled and threading.get_ident() != self._owner.thread_id:
-            self._owner.store_done(self)
+            self.store_done()
         return cancelled
+
+    def store_done(self) -> None:
+        self._outstanding.discard(self)
 
 
 class _FetchLoop(asyncio.SelectorEventLoop):
     """The fetcher's event loop, which knows which of its futures obstore's
-    threads have yet to answer."""
+    threads have yet to answer (each session's apart: see StoreCalls)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.thread_id = threading.get_ident()
-        self._store_call = False
-        # Futures whose obstore thread has not yet left Python for good.
-        self._outstanding: set[_StoreFuture] = set()
+        self.thread_id: int | None = None  # set by the thread that runs it
+        # Where the future of the obstore call being made goes (None: no such call).
+        self._store_call: set[_StoreFuture] | None = None
 
     @contextlib.contextmanager
-    def store_call(self) -> Iterator[None]:
+    def store_call(self, outstanding: set[_StoreFuture]) -> Iterator[None]:
         """Around a call of obstore's async API: the future it creates is
-        answered by obstore's thread. (Only the loop's thread creates futures.)"""
-        self._store_call = True
+        answered by obstore's thread, and is in `outstanding` until that
+        thread is done with it. (Only the loop's thread creates futures.)"""
+        self._store_call = outstanding
         try:
             yield
         finally:
-            self._store_call = False
+            self._store_call = None
 
     def create_future(self) -> asyncio.Future[Any]:
-        if not self._store_call:
+        outstanding = self._store_call
+        if outstanding is None:
             return super().create_future()
-        future = _StoreFuture(self)
-        self._outstanding.add(future)
+        future = _StoreFuture(self, outstanding)
+        outstanding.add(future)
         return future
 
     def call_soon_threadsafe(
@@ -154,27 +164,103 @@ class _FetchLoop(asyncio.SelectorEventLoop):
             # the wake-up write is behind it, only returning is left.
             future = args[0] if args else None
             if isinstance(future, _StoreFuture):
-                self.store_done(future)
+                future.store_done()
 
-    def store_done(self, future: _StoreFuture) -> None:
-        self._outstanding.discard(future)
 
-    @property
-    def store_outstanding(self) -> int:
-        return len(self._outstanding)
+class StoreCalls:
+    """One session's calls of obstore's async API on the shared loop, and
+    the futures of them that obstore's threads have yet to answer: a closing
+    session waits for its own, not for those of the sessions that go on."""
+
+    def __init__(self, loop: _FetchLoop) -> None:
+        self._loop = loop
+        self.outstanding: set[_StoreFuture] = set()
+
+    def store_call(self) -> contextlib.AbstractContextManager[None]:
+        return self._loop.store_call(self.outstanding)
 
     async def wait_for_store_threads(self, timeout: float) -> None:
-        deadline = self.time() + timeout
-        while self._outstanding and self.time() < deadline:
+        deadline = self._loop.time() + timeout
+        while self.outstanding and self._loop.time() < deadline:
             await asyncio.sleep(_STORE_POLL_S)
 
 
-# The fetcher's thread (it lives as long as the process's remote session).
+# The fetcher's thread (it lives while a remote session of the process is open).
 FETCH_THREAD_NAME = "chute-fetch"
 
 
+class _LoopThread:
+    """One run of the fetcher thread: its loop, and the sessions it serves."""
+
+    def __init__(self) -> None:
+        self.loop = _FetchLoop()
+        self.thread = threading.Thread(target=self._run, name=FETCH_THREAD_NAME, daemon=True)
+        self.sessions = 0  # counted under _Fetcher's lock
+        self.idle = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()  # the loop holds its tasks weakly
+
+    def _run(self) -> None:
+        self.loop.thread_id = threading.get_ident()
+        try:
+            self.loop.run_until_complete(self.idle.wait())
+        finally:
+            self.loop.close()
+
+
+class _Fetcher:
+    """The process's fetcher: a thread started for the first session opened,
+    serving every session opened while it runs, ended when the last one
+    closes (the next session starts another)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: _LoopThread | None = None
+        self._pid = os.getpid()
+
+    def serve(self, executor: FetchExecutor) -> threading.Thread:
+        """Serves `executor`'s queue on the fetcher thread (started if none
+        runs) until it is closed; returns that thread."""
+        with self._lock:
+            current = self._current
+            if current is None or self._pid != os.getpid():
+                # A forked child has its parent's objects but not its thread.
+                current = self._current = _LoopThread()
+                self._pid = os.getpid()
+                current.thread.start()
+            current.sessions += 1
+            current.loop.call_soon_threadsafe(self._begin, current, executor)
+            return current.thread
+
+    def _begin(self, current: _LoopThread, executor: FetchExecutor) -> None:
+        task = current.loop.create_task(self._session(current, executor))
+        current.tasks.add(task)
+        task.add_done_callback(current.tasks.discard)
+
+    async def _session(self, current: _LoopThread, executor: FetchExecutor) -> None:
+        try:
+            await executor.serve(current.loop)
+        finally:
+            with self._lock:
+                current.sessions -= 1
+                last = current.sessions == 0
+                if last and self._current is current:
+                    self._current = None  # a session opened from now on starts a thread
+            # After the count: a join that sees the service ended sees the thread's end too.
+            executor.finished.set()
+            if last:
+                current.idle.set()
+
+    def ended(self, thread: threading.Thread) -> bool:
+        """Whether `thread` serves no session any more (it is ending)."""
+        with self._lock:
+            return self._current is None or self._current.thread is not thread
+
+
+_FETCHER = _Fetcher()
+
+
 class FetchExecutor:
-    """Serves `queue` until it is closed; then the thread exits."""
+    """Serves `queue` on the process's fetcher thread until it is closed."""
 
     def __init__(
         self, queue: _core.FetchQueue, stores: Stores, max_concurrency: int, copy_limit: int
@@ -183,7 +269,8 @@ class FetchExecutor:
         self._stores = stores
         self._limit = max_concurrency
         self._obstore: Any = obstore_module()
-        self._thread = threading.Thread(target=self._run, name=FETCH_THREAD_NAME, daemon=True)
+        self._thread: threading.Thread | None = None
+        self.finished = threading.Event()
         # Objects of servers that ignore Range, read whole (see _wholebody).
         self._whole = WholeObjects(copy_limit)
         # What obstore's threads still owe the loop once it stopped (for tests).
@@ -191,25 +278,31 @@ class FetchExecutor:
 
     def start(self) -> None:
         claim_runtime()
-        self._thread.start()
+        self._thread = _FETCHER.serve(self)
 
     def join(self, timeout: float) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Waits for the queue's service to end, and for the thread too when
+        no other session keeps it."""
+        deadline = time.monotonic() + timeout
+        if not self.finished.wait(timeout):
+            return False
+        thread = self._thread
+        if thread is not None and _FETCHER.ended(thread):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return True
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread is not None and not self.finished.is_set()
 
-    def _run(self) -> None:
-        loop = _FetchLoop()
+    async def serve(self, loop: _FetchLoop) -> None:
+        calls = StoreCalls(loop)
         try:
-            loop.run_until_complete(self._serve(loop))
+            await self._serve(loop, calls)
         finally:
-            self.store_outstanding_at_exit = loop.store_outstanding
-            loop.close()
+            self.store_outstanding_at_exit = len(calls.outstanding)
 
-    async def _serve(self, loop: _FetchLoop) -> None:
+    async def _serve(self, loop: _FetchLoop, calls: StoreCalls) -> None:
         wake = asyncio.Event()
         queue = self._queue
         tasks: dict[int, asyncio.Task[None]] = {}
@@ -236,7 +329,7 @@ class FetchExecutor:
                     ticket = queue.try_pop()
                     if ticket is None:
                         break
-                    task = loop.create_task(self._fetch(loop, ticket))
+                    task = loop.create_task(self._fetch(calls, ticket))
                     tasks[ticket.id] = task
                     task.add_done_callback(functools.partial(on_done, ticket.id))
                 delay = queue.next_delay()
@@ -249,14 +342,14 @@ class FetchExecutor:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            await loop.wait_for_store_threads(_STORE_GRACE_S)
+            await calls.wait_for_store_threads(_STORE_GRACE_S)
 
-    async def _fetch(self, loop: _FetchLoop, ticket: _core.FetchTicket) -> None:
+    async def _fetch(self, calls: StoreCalls, ticket: _core.FetchTicket) -> None:
         obstore = self._obstore
         try:
             store, path = self._stores.resolve(ticket.url)
             if ticket.op == "head":
-                with loop.store_call():
+                with calls.store_call():
                     head = obstore.head_async(store, path)
                 meta = await head
                 etag = meta["e_tag"] or ""
@@ -264,21 +357,21 @@ class FetchExecutor:
                 ticket.complete_head(int(meta["size"]), etag, version)
                 return
             if self._whole.ignores_ranges(ticket.url):
-                await self._read_whole(loop, ticket, store, path)
+                await self._read_whole(calls, ticket, store, path)
                 return
             options: dict[str, Any] = {"range": (ticket.offset, ticket.offset + ticket.length)}
             if ticket.if_match:
                 options["if_match"] = ticket.if_match
             try:
-                with loop.store_call():
+                with calls.store_call():
                     get = obstore.get_async(store, path, options=options)
                 result = await get
             except Exception as exc:
                 if not ranges_refused(exc):
                     raise
-                await self._read_whole(loop, ticket, store, path)
+                await self._read_whole(calls, ticket, store, path)
                 return
-            with loop.store_call():
+            with calls.store_call():
                 body = result.bytes_async()
             ticket.complete(await body)
         except asyncio.CancelledError:
@@ -294,15 +387,15 @@ class FetchExecutor:
             ticket.fail(kind, status, message, retryable)
 
     async def _read_whole(
-        self, loop: _FetchLoop, ticket: _core.FetchTicket, store: Any, path: str
+        self, calls: StoreCalls, ticket: _core.FetchTicket, store: Any, path: str
     ) -> None:
         """A range of an object whose server ignores Range (see _wholebody)."""
         url, obstore = ticket.url, self._obstore
         if ticket.sequential:
-            body = self._whole.body(url, lambda: WholeBody(loop, obstore, store, path))
+            body = self._whole.body(url, lambda: WholeBody(calls, obstore, store, path))
             ticket.complete(await body.read(ticket.offset, ticket.length))
             return
-        copy = self._whole.copy(url, lambda: WholeCopy(loop, obstore, store, path, url))
+        copy = self._whole.copy(url, lambda: WholeCopy(calls, obstore, store, path, url))
         data = await copy.read(ticket.offset, ticket.length, self._whole.copy_limit)
         self._whole.kept(url)
         ticket.complete(data)

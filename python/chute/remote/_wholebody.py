@@ -51,8 +51,8 @@ class WholeBody:
     this is bounded by max_in_flight x range_bytes); a range behind what was
     kept (a retry) restarts the GET from the beginning."""
 
-    def __init__(self, loop: Any, obstore: Any, store: Any, path: str) -> None:
-        self._loop = loop
+    def __init__(self, calls: Any, obstore: Any, store: Any, path: str) -> None:
+        self._calls = calls  # a StoreCalls
         self._obstore = obstore
         self._store = store
         self._path = path
@@ -72,7 +72,7 @@ class WholeBody:
                 if self._chunks is None or offset < self._start:
                     await self._restart()
                 while self._start + len(self._kept) < end:
-                    with self._loop.store_call():
+                    with self._calls.store_call():
                         pending = self._chunks.__anext__()
                     try:
                         chunk = await pending
@@ -90,7 +90,7 @@ class WholeBody:
         return data
 
     async def _restart(self) -> None:
-        with self._loop.store_call():
+        with self._calls.store_call():
             get = self._obstore.get_async(self._store, self._path)
         result = await get
         self._chunks = result.stream(min_chunk_size=_CHUNK_BYTES)
@@ -108,8 +108,8 @@ class WholeCopy:
     """One object downloaded whole (once, by the first range asked for) and
     kept, for readers that read it at random."""
 
-    def __init__(self, loop: Any, obstore: Any, store: Any, path: str, url: str) -> None:
-        self._loop = loop
+    def __init__(self, calls: Any, obstore: Any, store: Any, path: str, url: str) -> None:
+        self._calls = calls  # a StoreCalls
         self._obstore = obstore
         self._store = store
         self._path = path
@@ -125,13 +125,13 @@ class WholeCopy:
         return self.data[offset : offset + length]
 
     async def _download(self, limit: int) -> bytes:
-        with self._loop.store_call():
+        with self._calls.store_call():
             get = self._obstore.get_async(self._store, self._path)
         result = await get
         chunks = result.stream(min_chunk_size=_CHUNK_BYTES)
         body = bytearray()
         while True:
-            with self._loop.store_call():
+            with self._calls.store_call():
                 pending = chunks.__anext__()
             try:
                 chunk = await pending

@@ -58,10 +58,10 @@ READER_THREADS = 4
 # footer does not give: an elastic stream's buffer is bounded in samples only.
 UNBOUNDED_BYTES = 1 << 62
 
-# The readers still serving: stopped and joined at exit, before the
-# interpreter finalises (a daemon thread waking inside native code then
-# would end the process).
-_readers: set[threading.Thread] = set()
+# The readers still serving, and the feed each waits on: stopped (their
+# feeds closed) and joined at exit, before the interpreter finalises (a
+# daemon thread waking inside native code then would end the process).
+_readers: dict[threading.Thread, Any] = {}
 _readers_lock = threading.Lock()
 _stopping = threading.Event()
 
@@ -70,8 +70,10 @@ _stopping = threading.Event()
 def _stop_readers() -> None:
     _stopping.set()
     with _readers_lock:
-        running = list(_readers)
-    for thread in running:
+        running = list(_readers.items())
+    for _, feed in running:
+        feed.close()
+    for thread, _ in running:
         thread.join(timeout=5)
 
 
@@ -344,13 +346,15 @@ class ParquetStream(WebDataset):
             [f.url for f in self.files._files for _ in f.group_rows],
         )
         plan.block_feed = feed
-        alive = weakref.ref(plan)
+        # The readers wait for requests without waking up in between; the
+        # plan gone, nothing will ask, and closing the feed ends their wait.
+        weakref.finalize(plan, feed.close)
         for _ in range(min(READER_THREADS, self.readahead)):
             thread = threading.Thread(
-                target=_serve, args=(self, feed, alive), name="chute-parquet-stream", daemon=True
+                target=_serve, args=(self, feed), name="chute-parquet-stream", daemon=True
             )
             with _readers_lock:
-                _readers.add(thread)
+                _readers[thread] = feed
             thread.start()
         return feed
 
@@ -373,16 +377,18 @@ class ParquetStream(WebDataset):
         )
 
 
-def _serve(stream: ParquetStream, feed: Any, plan_alive: Callable[[], Any]) -> None:
-    """Reads the row groups the engine asks for until its plan is gone."""
+def _serve(stream: ParquetStream, feed: Any) -> None:
+    """Reads the row groups the engine asks for until the feed is closed
+    (its plan gone, or the process exiting)."""
     try:
-        while plan_alive() is not None and not _stopping.is_set():
-            request = feed.next_request(0.05)
-            if request is not None:
-                _read(stream, feed, *request)
+        while not _stopping.is_set():
+            request = feed.next_request()
+            if request is None:
+                return
+            _read(stream, feed, *request)
     finally:
         with _readers_lock:
-            _readers.discard(threading.current_thread())
+            _readers.pop(threading.current_thread(), None)
 
 
 def _read(stream: ParquetStream, feed: Any, ticket: int, block: int) -> None:
