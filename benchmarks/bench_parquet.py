@@ -1,5 +1,6 @@
 """Parquet (the Hugging Face hub's format) against tar shards and against
-Hugging Face ``datasets``, and over S3 against local files.
+Hugging Face ``datasets``, LitData and Ray Data, and over S3 against local
+files.
 
 Data: bench_transforms.py's seeded 500x375 JPEGs (quality 90) + labels, as
 tar shards (webdataset's TarWriter) and as the same images in Parquet
@@ -18,6 +19,19 @@ RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
     (Pillow decodes; bench_transforms.py's torchvision transforms written
     with Pillow and torch), torch's DataLoader(shuffle=True), the best of
     num_workers 0, 1, 2.
+  - LitData: ``index_parquet_dataset`` over the files where they lie (its
+    index.json, written once, untimed), ``StreamingDataset(dir,
+    item_loader=ParquetLoader(), shuffle=True, item_shuffle_window="full",
+    transform=...)`` (the same Pillow transform on the image bytes) and its
+    ``StreamingDataLoader``, the best of num_workers 0, 1, 2 (forkserver
+    workers: LitData refuses fork with its ParquetLoader). Its shuffle is
+    LitData's: the files (its chunks) in a new order each epoch, each one's
+    rows fully permuted; not a global permutation.
+  - Ray Data: ``read_parquet(files)``, ``random_shuffle`` (an exact global
+    shuffle, a new one each epoch), ``repartition`` into blocks of a batch,
+    ``map_batches`` (the same Pillow transform), ``iter_torch_batches``; Ray
+    started in the run's process on every core, 1 GiB object store.
+  A peer that does not install or run prints a "not measured" row.
   - the stream form, the same job as webdataset pipelines run it: shards
     (row groups / tar shards) shuffled per epoch, a buffer of 256 samples,
     ``.decode("torchrgb8", ...)``, ``.to_tuple``, ``.batched(128)`` on
@@ -40,7 +54,8 @@ RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
     object for every ranged GET, so its cost per request grows with the
     file, not with the range.
 
-Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x datasets;
+Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x the best of
+datasets, LitData and Ray Data;
 (b) >= 90% of local.
 
     python benchmarks/bench_parquet.py            # 1,000 images
@@ -55,6 +70,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -112,6 +129,84 @@ def _hf_transform(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {"image": [train_transform(img) for img in batch["image"]], "label": batch["label"]}
 
 
+def _hub_image(cell: dict[str, Any]) -> Any:
+    """A hub image cell (``{"bytes", "path"}``) opened as ``datasets``'
+    ``Image()`` feature opens it for ``_hf_transform``: Pillow, loaded."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(cell["bytes"]))
+    image.load()
+    return image
+
+
+def _litdata_transform(row: dict[str, Any]) -> dict[str, Any]:
+    return {"image": train_transform(_hub_image(row["image"])), "label": row["label"]}
+
+
+def _ray_transform(batch: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+
+    images = [train_transform(_hub_image(cell)).numpy() for cell in batch["image"]]
+    return {"image": np.stack(images), "label": batch["label"]}
+
+
+def _litdata_loader(files: list[str], workers: int) -> Any:
+    """LitData over the Parquet files where they lie: ``index_parquet_dataset``
+    writes their ``index.json`` (once, before any epoch), then
+    ``StreamingDataset`` reads them with its ``ParquetLoader``."""
+    from litdata import StreamingDataLoader, StreamingDataset, index_parquet_dataset
+    from litdata.streaming.item_loader import ParquetLoader
+
+    directory = Path(files[0]).parent
+    assert sorted(str(p) for p in directory.glob("*.parquet")) == sorted(files)
+    if not (directory / "index.json").exists():
+        index_parquet_dataset(str(directory))
+    ds = StreamingDataset(
+        str(directory),
+        item_loader=ParquetLoader(),
+        shuffle=True,
+        item_shuffle_window="full",
+        transform=_litdata_transform,
+    )
+    # LitData refuses fork with its ParquetLoader (Polars' threads) and names
+    # spawn or forkserver: forkserver starts workers sooner. They are not
+    # persistent, so that each epoch's workers take that epoch's shuffle.
+    context = "forkserver" if workers else None
+    return StreamingDataLoader(
+        ds, batch_size=BATCH, num_workers=workers, shuffle=True, multiprocessing_context=context
+    )
+
+
+def _ray_loader(files: list[str], cores: int) -> Any:
+    """Ray Data: ``read_parquet``, an exact global ``random_shuffle`` drawn
+    anew each epoch, ``map_batches`` with the Pillow transform, torch batches.
+    The four small files read as one block, which the shuffle keeps: split
+    into blocks of a batch, the map runs on every core and streams. Ray
+    starts here on ``cores`` CPUs with a 1 GiB object store; its worker
+    processes find this folder's modules through PYTHONPATH."""
+    import ray
+
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(
+        num_cpus=cores,
+        include_dashboard=False,
+        object_store_memory=2**30,
+        log_to_driver=False,
+    )
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    ds = (
+        ray.data.read_parquet(files)
+        .random_shuffle(seed=ray.data.RandomSeedConfig(seed=0, reseed_after_execution=True))
+        .repartition(target_num_rows_per_block=BATCH)
+        .map_batches(_ray_transform, batch_size=BATCH)
+    )
+    return ds.iter_torch_batches(batch_size=BATCH)
+
+
 def worker(config: dict[str, Any]) -> None:
     import torch
 
@@ -167,6 +262,10 @@ def worker(config: dict[str, Any]) -> None:
         loader = chute.DataLoader(
             ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
         )
+    elif kind == "litdata":
+        loader = _litdata_loader(config["urls"], workers)
+    elif kind == "ray":
+        loader = _ray_loader(config["urls"], workers)
     else:
         import datasets
 
@@ -197,6 +296,10 @@ def worker(config: dict[str, Any]) -> None:
                 "cpu_seconds": time.process_time() - cpu,
             }
         )
+    if kind == "ray":
+        import ray
+
+        ray.shutdown()
     print(json.dumps({"epochs": epochs, "first_batch_seconds": first}))
 
 
@@ -265,6 +368,21 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         return row
 
+    def measure_peer(module: str, label: str, config: dict[str, Any]) -> dict[str, Any]:
+        """`measure`, or a row saying why the peer loader was not measured."""
+        reason = None
+        if importlib.util.find_spec(module) is None:
+            reason = f"{module} is not installed"
+        else:
+            try:
+                return measure(label, config, 1)
+            except RuntimeError as error:
+                reason = str(error).strip().splitlines()[-1]
+        row = {"config": f"{label}: not measured: {reason}", "workers": config["workers"]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        return row
+
     summary: dict[str, Any] = {"images": n}
     if args.part in (None, "a"):
         chute_parquet = measure(
@@ -278,10 +396,31 @@ def main() -> None:
             for w in (0, 1, 2)
         ]
         best_hf = max(hf, key=lambda r: r["samples_per_s"])
+        peers = [best_hf]
+        litdata_rows = [
+            measure_peer(
+                "litdata",
+                "LitData (ParquetLoader) + StreamingDataLoader",
+                {"kind": "litdata", "urls": files, "workers": w},
+            )
+            for w in (0, 1, 2)
+        ]
+        peers += [max(litdata_rows, key=lambda r: r.get("samples_per_s", 0.0))]
+        peers.append(
+            measure_peer(
+                "ray",
+                "Ray Data (read_parquet, random_shuffle, map_batches)",
+                {"kind": "ray", "urls": files, "workers": cores},
+            )
+        )
+        best_peer = max(peers, key=lambda r: r.get("samples_per_s", 0.0))
         summary.update(
             parquet_over_tar=chute_parquet["samples_per_s"] / chute_tar["samples_per_s"],
             parquet_over_best_datasets=chute_parquet["samples_per_s"] / best_hf["samples_per_s"],
             best_datasets_workers=best_hf["workers"],
+            parquet_over_best_peer=chute_parquet["samples_per_s"] / best_peer["samples_per_s"],
+            best_peer=f"{best_peer['config']}, {best_peer['workers']} workers",
+            peer_versions=peer_versions(),
         )
     if args.part in (None, "streams"):
         parquet_stream = measure(
@@ -303,6 +442,7 @@ def main() -> None:
         "parquet_over_tar": 0.95,
         "parquet_stream_over_tar_stream": 0.95,
         "parquet_over_best_datasets": 3.0,
+        "parquet_over_best_peer": 3.0,
         "s3_over_local": 0.9,
         "stream_s3_over_local": 0.9,
     }
@@ -334,6 +474,19 @@ def main() -> None:
         {"quick": args.quick, "load_average_at_end": list(load), "rows": rows, "summary": summary},
     )
     print(f"saved {path} (load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+
+
+def peer_versions() -> dict[str, str | None]:
+    """The installed versions of the loaders part (a) compares against."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in ("datasets", "litdata", "ray", "torch"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def part_b(
