@@ -65,7 +65,7 @@ from chute.decoding.image_options import image_options
 from chute.loader.protocol import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
-from chute.sources.shards import local_path, remote_scheme_list
+from chute.sources.shards import file_change_key, local_path, remote_scheme_list
 from chute.stream.native import ErrorHandlers, field_plan
 from chute.stream.prefix import OutputField
 
@@ -302,7 +302,7 @@ class ParquetDataset(IndexedDataset):
             if not os.path.isfile(path):
                 raise FileNotFoundError(2, "Parquet file not found", path)
             # Taken before the footer is read: a change in between shows at the first read.
-            stat = _stat_key(path)
+            stat = file_change_key(path)
             try:
                 metadata = pq.read_metadata(path)
             except (OSError, ValueError) as e:
@@ -707,7 +707,7 @@ class ParquetDataset(IndexedDataset):
             return True  # a remote object: its reads are checked against its version
         name = self._block_names[block]
         try:
-            now = _stat_key(f.path)
+            now = file_change_key(f.path)
         except FileNotFoundError:
             raise EngineReadError(
                 f"{name}: the file was removed after the dataset opened it"
@@ -740,14 +740,6 @@ class ParquetDataset(IndexedDataset):
             f"ParquetDataset({len(self._files)} files, {len(self)} rows, "
             f"{len(self._block_names)} row groups, columns {self.columns})"
         )
-
-
-def _stat_key(path: str) -> tuple[int, ...]:
-    """What changes whenever a local file's bytes do: its inode, size,
-    modification time and status-change time (which a file's owner cannot
-    set back, as `os.utime` sets the modification time back)."""
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _footer_digest(metadata: Any) -> str:

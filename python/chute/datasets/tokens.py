@@ -27,7 +27,7 @@ from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.datasets.text_tokens import as_tokenizer, id_bound, recorded_id_range, tokenize_shards
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
-from chute.sources.shards import local_path
+from chute.sources.shards import file_change_key, local_path
 
 _PACK_MODES = ("windows", "documents")
 _OUT_DTYPES = {torch.int64: "int64", torch.int32: "int32"}
@@ -50,16 +50,11 @@ _id_bounds: dict[tuple[int, ...], tuple[int, int]] = {}
 _id_bounds_lock = threading.Lock()
 
 
-def _file_key(path: str) -> tuple[int, ...]:
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 def remember_id_bounds(path: str, lowest: int, highest: int) -> None:
     """Records that every id of the token file `path` (as it is now) lies in
     ``[lowest, highest]``, so the vocabulary check at open does not read it."""
     with _id_bounds_lock:
-        _id_bounds[_file_key(path)] = (lowest, highest)
+        _id_bounds[file_change_key(path)] = (lowest, highest)
 
 
 def _tokens_of(f: Any) -> np.ndarray:
@@ -111,7 +106,7 @@ def check_vocabulary(url: str, f: Any, vocab_size: int) -> None:
     bounds are found by one vectorised pass over it, once per process."""
     if f.num_tokens == 0:
         return
-    key = _file_key(f.path)
+    key = file_change_key(f.path)
     with _id_bounds_lock:
         bounds = _id_bounds.get(key)
     tokens: np.ndarray | None = None

@@ -115,6 +115,14 @@ def remote_scheme_list() -> str:
     return ", ".join(f"{scheme}://" for scheme in SCHEMES)
 
 
+def file_change_key(path: str) -> tuple[int, ...]:
+    """What changes whenever a local file's bytes do: its device and inode,
+    size, modification time and status-change time (which a file's owner
+    cannot set back, as `os.utime` sets the modification time back)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def local_path(url: str) -> str | None:
     """webdataset's ``__local_path__``: the path of a plain-file url, else None."""
     parsed = urlparse(url)
