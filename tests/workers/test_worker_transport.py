@@ -347,3 +347,30 @@ def test_the_loader_maps_and_pins_an_arena_once_until_its_worker_retires_it() ->
     mappings.close()
     assert cudart.live == {}  # unregistered right before each mapping was unmapped
     arenas.close()
+
+
+def test_a_ctrl_c_taken_while_a_batch_is_released_is_raised_by_the_next_unpack() -> None:
+    # A KeyboardInterrupt inside __del__ is printed and dropped by Python: a
+    # Ctrl-C that lands while the previous batch dies must still end the loop.
+    arenas = ArenaPool(keep=2)
+    interrupt = [True]
+
+    def on_release(arena_id: int) -> None:
+        if interrupt[0]:
+            interrupt[0] = False
+            raise KeyboardInterrupt
+
+    mappings = ArenaMappings(on_release)
+
+    def send(items: list[Any]) -> tuple[Packed, list[Any]]:
+        packed, fd = pack(items, arenas)
+        mappings.admit(packed, [os.dup(fd)] if fd >= 0 else [])
+        return packed, mappings.unpack(packed)
+
+    _, got = send([torch.full((100_000,), 1.0)])
+    del got  # its lease's release is "interrupted"
+    packed, fd = pack([torch.full((100_000,), 2.0)], arenas)
+    mappings.admit(packed, [os.dup(fd)] if fd >= 0 else [])
+    with pytest.raises(KeyboardInterrupt):
+        mappings.unpack(packed)
+    assert torch.equal(mappings.unpack(packed)[0], torch.full((100_000,), 2.0))

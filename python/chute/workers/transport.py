@@ -416,8 +416,19 @@ class _Lease:
         }
 
     def __del__(self) -> None:
-        if self.on_release is not None:
-            self.on_release(self.arena_id)
+        try:
+            if self.on_release is not None:
+                self.on_release(self.arena_id)
+        except KeyboardInterrupt:
+            # Python prints and drops what __del__ raises: a Ctrl-C taken
+            # here is kept for the next unpack to raise (no call in between,
+            # where another check could raise it again).
+            _interrupted_in_release[0] = True
+
+
+# A Ctrl-C that arrived while a message's lease was released (see
+# `_Lease.__del__`), not yet raised.
+_interrupted_in_release = [False]
 
 
 class ArenaMappings:
@@ -464,6 +475,9 @@ class ArenaMappings:
         """The items of an admitted `packed`, their arrays viewing its arena;
         with `runtime` (torch's CUDA runtime binding), the arena registered
         page-locked first, once."""
+        if _interrupted_in_release[0]:
+            _interrupted_in_release[0] = False
+            raise KeyboardInterrupt
         owner: np.ndarray | None = None
         base: torch.Tensor | None = None
         if packed.arena_bytes:
