@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -198,13 +199,27 @@ void register_stream(py::module_& m) {
 
   py::class_<OwnedStreamEngine>(m, "StreamEngine")
       .def(py::init([](const StreamRequest& request) {
-             StreamRequest counted = request;
-             auto counters = std::make_shared<SourceCounters>();
-             counted.source.counters = counters;
-             return std::make_unique<OwnedStreamEngine>(
-                 std::make_unique<StreamEngine>(compose_stream_plan(counted)), counters);
+             // The GIL is released inside the factory, not by a call guard:
+             // pybind11 registers the new instance in its GIL-guarded
+             // tables after the factory returns, still within the call.
+             std::unique_ptr<OwnedStreamEngine> made;
+             std::exception_ptr failure;
+             {
+               ReleasedGil released;
+               try {
+                 StreamRequest counted = request;
+                 auto counters = std::make_shared<SourceCounters>();
+                 counted.source.counters = counters;
+                 made = std::make_unique<OwnedStreamEngine>(
+                     std::make_unique<StreamEngine>(compose_stream_plan(counted)), counters);
+               } catch (...) {
+                 failure = std::current_exception();
+               }
+             }
+             if (failure) std::rethrow_exception(failure);
+             return made;
            }),
-           py::arg("plan"), py::call_guard<ReleasedGil>())
+           py::arg("plan"))
       .def(
           "next",
           [](OwnedStreamEngine& owned, double timeout) {

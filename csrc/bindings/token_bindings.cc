@@ -73,11 +73,13 @@ void register_tokens(py::module_& m) {
                          "'" << path << "': a raw token file has no header: give its dtype");
              // .npy and .idx files name their own dtype; kU16 is never read for them.
              const DType t = dtype.empty() ? DType::kU16 : parse_token_dtype(dtype);
+             // Released here, not by a call guard, which would also cover
+             // pybind11's registration of the new instance (GIL-guarded).
+             py::gil_scoped_release release;
              auto file = TokenFile::open(path, f, t, index_path);
              return std::const_pointer_cast<TokenFile>(file);
            }),
            py::arg("path"), py::arg("format"), py::arg("dtype") = "", py::arg("index_path") = "",
-           py::call_guard<py::gil_scoped_release>(),
            "Maps `path` (format 'raw', 'npy' or 'megatron'; `dtype` names a raw file's element "
            "type; `index_path` is a Megatron .bin's .idx). DataError names the file and byte "
            "offset of a bad layout.")
@@ -103,11 +105,13 @@ void register_tokens(py::module_& m) {
                        const std::string& mode, int64_t eod_id, int64_t pad_id,
                        int64_t vocab_size, const std::string& out_dtype) {
              std::vector<std::shared_ptr<const TokenFile>> held(files.begin(), files.end());
+             // As TokenFile's: the GIL comes back before pybind11 registers the packer.
+             py::gil_scoped_release release;
              return make_packer(held, seq_len, mode, eod_id, pad_id, vocab_size, out_dtype);
            }),
            py::arg("files"), py::arg("seq_len"), py::arg("mode") = "windows",
            py::arg("eod_id") = -1, py::arg("pad_id") = 0, py::arg("vocab_size") = 0,
-           py::arg("out_dtype") = "int64", py::call_guard<py::gil_scoped_release>(),
+           py::arg("out_dtype") = "int64",
            "Plans the sequences (scanning for eod_id where documents end at it).")
       .def_property_readonly("num_sequences", &TokenPacker::num_sequences)
       .def_property_readonly("num_tokens", &TokenPacker::num_tokens)

@@ -16,15 +16,7 @@
 namespace chute {
 namespace {
 
-// ThreadSanitizer does not follow a signal handler that leaves by
-// siglongjmp, nor keep its state straight across one that remaps the
-// faulting page (see scripts/sanitize.sh); the other sanitizers and plain
-// builds run these.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kSigbusTests = false;
-#else
-constexpr bool kSigbusTests = true;
-#endif
+using test::kSigbusTests;
 
 std::string pattern(size_t n) {
   std::string s(n, '\0');
