@@ -143,6 +143,7 @@ class WorkerPool:
                 channel.send(("release", 0, ids))
             channel.send(command)
         except OSError as exc:
+            self._raise_reported_failure(worker)
             raise self._ended(worker) from exc
 
     def unpack(self, worker: int, packed: Packed, pin: bool) -> list[Any]:
@@ -197,6 +198,23 @@ class WorkerPool:
                     self.arenas[worker].release_unread(packed)
                 continue
             return message
+
+    def _raise_reported_failure(self, worker: int) -> None:
+        """Raises the failure `worker` sent before it went, if it sent one:
+        a worker that cannot start reports why and exits, and a command
+        that then finds its socket closed must not hide that report."""
+        channel = self.channels[worker]
+        while select.select([channel.fileno()], [], [], 0)[0]:
+            try:
+                message, fds = channel.recv()
+            except (EOFError, OSError):
+                return
+            for fd in fds:
+                os.close(fd)
+            if message[0] == "failed":
+                self.broken = True
+                failure: Failure = message[2]
+                failure.reraise()
 
     def _ended(self, worker: int) -> RuntimeError:
         """The error of a worker that died or closed its connection."""
