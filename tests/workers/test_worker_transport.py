@@ -374,3 +374,35 @@ def test_a_ctrl_c_taken_while_a_batch_is_released_is_raised_by_the_next_unpack()
     with pytest.raises(KeyboardInterrupt):
         mappings.unpack(packed)
     assert torch.equal(mappings.unpack(packed)[0], torch.full((100_000,), 2.0))
+
+
+def test_a_ctrl_c_taken_while_an_arena_is_unmapped_is_raised_by_the_next_unpack() -> None:
+    # As above, for the __del__ that unmaps an arena its worker retired.
+    arenas = ArenaPool(keep=1)
+    released: list[int] = []
+
+    def on_release(arena_id: int) -> None:
+        if arena_id < 0:  # an unmapped arena: the Ctrl-C lands here
+            raise KeyboardInterrupt
+        released.append(arena_id)
+
+    mappings = ArenaMappings(on_release)
+
+    def send(value: float) -> tuple[Packed, list[Any]]:
+        packed, fd = pack([torch.full((1000,), value)], arenas)
+        mappings.admit(packed, [os.dup(fd)] if fd >= 0 else [])
+        return packed, mappings.unpack(packed)
+
+    _, first = send(1.0)
+    _, second = send(2.0)  # the first is still viewed: a second arena
+    del first, second
+    arenas.release(released)  # keep=1: one of the two is retired
+    released.clear()
+    packed, fd = pack([torch.full((1000,), 3.0)], arenas)
+    assert len(packed.retired) == 1
+    mappings.admit(packed, [os.dup(fd)] if fd >= 0 else [])  # unmaps the retired arena
+    with pytest.raises(KeyboardInterrupt):
+        mappings.unpack(packed)
+    assert torch.equal(mappings.unpack(packed)[0], torch.full((1000,), 3.0))
+    mappings.close()
+    arenas.close()

@@ -353,6 +353,12 @@ class _Mapping:
         self.runtime = runtime
 
     def __del__(self) -> None:
+        try:
+            self._unmap()
+        except KeyboardInterrupt:
+            _interrupted_in_release[0] = True  # as in _Lease.__del__
+
+    def _unmap(self) -> None:
         runtime = self.runtime
         if runtime is not None:
             status = int(runtime.cudaHostUnregister(self.address))
@@ -426,8 +432,8 @@ class _Lease:
             _interrupted_in_release[0] = True
 
 
-# A Ctrl-C that arrived while a message's lease was released (see
-# `_Lease.__del__`), not yet raised.
+# A Ctrl-C that arrived while a message's lease was released or an arena
+# unmapped (see `_Lease.__del__`), not yet raised.
 _interrupted_in_release = [False]
 
 
