@@ -102,15 +102,12 @@ void register_errors(py::module_& m) {
   g_data_error = data_error.ptr();
   g_read_error = read_error.ptr();
   // OSError's str() is "[Errno N] strerror: 'filename'" once those are set;
-  // the engine's message (its one argument) says all that and names the data
-  // too. A ReadError made OSError's way, (errno, strerror, ...), shows as one.
+  // the engine's message, its argument, says all that and names the data too.
   read_error.attr("__str__") = py::cpp_function(
-      [](const py::object& self) -> py::object {
-        const py::tuple args = self.attr("args");
-        if (args.size() == 1) return py::str(args[0]);
-        return py::reinterpret_borrow<py::object>(PyExc_OSError).attr("__str__")(self);
+      [](const py::object& self) -> py::str {
+        return py::reinterpret_borrow<py::object>(PyExc_BaseException).attr("__str__")(self);
       },
-      py::is_method(read_error));
+      py::name("__str__"), py::is_method(read_error));
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
