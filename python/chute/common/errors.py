@@ -227,8 +227,8 @@ def translate(exc: BaseException) -> BaseException:
     new: _FromEngine
     if isinstance(exc, ReadError):
         new = _OS_ERRORS.get(exc.errno, EngineReadError)(message)
-        assert isinstance(new, OSError)
-        new.errno, new.strerror, new.filename = exc.errno, exc.strerror, exc.filename
+        for field in OS_FIELDS:
+            setattr(new, field, getattr(exc, field))
     elif scope == "read":
         new = TarArchiveError(message)
     elif scope == "member":
