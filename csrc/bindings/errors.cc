@@ -1,6 +1,7 @@
 #include "bindings/errors.h"
 
 #include <string>
+#include <system_error>
 
 #include "bindings/registry.h"
 #include "bindings/text.h"
@@ -58,7 +59,10 @@ PyObject* python_class(ErrorKind kind) {
 // message, where chute.common.errors takes it off (onto `where`) as it picks the
 // finer class; the built-in classes get the message alone and `where` here.
 // Every class gets the error's scope and place as attributes (failure_scope,
-// url, member, sample_key), which chute.common.errors routes it by.
+// url, member, sample_key), which chute.common.errors routes it by. A
+// ReadError from a failed system call also gets OSError's own errno,
+// strerror and filename (None where the call was about no file); its str()
+// stays the message (see register_errors).
 py::object python_error(const Error& error) {
   const py::object cls = py::reinterpret_borrow<py::object>(python_class(error.kind()));
   py::object exc;
@@ -72,6 +76,12 @@ py::object python_error(const Error& error) {
   exc.attr("url") = known_name(error.place().url);
   exc.attr("member") = known_name(error.place().member);
   exc.attr("sample_key") = known_name(error.place().key);
+  const OsFailure& os_failure = error.os_failure();
+  if (error.kind() == ErrorKind::kIo && os_failure.number != 0) {
+    exc.attr("errno") = os_failure.number;
+    exc.attr("strerror") = std::generic_category().message(os_failure.number);
+    exc.attr("filename") = known_name(os_failure.path);
+  }
   return exc;
 }
 
@@ -91,6 +101,13 @@ void register_errors(py::module_& m) {
   static py::exception<Error> read_error(m, "ReadError", PyExc_OSError);
   g_data_error = data_error.ptr();
   g_read_error = read_error.ptr();
+  // OSError's str() is "[Errno N] strerror: 'filename'" once those are set;
+  // the engine's message, its argument, says all that and names the data too.
+  read_error.attr("__str__") = py::cpp_function(
+      [](const py::object& self) -> py::str {
+        return py::reinterpret_borrow<py::object>(PyExc_BaseException).attr("__str__")(self);
+      },
+      py::name("__str__"), py::is_method(read_error));
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

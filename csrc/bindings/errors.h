@@ -13,7 +13,8 @@ namespace chute::bindings {
 // The exception object for `error`, not raised (for handlers of skipped
 // samples), its scope and place as attributes: failure_scope ("read",
 // "member", "field", "batch" or "other"), url, member and sample_key (None
-// where not known).
+// where not known); a ReadError of a failed system call, OSError's errno,
+// strerror and filename.
 pybind11::object python_error(const Error& error);
 
 // The exception object of a skip, with the sample it dropped as attributes

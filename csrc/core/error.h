@@ -4,7 +4,7 @@
 // a Python exception class. What the failure is about (its scope) and where
 // in the data it lies (url, member, sample key) travel beside the message as
 // data, set by the code that knows them, so that nothing downstream has to
-// read them out of the words.
+// read them out of the words; so is the OS error a failed system call gave.
 #pragma once
 
 #include <ostream>
@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace chute {
 
@@ -40,13 +41,32 @@ struct ErrorPlace {
   std::string key;     // the sample's key
 };
 
+// The failed system call a kIo error comes from: its errno (0: the failure
+// is not an OS error, e.g. a pipe command that exited with a status) and the
+// file the call was about (empty where it was about none: a pipe, a poll).
+// Written into a CHUTE_CHECK message it adds ": <the errno's description>"
+// and gives the error raised the number and path as data, so that the words
+// and the number cannot disagree (a number 0 adds nothing):
+//   CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "'" << OsFailure(err, path));
+// (A constructor rather than braces: a comma inside braces would split the
+// macro's arguments.)
+struct OsFailure {
+  OsFailure() = default;
+  explicit OsFailure(int number, std::string path = {}) : number(number), path(std::move(path)) {}
+  int number = 0;
+  std::string path;
+};
+std::ostream& operator<<(std::ostream& os, const OsFailure& failure);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message, const char* file, int line,
-        ErrorScope scope = ErrorScope::kOther, ErrorPlace place = {});
+        ErrorScope scope = ErrorScope::kOther, ErrorPlace place = {},
+        OsFailure os_failure = {});
   ErrorKind kind() const { return kind_; }
   ErrorScope scope() const { return scope_; }
   const ErrorPlace& place() const { return place_; }
+  const OsFailure& os_failure() const { return os_failure_; }
   // The message without the "[file:line]" suffix.
   const std::string& message() const { return message_; }
   // Where it was raised: the source file's base name and line.
@@ -68,13 +88,25 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
   ErrorScope scope_;
   ErrorPlace place_;
+  OsFailure os_failure_;
   std::string message_;
   const char* file_;  // a string literal (__FILE__): lives for the program
   int line_;
 };
 
 [[noreturn]] void raise_error(ErrorKind kind, const std::string& message, const char* file,
-                              int line);
+                              int line, OsFailure os_failure = {});
+
+// The stream a CHUTE_CHECK writes its message into: it also keeps the
+// OsFailure written there, for the error raised.
+class ErrorMessage : public std::ostringstream {
+ public:
+  const OsFailure& os_failure() const { return os_failure_; }
+
+ private:
+  friend std::ostream& operator<<(std::ostream& os, const OsFailure& failure);
+  OsFailure os_failure_;
+};
 
 // Message parts that may be empty, so that a message never shows an empty
 // field (": : corrupt PNG", "corrupt JPEG: "):
@@ -98,8 +130,9 @@ std::ostream& operator<<(std::ostream& os, const Detail& detail);
 #define CHUTE_CHECK(cond, kind, stream_expr)                                                \
   do {                                                                                      \
     if (!(cond)) {                                                                          \
-      std::ostringstream chute_check_os_;                                                   \
+      ::chute::ErrorMessage chute_check_os_;                                                \
       chute_check_os_ << stream_expr;                                                       \
-      ::chute::raise_error(::chute::ErrorKind::kind, chute_check_os_.str(), __FILE__, __LINE__); \
+      ::chute::raise_error(::chute::ErrorKind::kind, chute_check_os_.str(), __FILE__, __LINE__, \
+                           chute_check_os_.os_failure());                                   \
     }                                                                                       \
   } while (0)

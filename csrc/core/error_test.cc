@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <exception>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include "core/testing.h"
 
 namespace chute {
 namespace {
@@ -121,6 +126,64 @@ TEST(Error, ScopedSetsOnlyWhatIsNotKnownYet) {
   EXPECT_EQ(outer.place().url, "a.tar");
   EXPECT_EQ(outer.place().member, "k.jpg");
   EXPECT_EQ(outer.place().key, "k");
+}
+
+// The line of the check below, as for kCheckLine.
+constexpr int kOsCheckLine = __LINE__ + 2;
+void fail_to_open(int err) {
+  CHUTE_CHECK(false, kIo, "cannot open 'a.tar'" << OsFailure(err, "/data/a.tar"));
+}
+
+TEST(Error, OsFailureGivesTheWordsAndTheNumber) {
+  const std::optional<Error> e = test::error_from([] { fail_to_open(ENOENT); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message(), "cannot open 'a.tar': No such file or directory");
+  EXPECT_EQ(e->os_failure().number, ENOENT);
+  EXPECT_EQ(e->os_failure().path, "/data/a.tar");
+  EXPECT_EQ(e->line(), kOsCheckLine);
+  // Other failures come from no system call.
+  const std::optional<Error> other = test::error_from([] { fail_with_value(1); });
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->os_failure().number, 0);
+  EXPECT_EQ(other->os_failure().path, "");
+}
+
+TEST(Error, OsFailureOfNumberZeroAddsNothing) {
+  const std::optional<Error> e = test::error_from([] { fail_to_open(0); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message(), "cannot open 'a.tar'");
+  EXPECT_EQ(e->os_failure().number, 0);
+  EXPECT_EQ(e->os_failure().path, "");
+}
+
+TEST(Error, OsFailureOutsideACheckIsWordsOnly) {
+  std::ostringstream os;
+  os << "x" << OsFailure(EIO, "/p");
+  EXPECT_EQ(os.str(), "x: Input/output error");
+}
+
+TEST(Error, OsFailureSurvivesPrefixScopeAndRethrowOnAnotherThread) {
+  const std::optional<Error> raised = test::error_from([] { fail_to_open(EACCES); });
+  ASSERT_TRUE(raised);
+  const Error outer =
+      raised->with_prefix("shard 3: ").scoped(ErrorScope::kRead, {"s3://b/a.tar", "", ""});
+  std::exception_ptr held;
+  std::thread([&] {
+    try {
+      throw outer;
+    } catch (...) {
+      held = std::current_exception();
+    }
+  }).join();
+  try {
+    std::rethrow_exception(held);
+  } catch (const Error& again) {
+    EXPECT_EQ(again.message(), "shard 3: cannot open 'a.tar': Permission denied");
+    EXPECT_EQ(again.os_failure().number, EACCES);
+    EXPECT_EQ(again.os_failure().path, "/data/a.tar");
+    EXPECT_EQ(again.place().url, "s3://b/a.tar");
+    EXPECT_EQ(again.scope(), ErrorScope::kRead);
+  }
 }
 
 TEST(Error, FileWithoutDirectoryKeepsItsName) {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "core/error.h"
 #include "io/remote_source.h"
@@ -113,11 +112,13 @@ std::shared_ptr<OpenFile> FilePool::acquire(uint32_t id) {
     file = open_remote(path, identity);
   } else {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "': " << std::strerror(errno));
+    int err = errno;
+    CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << path << "'" << OsFailure(err, path));
     file = std::make_shared<OpenFile>(fd, path);
     struct stat st {};
-    CHUTE_CHECK(::fstat(fd, &st) == 0, kIo,
-                "cannot stat '" << path << "': " << std::strerror(errno));
+    const bool stated = ::fstat(fd, &st) == 0;
+    err = errno;
+    CHUTE_CHECK(stated, kIo, "cannot stat '" << path << "'" << OsFailure(err, path));
     CHUTE_CHECK(static_cast<uint64_t>(st.st_ino) == identity.inode &&
                     static_cast<uint64_t>(st.st_size) == identity.size &&
                     mtime_ns_of(st) == identity.mtime_ns,
@@ -149,10 +150,11 @@ size_t pread_full(int fd, uint8_t* dst, size_t n, uint64_t offset, const std::st
   while (done < n) {
     const ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0) {
-      if (errno == EINTR) continue;
+      const int err = errno;
+      if (err == EINTR) continue;
       CHUTE_CHECK(false, kIo,
                   "read of " << n << " bytes at offset " << offset << " in '" << path
-                             << "' failed: " << std::strerror(errno));
+                             << "' failed" << OsFailure(err, path));
     }
     if (got == 0) break;
     done += static_cast<size_t>(got);
@@ -164,8 +166,9 @@ void check_unchanged(const OpenFile& file, const FileIdentity& identity,
                      const std::string& dataset, int64_t row, uint64_t offset) {
   if (file.remote() != nullptr) return;
   struct stat st {};
-  CHUTE_CHECK(::fstat(file.fd(), &st) == 0, kIo,
-              "cannot stat '" << file.path() << "': " << std::strerror(errno));
+  const bool stated = ::fstat(file.fd(), &st) == 0;
+  const int err = errno;
+  CHUTE_CHECK(stated, kIo, "cannot stat '" << file.path() << "'" << OsFailure(err, file.path()));
   CHUTE_CHECK(static_cast<uint64_t>(st.st_size) == identity.size &&
                   mtime_ns_of(st) == identity.mtime_ns,
               kIo,

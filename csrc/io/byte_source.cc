@@ -50,7 +50,7 @@ class CachingSource final : public ByteSource {
     const int fd = open_cloexec(tmp_path_, O_WRONLY | O_CREAT | O_EXCL, 0666);
     const int err = errno;
     CHUTE_CHECK(fd >= 0, kIo, "cannot create cache file '" << tmp_path_ << "' for '" << url()
-                                                           << "': " << errno_message(err));
+                                                           << "'" << OsFailure(err, tmp_path_));
     tmp_.reset(fd);
   }
 

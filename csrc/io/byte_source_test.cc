@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -90,9 +92,40 @@ TEST(OpenSource, UrlErrors) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kIo);
   EXPECT_EQ(e->message(), "cannot open '/no/such/dir/shard.tar': No such file or directory");
+  EXPECT_EQ(e->os_failure().number, ENOENT);
+  EXPECT_EQ(e->os_failure().path, "/no/such/dir/shard.tar");
   e = open_error("file:///no/such.tar");
   ASSERT_TRUE(e);
   EXPECT_EQ(e->message(), "cannot open 'file:///no/such.tar' (file '/no/such.tar'): No such file or directory");
+  EXPECT_EQ(e->os_failure().path, "/no/such.tar");
+  // Urls that are not OS errors carry no number.
+  e = open_error("ftp://host/shard.tar");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->os_failure().number, 0);
+}
+
+TEST(OpenSource, ADirectoryOrAFileInThePathCarriesItsErrno) {
+  const test::TempDir dir;
+  // A directory opens, and fails at its first read.
+  std::unique_ptr<ByteSource> source = open_source(dir.path(), SourceOptions{});
+  std::optional<Error> e = test::error_from([&] { read_all(*source); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message(), "read error in '" + dir.path() + "' at offset 0: Is a directory");
+  EXPECT_EQ(e->os_failure().number, EISDIR);
+  EXPECT_EQ(e->os_failure().path, dir.path());
+  const std::string through = dir.write("f", "x") + "/shard.tar";
+  e = open_error(through);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->os_failure().number, ENOTDIR);
+  EXPECT_EQ(e->os_failure().path, through);
+  // Root reads a file whatever its mode: the case needs another user.
+  if (::geteuid() == 0) GTEST_SKIP() << "runs as root, which no file mode keeps out";
+  const std::string locked = dir.write("locked.tar", "x");
+  ASSERT_EQ(::chmod(locked.c_str(), 0), 0);
+  e = open_error(locked);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->os_failure().number, EACCES);
+  EXPECT_EQ(e->os_failure().path, locked);
 }
 
 TEST(OpenSource, LocalFilesUnderEveryUrlForm) {
@@ -138,6 +171,7 @@ TEST(PipeSource, FailingCommandReportsItsStatusAndStderr) {
   EXPECT_EQ(e->kind(), ErrorKind::kIo);
   EXPECT_EQ(e->message(), "pipe command 'printf xy; echo 'no such object' >&2; exit 3' exited with "
                           "status 3 after 2 bytes: no such object");
+  EXPECT_EQ(e->os_failure().number, 0);  // the command failed, not a system call
   const std::optional<Error> again = test::error_from([&] { read_all(*source); });
   ASSERT_TRUE(again);
   EXPECT_EQ(again->message(), "pipe source 'pipe:printf xy; echo 'no such object' >&2; exit 3' was "

@@ -28,7 +28,7 @@ FetchQueue::FetchQueue(const FetchSettings& settings)
               "backoff times must not be negative");
   const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   const int err = errno;
-  CHUTE_CHECK(fd >= 0, kIo, "cannot create the fetch queue's eventfd: " << errno_message(err));
+  CHUTE_CHECK(fd >= 0, kIo, "cannot create the fetch queue's eventfd" << OsFailure(err));
   wake_.reset(fd);
 }
 

@@ -19,7 +19,7 @@ class FileSource final : public ByteSource {
       : url_(std::move(url)), path_(std::move(path)), readahead_(readahead) {
     const int fd = open_cloexec(path_, O_RDONLY);
     const int err = errno;
-    CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << url_ << "'" << path_note() << ": " << errno_message(err));
+    CHUTE_CHECK(fd >= 0, kIo, "cannot open '" << url_ << "'" << path_note() << OsFailure(err, path_));
     fd_.reset(fd);
     start();
   }
@@ -40,7 +40,7 @@ class FileSource final : public ByteSource {
       const int err = errno;
       if (err == EINTR) continue;
       CHUTE_CHECK(false, kIo, "read error in '" << url_ << "'" << path_note() << " at offset "
-                                                << offset_ << ": " << errno_message(err));
+                                                << offset_ << OsFailure(err, path_));
     }
   }
 

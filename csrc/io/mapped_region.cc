@@ -23,9 +23,10 @@ MappedRegion::MappedRegion(int fd, uint64_t offset, size_t size, const std::stri
   const uint64_t start = offset / page * page;
   mapped_ = static_cast<size_t>(offset - start) + size;
   void* p = ::mmap(nullptr, mapped_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  const int err = errno;
   CHUTE_CHECK(p != MAP_FAILED, kIo,
-              "cannot map " << size << " bytes at offset " << offset << " of '" << path
-                            << "': " << std::strerror(errno));
+              "cannot map " << size << " bytes at offset " << offset << " of '" << path << "'"
+                            << OsFailure(err, path));
   base_ = p;
   data_ = static_cast<const uint8_t*>(p) + (offset - start);
 }
@@ -278,7 +279,8 @@ void MappedFile::release(uint64_t begin, uint64_t end) const {
 
 UniqueFd open_for_mapping(const std::string& path, uint64_t* size) {
   UniqueFd fd(open_cloexec(path, O_RDONLY));
-  CHUTE_CHECK(fd.valid(), kIo, "cannot open '" << path << "': " << errno_message(errno));
+  const int err = errno;
+  CHUTE_CHECK(fd.valid(), kIo, "cannot open '" << path << "'" << OsFailure(err, path));
   struct stat st {};
   CHUTE_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), kIo,
               "cannot map '" << path << "': not a regular file");

@@ -2,7 +2,10 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <memory>
 #include <optional>
@@ -53,6 +56,28 @@ TEST(MappedRegion, RefusedMappingIsAnIoError) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kIo);
   EXPECT_EQ(e->message(), "cannot map 100 bytes at offset 0 of '/nowhere/f.h5': Bad file descriptor");
+  EXPECT_EQ(e->os_failure().number, EBADF);
+  EXPECT_EQ(e->os_failure().path, "/nowhere/f.h5");
+}
+
+TEST(OpenForMapping, FailedOpenCarriesItsErrnoAndPath) {
+  const test::TempDir dir;
+  const std::string missing = dir.path() + "/gone.bin";
+  uint64_t size = 0;
+  std::optional<Error> e = test::error_from([&] { open_for_mapping(missing, &size); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind(), ErrorKind::kIo);
+  EXPECT_EQ(e->message(), "cannot open '" + missing + "': No such file or directory");
+  EXPECT_EQ(e->os_failure().number, ENOENT);
+  EXPECT_EQ(e->os_failure().path, missing);
+  // Root reads a file whatever its mode: the case needs another user.
+  if (::geteuid() == 0) GTEST_SKIP() << "runs as root, which no file mode keeps out";
+  const std::string locked = dir.write("locked.bin", "0123");
+  ASSERT_EQ(::chmod(locked.c_str(), 0), 0);
+  e = test::error_from([&] { open_for_mapping(locked, &size); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->os_failure().number, EACCES);
+  EXPECT_EQ(e->os_failure().path, locked);
 }
 
 TEST(MappedRegion, CopyStopsAtTheFirstSpanWhosePageIsGone) {

@@ -83,8 +83,8 @@ void make_dirs(const std::string& dir, const std::string& url) {
       const int err = errno;
       struct stat st;
       CHUTE_CHECK(err == EEXIST && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode), kIo,
-                  "cannot create cache directory '" << path << "' for '" << url
-                                                    << "': " << errno_message(err));
+                  "cannot create cache directory '" << path << "' for '" << url << "'"
+                                                    << OsFailure(err, path));
     }
   }
 }

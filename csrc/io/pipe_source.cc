@@ -45,7 +45,7 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end, const std::string& url) 
   int fds[2];
   const int rc = ::pipe2(fds, O_CLOEXEC);
   const int err = errno;
-  CHUTE_CHECK(rc == 0, kIo, "cannot create a pipe for '" << url << "': " << errno_message(err));
+  CHUTE_CHECK(rc == 0, kIo, "cannot create a pipe for '" << url << "'" << OsFailure(err));
   read_end.reset(fds[0]);
   write_end.reset(fds[1]);
 }
@@ -92,7 +92,7 @@ class PipeSource final : public ByteSource {
     const int rc = ::posix_spawn(&pid, "/bin/sh", &actions.a, &attr.a,
                                  const_cast<char* const*>(argv), environ);
     CHUTE_CHECK(rc == 0, kIo, "cannot start pipe command '" << command_ << "' for '" << url_
-                                                            << "': " << errno_message(rc));
+                                                            << "'" << OsFailure(rc, "/bin/sh"));
     pid_ = pid;
     // Our copies of the write ends must go, or we would never see EOF.
     out_w.reset();
@@ -117,7 +117,7 @@ class PipeSource final : public ByteSource {
       if (r < 0) {
         const int err = errno;
         if (err == EINTR) continue;
-        fail_io("poll failed on pipe command '" + command_ + "': " + errno_message(err));
+        fail_io("poll failed on pipe command '" + command_ + "'", err);
       }
       if (r == 0) {
         if (timeout_s_ > 0 && Clock::now() >= deadline) fail_timeout("produced no data");
@@ -137,7 +137,8 @@ class PipeSource final : public ByteSource {
         const int err = errno;
         if (err == EINTR || err == EAGAIN) continue;
         fail_io("read error on pipe command '" + command_ + "' at offset " +
-                                 std::to_string(offset_) + ": " + errno_message(err));
+                    std::to_string(offset_),
+                err);
       }
     }
   }
@@ -220,8 +221,7 @@ class PipeSource final : public ByteSource {
       if (w == pid_) break;
       if (w < 0 && errno != EINTR) {
         const int err = errno;
-        fail_io("waitpid failed for pipe command '" + command_ + "': " +
-                                 errno_message(err));
+        fail_io("waitpid failed for pipe command '" + command_ + "'", err);
       }
       if (timeout_s_ > 0 && Clock::now() >= deadline) {
         fail_timeout("closed its output but did not exit");
@@ -256,10 +256,11 @@ class PipeSource final : public ByteSource {
     std::abort();  // not reached: keeps [[noreturn]] honest for the compiler
   }
 
-  [[noreturn]] void fail_io(const std::string& message) {
+  // `os_errno`: the errno of the failed call, 0 for a command that failed.
+  [[noreturn]] void fail_io(const std::string& message, int os_errno = 0) {
     failed_ = true;
     out_.reset();
-    CHUTE_CHECK(false, kIo, message);
+    CHUTE_CHECK(false, kIo, message << OsFailure(os_errno));
     std::abort();  // not reached: keeps [[noreturn]] honest for the compiler
   }
 

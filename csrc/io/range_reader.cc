@@ -14,15 +14,16 @@ namespace {
 
 class LocalRangeReader final : public RangeReader {
  public:
-  LocalRangeReader(std::string url, const std::string& path, const ShardIdentity& expected)
-      : url_(std::move(url)) {
-    const int fd = open_cloexec(path, O_RDONLY);
-    const int err = errno;
-    CHUTE_CHECK(fd >= 0, kIo, "cannot open shard '" << url_ << "': " << errno_message(err));
+  LocalRangeReader(std::string url, std::string path, const ShardIdentity& expected)
+      : url_(std::move(url)), path_(std::move(path)) {
+    const int fd = open_cloexec(path_, O_RDONLY);
+    int err = errno;
+    CHUTE_CHECK(fd >= 0, kIo, "cannot open shard '" << url_ << "'" << OsFailure(err, path_));
     fd_.reset(fd);
     struct stat st {};
-    CHUTE_CHECK(::fstat(fd_.get(), &st) == 0, kIo,
-                "cannot stat shard '" << url_ << "': " << errno_message(errno));
+    const bool stated = ::fstat(fd_.get(), &st) == 0;
+    err = errno;
+    CHUTE_CHECK(stated, kIo, "cannot stat shard '" << url_ << "'" << OsFailure(err, path_));
     const int64_t size = static_cast<int64_t>(st.st_size);
     const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
                              static_cast<int64_t>(st.st_mtim.tv_nsec);
@@ -42,7 +43,7 @@ class LocalRangeReader final : public RangeReader {
       if (r < 0 && errno == EINTR) continue;
       const int err = errno;
       CHUTE_CHECK(r >= 0, kIo, "read error in shard '" << url_ << "' at offset " << offset + done
-                                                        << ": " << errno_message(err));
+                                                        << OsFailure(err, path_));
       if (r == 0) {
         struct stat st {};
         const int64_t now = ::fstat(fd_.get(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
@@ -59,6 +60,7 @@ class LocalRangeReader final : public RangeReader {
 
  private:
   std::string url_;
+  std::string path_;
   UniqueFd fd_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <optional>
 #include <string>
 
@@ -26,6 +27,18 @@ TEST(LocalRangeReader, RefusesAFileThatIsNotTheIndexedOne) {
       test::error_from([&] { open_local_range_reader("s.tar", path, ShardIdentity{11, -1, ""}); });
   ASSERT_TRUE(other);
   EXPECT_NE(other->message().find("changed after it was indexed"), std::string::npos);
+}
+
+TEST(LocalRangeReader, AMissingShardCarriesItsErrnoAndPath) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/gone.tar";
+  const std::optional<Error> e =
+      test::error_from([&] { open_local_range_reader("s3://b/gone.tar", path, ShardIdentity{}); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind(), ErrorKind::kIo);
+  EXPECT_EQ(e->message(), "cannot open shard 's3://b/gone.tar': No such file or directory");
+  EXPECT_EQ(e->os_failure().number, ENOENT);
+  EXPECT_EQ(e->os_failure().path, path);  // the file the call was about, not the url
 }
 
 }  // namespace

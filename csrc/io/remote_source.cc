@@ -284,10 +284,12 @@ class RemoteObject final : public FetchTarget, public std::enable_shared_from_th
       }
       const int err = errno;
       if (r < 0 && err == EINTR) continue;
-      CHUTE_CHECK(false, kIo, "cannot read the cached copy of '"
-                                  << url_ << "' at offset " << pos << ": "
-                                  << (r == 0 ? std::string("the file is shorter than expected")
-                                             : errno_message(err)));
+      CHUTE_CHECK(r < 0, kIo, "cannot read the cached copy of '"
+                                  << url_ << "' at offset " << pos
+                                  << ": the file is shorter than expected");
+      // (The copy is its entry or its part file, which may be renamed meanwhile: no path.)
+      CHUTE_CHECK(false, kIo, "cannot read the cached copy of '" << url_ << "' at offset " << pos
+                                                                << OsFailure(err));
     }
   }
 

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <string>
-#include <system_error>
 #include <utility>
 
 namespace chute {
@@ -50,8 +49,5 @@ inline int open_cloexec(const std::string& path, int flags, mode_t mode = 0) {
   } while (fd < 0 && errno == EINTR);
   return fd;
 }
-
-// strerror() is not thread-safe; the generic category's message is.
-inline std::string errno_message(int err) { return std::generic_category().message(err); }
 
 }  // namespace chute

@@ -12,7 +12,8 @@ __all__: list[str] = ['ArraySource', 'Batch', 'BlockFeed', 'BlockSampleSource', 
 class DataError(ValueError):
     pass
 class ReadError(OSError):
-    pass
+    def __str__(self) -> str:
+        ...
 class FetchTicket:
     """
     A request taken from a FetchQueue; answer it exactly once.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import gc
 import io
+import os
+import pickle
 import re
 import tarfile
 import warnings
@@ -58,6 +60,134 @@ def test_a_directory_is_an_is_a_directory_error(good: str, tmp_path: Path) -> No
     for lib in (webdataset, chute):
         assert isinstance(first_error(lib, [str(tmp_path)]), IsADirectoryError)
     assert first_error(chute, [str(tmp_path)]).errno == errno.EISDIR
+
+
+def test_a_path_through_a_file_is_a_not_a_directory_error(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    through = str(plain / "shard.tar")
+    for lib in (webdataset, chute):
+        assert isinstance(first_error(lib, [through]), NotADirectoryError)
+    err = first_error(chute, [through])
+    assert (err.errno, err.filename) == (errno.ENOTDIR, through)
+
+
+def link_to_itself(path: Path) -> None:
+    """Makes `path` a symbolic link to itself: opening it fails with ELOOP,
+    an OS error that no finer class than OSError stands for."""
+    os.symlink(path.name, path)
+
+
+def test_any_other_os_error_keeps_its_number_strerror_and_filename(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.tar"
+    link_to_itself(loop)
+    reference = first_error(webdataset, [str(loop)])
+    err = first_error(chute, [str(loop)])
+    assert isinstance(reference, OSError) and reference.errno == errno.ELOOP
+    assert isinstance(err, chute.ReadError) and type(err).__name__ == "EngineReadError"
+    assert (err.errno, err.strerror, err.filename) == (
+        errno.ELOOP,
+        os.strerror(errno.ELOOP),
+        str(loop),
+    )
+    assert str(err) == f"cannot open '{loop}': {os.strerror(errno.ELOOP)}"
+
+
+def test_a_message_that_ends_like_an_os_error_is_not_one(tmp_path: Path) -> None:
+    # The command's stderr ends with ENOENT's words; the command failed, no
+    # system call of chute's did.
+    url = f"pipe:cat {tmp_path / 'gone.tar'}"
+    err = first_error(chute, [url])
+    assert str(err).endswith(": No such file or directory"), str(err)
+    assert isinstance(err, chute.ReadError) and not isinstance(err, FileNotFoundError)
+    assert (err.errno, err.strerror, err.filename) == (None, None, None)
+    assert err.url == url
+
+
+def test_a_missing_file_named_with_quotes_is_a_file_not_found_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    import h5py
+
+    path = tmp_path / "bob's 'rows'.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(64, dtype="f8").reshape(16, 4))
+    ds = chute.H5Dataset(path, {"x": "x"})
+    path.unlink()  # after the dataset read its layout: the engine's open fails
+    with pytest.raises(FileNotFoundError) as info:
+        list(chute.DataLoader(ds, batch_size=4))
+    err = info.value
+    assert isinstance(err, chute.ReadError)
+    assert (err.errno, err.strerror, err.filename) == (
+        errno.ENOENT,
+        os.strerror(errno.ENOENT),
+        str(path),
+    )
+    assert str(err) == f"cannot open '{path}': No such file or directory"
+
+
+def test_a_token_file_that_is_missing_is_a_file_not_found_error(tmp_path: Path) -> None:
+    index = tmp_path / "tokens.idx"
+    index.write_bytes(b"MMIDIDX\x00\x00")  # its .bin is missing: the engine opens that first
+    with pytest.raises(FileNotFoundError) as info:
+        chute.TokenDataset(str(index), 16)
+    err = info.value
+    assert isinstance(err, chute.ReadError)
+    assert (err.errno, err.filename) == (errno.ENOENT, str(tmp_path / "tokens.bin"))
+    assert str(err) == f"cannot open '{tmp_path / 'tokens.bin'}': No such file or directory"
+    # The engine's own class carries the number too, its message unchanged.
+    with pytest.raises(chute.ReadError) as raw:
+        chute._core.TokenFile(str(tmp_path / "tokens.bin"), "raw", "uint16", "")
+    assert (raw.value.errno, raw.value.filename) == (errno.ENOENT, str(tmp_path / "tokens.bin"))
+    assert str(raw.value).startswith(f"cannot open '{tmp_path / 'tokens.bin'}': No such file")
+
+
+def test_os_errors_pickle_with_their_number_and_filename(tmp_path: Path) -> None:
+    missing = str(tmp_path / "gone.tar")
+    err = first_error(chute, [missing])
+    copy = pickle.loads(pickle.dumps(err))
+    assert type(copy) is type(err) and str(copy) == str(err)
+    assert (copy.errno, copy.strerror, copy.filename) == (err.errno, err.strerror, missing)
+    assert (copy.failure_scope, copy.url, copy.where) == ("read", missing, err.where)
+
+
+def passed_on(sample: Any) -> Any:
+    return sample
+
+
+def test_os_errors_cross_chute_worker_processes_with_their_number(tmp_path: Path) -> None:
+    missing = str(tmp_path / "gone.tar")
+    ds = chute.WebDataset([missing], shardshuffle=False).map(passed_on)  # Python work: workers
+    with pytest.raises(FileNotFoundError) as info:
+        list(chute.DataLoader(ds, batch_size=None, num_workers=1))
+    assert (info.value.errno, info.value.filename) == (errno.ENOENT, missing)
+    assert isinstance(info.value, chute.ReadError)
+
+
+def test_handlers_get_os_errors_with_their_number(good: str, tmp_path: Path) -> None:
+    loop = tmp_path / "loop.tar"
+    link_to_itself(loop)
+    seen: list[BaseException] = []
+
+    def keep_going(error: BaseException) -> bool:
+        seen.append(error)
+        return True
+
+    ds = chute.WebDataset([str(loop), good], shardshuffle=False, handler=keep_going)
+    assert len(list(ds)) == 10
+    (err,) = seen
+    assert (err.errno, err.filename) == (errno.ELOOP, str(loop))
+    # The indexed engine's skipped samples: the shard is replaced after it was indexed.
+    shard = tmp_path / "shard.tar"
+    shard.write_bytes(Path(good).read_bytes())
+    seen.clear()
+    indexed = chute.TarDataset(str(shard), handler=keep_going)
+    shard.unlink()
+    link_to_itself(shard)
+    assert list(chute.DataLoader(indexed, batch_size=5)) == []
+    assert len(seen) == 10
+    assert {(e.errno, e.filename) for e in seen} == {(errno.ELOOP, str(shard))}
+    assert sorted(e.sample_index for e in seen) == list(range(10))
 
 
 def test_a_truncated_archive_is_a_tarfile_read_error(good: str, tmp_path: Path) -> None:

@@ -13,15 +13,15 @@ C++ source that raised it is kept on ``err.where`` (for bug reports), not in
 the message. What a failure is about and where it lies come as data too,
 set by the engine where it raised the failure (`SCOPE_FIELDS`: its scope,
 url, member and sample key), and so does the sample an indexed engine
-skipped (`SAMPLE_FIELDS`): code routes and matches failures by these, never
-by the message's words.
+skipped (`SAMPLE_FIELDS`) and the OS error of a failed system call
+(`OS_FIELDS`): code routes and matches failures by these, never by the
+message's words.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
-import os
 import re
 import tarfile
 from collections.abc import Iterable, Iterator
@@ -48,6 +48,13 @@ SAMPLE_FIELDS = ("sample_index", "sample_source", "sample_offset")
 # member's full name, or a row's column) and ``sample_key``. `translate`
 # keeps them, and they survive pickling (worker processes).
 SCOPE_FIELDS = ("failure_scope", "url", "member", "sample_key")
+
+# The OS error a ReadError comes from, set by the engine where a system call
+# failed (None for other failures, such as a pipe command that exited with
+# a status): OSError's own ``errno``, ``strerror`` and ``filename`` (the
+# file the call was about; None where it was about none). `translate` picks
+# the class by ``errno`` and keeps them, and they survive pickling.
+OS_FIELDS = ("errno", "strerror", "filename")
 
 
 class SkippedSamples:
@@ -120,6 +127,15 @@ class _FromEngine(Exception):
         # (whose errno and filename are set).
         return str(self.args[0]) if self.args else ""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError pickles its errno, strerror and filename only when it was
+        # made from them; these were set afterwards, so they go with the
+        # attributes, which unpickling sets again.
+        state = dict(self.__dict__)
+        if isinstance(self, OSError):
+            state.update((field, getattr(self, field)) for field in OS_FIELDS)
+        return (type(self), self.args, state)
+
 
 class TarArchiveError(_FromEngine, DataError, tarfile.ReadError):
     """A shard that is not a valid tar archive, is cut short, or is a
@@ -144,6 +160,10 @@ class ShardIsADirectoryError(_FromEngine, ReadError, IsADirectoryError):
     """A shard path that names a directory."""
 
 
+class ShardNotADirectoryError(_FromEngine, ReadError, NotADirectoryError):
+    """A shard path through a file, as if it were a directory."""
+
+
 class ShardPermissionError(_FromEngine, ReadError, PermissionError):
     """A shard or file this process may not read."""
 
@@ -153,15 +173,17 @@ class EngineDataError(_FromEngine, DataError):
 
 
 class EngineReadError(_FromEngine, ReadError):
-    """Any other failure of the OS or of a pipe command."""
+    """Any other failure of the OS (``errno`` set: ``EIO``, ``EMFILE``, ...)
+    or of a pipe command (``errno`` None)."""
 
 
-_OS_ERRORS: list[tuple[int, type[_FromEngine]]] = [
-    (errno.ENOENT, ShardNotFoundError),
-    (errno.EISDIR, ShardIsADirectoryError),
-    (errno.EACCES, ShardPermissionError),
-    (errno.EPERM, ShardPermissionError),
-]
+_OS_ERRORS: dict[int | None, type[_FromEngine]] = {
+    errno.ENOENT: ShardNotFoundError,
+    errno.EISDIR: ShardIsADirectoryError,
+    errno.ENOTDIR: ShardNotADirectoryError,
+    errno.EACCES: ShardPermissionError,
+    errno.EPERM: ShardPermissionError,
+}
 
 
 def split_where(message: str) -> tuple[str, str | None]:
@@ -204,21 +226,9 @@ def translate(exc: BaseException) -> BaseException:
     url = getattr(exc, "url", None)
     new: _FromEngine
     if isinstance(exc, ReadError):
-        cls: type[_FromEngine] = EngineReadError
-        code = None
-        for number, candidate in _OS_ERRORS:
-            if message.endswith(": " + os.strerror(number)):
-                cls, code = candidate, number
-                break
-        new = cls(message)
-        if code is not None:
-            assert isinstance(new, OSError)
-            new.errno = code
-            new.strerror = os.strerror(code)
-            # The url the engine set; a failure outside a shard's read (an
-            # HDF5 or token file) names its file only in its message.
-            quoted = re.search(r"'([^']*)'", message) if url is None else None
-            new.filename = url if quoted is None else quoted.group(1)
+        new = _OS_ERRORS.get(exc.errno, EngineReadError)(message)
+        for field in OS_FIELDS:
+            setattr(new, field, getattr(exc, field))
     elif scope == "read":
         new = TarArchiveError(message)
     elif scope == "member":

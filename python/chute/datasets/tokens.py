@@ -23,6 +23,7 @@ import torch
 
 from chute import _core
 from chute._core import DataError
+from chute.common.errors import engine_errors
 from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.datasets.text_tokens import as_tokenizer, id_bound, recorded_id_range, tokenize_shards
 from chute.remote import RemoteOptions, get_session, is_remote_url
@@ -359,7 +360,9 @@ class TokenDataset(IndexedDataset):
                 raise ValueError(
                     f"{spec.url}: a raw token file has no header: give dtype (nanoGPT: 'uint16')"
                 )
-            f = _core.TokenFile(self._local(spec.url, held), spec.format, self.dtype or "", index)
+            local = self._local(spec.url, held)
+            with engine_errors():  # as chute.common.errors maps it: a missing .bin, say
+                f = _core.TokenFile(local, spec.format, self.dtype or "", index)
             if self.dtype is not None and f.dtype != self.dtype:
                 raise ValueError(f"{spec.url}: holds {f.dtype} tokens, dtype={self.dtype!r} given")
             files.append(f)
