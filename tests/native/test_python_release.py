@@ -4,16 +4,21 @@ never on an engine thread: engine threads never take the GIL. When a parse
 thread dropped a row group's buffers itself, it took the GIL to do so, so an
 engine deallocated without close() (its threads joined with the GIL held)
 waited forever for a thread that waited for the GIL. The scripts run in a
-subprocess, whose timeout bounds that hang."""
+subprocess, whose timeout bounds that hang; a scan of the sources checks that
+no native code takes the GIL."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import chute
+import pytest
+
+ROOT = Path(os.environ.get("CHUTE_SOURCE_ROOT") or Path(__file__).resolve().parents[2])
 
 # A BlockFeed of BLOCKS row groups of ROWS rows, served by one reader thread
 # with buffers that record the thread that releases them. A parse thread
@@ -98,7 +103,7 @@ def run_feed(body: str) -> None:
             [sys.executable, "-c", textwrap.dedent(script)],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=120,
         )
     except subprocess.TimeoutExpired as e:
         raise AssertionError("the engine's threads and the GIL wait for each other") from e
@@ -112,3 +117,18 @@ def test_row_group_buffers_are_released_on_python_threads() -> None:
 
 def test_engine_dropped_without_close_while_its_threads_hold_blocks_does_not_hang() -> None:
     run_feed(DROPPED_WITHOUT_CLOSE)
+
+
+def test_no_native_code_takes_the_gil() -> None:
+    sources = [p for p in (ROOT / "csrc").rglob("*") if p.suffix in {".h", ".cc"} and p.is_file()]
+    if not sources:
+        pytest.skip("the sources are not beside this installed package")
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in sources
+        if any(
+            call in p.read_text(encoding="utf-8")
+            for call in ("gil_scoped_acquire", "PyGILState_Ensure")
+        )
+    ]
+    assert not offenders, "drop Python objects through keep_python_alive (bindings/GIL.md)"
