@@ -1,12 +1,12 @@
 // Blocks of columns handed over from Python (Parquet row groups as pyarrow
-// holds them): shared by the indexed block source and the stream's block feed.
+// holds them): shared by the indexed block source and the stream's block feed,
+// which hold the Python objects through keep_python_alive (engine_face.h).
 #pragma once
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -16,17 +16,6 @@
 #include "pipeline/block_sample_source.h"
 
 namespace chute::bindings {
-
-// A Python object owning memory that native code points into. Dropped with
-// the GIL (the last reference may go on any thread).
-inline std::shared_ptr<void> keep_python_alive(pybind11::object obj) {
-  auto* held = new pybind11::object(std::move(obj));
-  return std::shared_ptr<void>(held, [](void* p) {
-    if (!Py_IsInitialized()) return;  // interpreter gone: leaking beats crashing
-    pybind11::gil_scoped_acquire gil;
-    delete static_cast<pybind11::object*>(p);
-  });
-}
 
 template <typename T>
 using BlockArray = pybind11::array_t<T, pybind11::array::c_style | pybind11::array::forcecast>;

@@ -63,7 +63,54 @@ bool left_running_at_exit() { return exiting.load() && !on_main_thread(); }
   for (;;) pause();
 }
 
+// A Python reference that native code holds (keep_python_alive); once a
+// thread without the GIL lets go of it, a node of dropped_references.
+struct PythonReference {
+  PyObject* object;
+  PythonReference* next = nullptr;
+};
+
+// The references let go of without the GIL, newest first. A lock-free stack:
+// a push (in a destructor, on an engine thread) neither blocks nor
+// allocates, and a child forked meanwhile inherits a usable list (a mutex
+// that another thread held at the fork would stay locked there; a push cut
+// short by the fork only leaks its reference in the child).
+std::atomic<PythonReference*> dropped_references{nullptr};
+
+void drop_reference(void* p) {
+  auto* reference = static_cast<PythonReference*>(p);
+  // A thread that holds the GIL drops it at once. Once the interpreter is
+  // gone, the queued reference is never dropped: leaking beats crashing.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    Py_DECREF(reference->object);
+    delete reference;
+    return;
+  }
+  reference->next = dropped_references.load(std::memory_order_relaxed);
+  while (!dropped_references.compare_exchange_weak(reference->next, reference,
+                                                   std::memory_order_release,
+                                                   std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
+
+std::shared_ptr<void> keep_python_alive(py::object obj) {
+  release_dropped_python_objects();  // the GIL is held here anyway
+  return std::shared_ptr<void>(new PythonReference{obj.release().ptr()}, drop_reference);
+}
+
+void release_dropped_python_objects() {
+  // Taken whole: a reference dropped here may run Python code (a __del__)
+  // that lets the GIL go, and another thread may empty the list meanwhile.
+  PythonReference* reference = dropped_references.exchange(nullptr, std::memory_order_acquire);
+  while (reference != nullptr) {
+    PythonReference* next = reference->next;
+    Py_DECREF(reference->object);
+    delete reference;
+    reference = next;
+  }
+}
 
 ReleasedGil::ReleasedGil() : state_(PyEval_SaveThread()) {}
 
@@ -102,8 +149,16 @@ void close_live_engines() {
 void register_exit(py::module_& m) {
   main_thread_ident =
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
-  m.def("_close_live_engines", &close_live_engines, py::call_guard<py::gil_scoped_release>(),
-        "Closes every engine of this process and joins its threads (run at exit).");
+  m.def(
+      "_close_live_engines",
+      [] {
+        {
+          py::gil_scoped_release release;
+          close_live_engines();
+        }
+        release_dropped_python_objects();
+      },
+      "Closes every engine of this process and joins its threads (run at exit).");
   py::module_::import("atexit").attr("register")(m.attr("_close_live_engines"));
 }
 
@@ -137,6 +192,7 @@ py::object wait_for_batch(const std::function<OrderedResults::Status(Batch*, dou
       // thread, stop it, rather than hand it a short epoch to act on.
       if (left_running_at_exit()) park_forever();
     }
+    release_dropped_python_objects();
     if (failure) std::rethrow_exception(failure);
     if (status != OrderedResults::Status::kTimeout) break;
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();

@@ -12,11 +12,13 @@
 // waiting on an engine then, or reaching one later, stops for good in the
 // wait, as Python stops daemon threads; an engine that one makes after
 // that is closed at once.
+// And how native code holds Python objects: keep_python_alive, below.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <functional>
+#include <memory>
 
 #include "pipeline/batch.h"
 #include "pipeline/engine_stats.h"
@@ -56,6 +58,20 @@ void close_live_engines();
 
 // Adds _close_live_engines to `m` and registers it with atexit.
 void register_exit(pybind11::module_& m);
+
+// A Python object owning memory that native code points into (a row
+// group's buffers), alive while the returned owner is. Its last owner may go
+// on an engine thread, which must never take the GIL: a thread holding it
+// may be waiting for that engine thread (an engine's dealloc joins its
+// threads with the GIL held). So a thread without the GIL only queues the
+// reference, and release_dropped_python_objects, which every binding that
+// holds the GIL and follows engine work calls (the engines' next() and
+// close(), their dealloc, putting a block, exit), drops the queued ones.
+std::shared_ptr<void> keep_python_alive(pybind11::object obj);
+
+// Drops the Python references that native code let go of without the GIL
+// (call with the GIL).
+void release_dropped_python_objects();
 
 // `next` is the engine's next(out, slice_seconds); called without the GIL.
 pybind11::object wait_for_batch(const std::function<OrderedResults::Status(Batch*, double)>& next,

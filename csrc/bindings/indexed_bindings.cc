@@ -210,8 +210,12 @@ void put_block(BlockSampleSource& source, size_t block, const std::vector<BlockC
   std::vector<BlockColumn> out =
       block_columns(columns, source.block_rows(block), "block " + std::to_string(block), held);
   std::shared_ptr<void> owner = keep_python_alive(std::move(held));
-  py::gil_scoped_release release;
-  source.put(block, std::move(out), std::move(owner));
+  {
+    py::gil_scoped_release release;
+    source.put(block, std::move(out), std::move(owner));
+  }
+  // The block it replaced, if no sample points into it any more.
+  release_dropped_python_objects();
 }
 
 py::tuple scan_tar_index_py(const std::string& path) {
@@ -402,7 +406,9 @@ void register_indexed(py::module_& m) {
       .def("put", &put_block, py::arg("block"), py::arg("columns"),
            "Block `block`'s columns, one (data buffer, int64 offsets, uint8 present or None) "
            "per extension; the buffers are used in place and kept alive.")
-      .def("drop", &BlockSampleSource::drop, py::arg("block"), py::call_guard<ReleasedGil>())
+      // With the GIL held: the block's buffers, unless a sample still points
+      // into them, are released here and now.
+      .def("drop", &BlockSampleSource::drop, py::arg("block"))
       .def_property_readonly("blocks_held", &BlockSampleSource::blocks_held)
       .def_property_readonly("bytes_read", &BlockSampleSource::bytes_read,
                              "Payload bytes handed to the decoders so far.");
@@ -503,6 +509,9 @@ void register_indexed(py::module_& m) {
               ReleasedGil released;
               engine.gather(idx.data(), static_cast<size_t>(idx.size()), &batch);
             }
+            // The samples it read may have held the last reference to a block
+            // that Python dropped meanwhile.
+            release_dropped_python_objects();
             py::list columns(batch.columns.size());
             for (size_t i = 0; i < batch.columns.size(); ++i) {
               columns[i] = column_to_python(batch.columns[i]);
@@ -512,13 +521,8 @@ void register_indexed(py::module_& m) {
           py::arg("indices"),
           "An engine without threads (num_threads 0): the columns of the batch of `indices`, "
           "made on this thread with the GIL released. Nothing may be outstanding.")
-      .def(
-          "close",
-          [](OwnedIndexedEngine& owned) {
-            if (owned.here()) owned.get().close();
-          },
-          py::call_guard<ReleasedGil>(),
-          "Stops the threads and drops what is queued; nothing in a forked copy.")
+      .def("close", &OwnedIndexedEngine::close,
+           "Stops the threads and drops what is queued; nothing in a forked copy.")
       .def("outstanding",
            [](const OwnedIndexedEngine& owned) {
              return owned.here() ? owned.get().outstanding() : int64_t{0};

@@ -7,11 +7,14 @@
 // is the fork's copy, gone with the process), close() does nothing, its
 // figures read as zeros and using it raises a usage error. In the process
 // that made it, the engine is tracked until destroyed, so that interpreter
-// exit closes it (engine_face.h, close_live_engines).
+// exit closes it (engine_face.h, close_live_engines). Closing or destroying
+// it (with the GIL) then drops the Python objects its threads let go of
+// (engine_face.h, keep_python_alive).
 #pragma once
 
 #include <unistd.h>
 
+#include <exception>
 #include <memory>
 #include <utility>
 
@@ -30,10 +33,32 @@ class ProcessOwned {
   ProcessOwned& operator=(const ProcessOwned&) = delete;
   ~ProcessOwned() {
     untrack_engine(this);
-    if (!here()) (void)engine_.release();
+    if (here()) {
+      engine_.reset();
+    } else {
+      (void)engine_.release();
+    }
+    release_dropped_python_objects();
   }
 
   bool here() const { return getpid() == owner_; }
+
+  // Stops the threads (with the GIL released: they may be waiting for a
+  // Python thread that needs it); nothing in a forked copy.
+  void close() {
+    if (!here()) return;
+    std::exception_ptr failure;  // rethrown once the GIL is back (ReleasedGil)
+    {
+      ReleasedGil released;
+      try {
+        engine_->close();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    release_dropped_python_objects();
+    if (failure) std::rethrow_exception(failure);
+  }
 
   Engine& get() {
     CHUTE_CHECK(here(), kUsage,

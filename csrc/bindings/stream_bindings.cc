@@ -126,8 +126,12 @@ void register_stream(py::module_& m) {
             std::vector<BlockColumn> out = block_columns(
                 columns, feed.block_rows(block), "block " + std::to_string(block), held);
             std::shared_ptr<void> owner = keep_python_alive(std::move(held));
-            py::gil_scoped_release release;
-            feed.put(ticket, std::move(out), std::move(owner));
+            {
+              py::gil_scoped_release release;
+              feed.put(ticket, std::move(out), std::move(owner));
+            }
+            // A ticket whose source is gone dropped the block's owner.
+            release_dropped_python_objects();
           },
           py::arg("ticket"), py::arg("block"), py::arg("columns"),
           "Request `ticket`'s block (`block`): one (data buffer, int64 offsets, uint8 present or "
@@ -231,13 +235,8 @@ void register_stream(py::module_& m) {
           "Next batch; None at the end of the epoch. Raises TimeoutError when `timeout` "
           "seconds (0: wait forever) pass first, and the error of a failed batch at its "
           "position.")
-      .def(
-          "close",
-          [](OwnedStreamEngine& owned) {
-            if (owned.here()) owned.get().close();
-          },
-          py::call_guard<ReleasedGil>(),
-          "Stops the threads and drops what is queued; nothing in a forked copy.")
+      .def("close", &OwnedStreamEngine::close,
+           "Stops the threads and drops what is queued; nothing in a forked copy.")
       .def("stats", [](const OwnedStreamEngine& owned) { return stats_dict(owned.stats()); })
       .def(
           "batches_formed",
