@@ -22,6 +22,7 @@ which=${1:-all}
 shift || true
 python=${PYTHON:-python}
 tests=(tests/native/test_tar_reader.py tests/native/test_transforms.py
+       tests/native/test_bindings_gil.py tests/native/test_python_release.py tests/common/test_errors.py
        tests/native/test_compressed.py tests/native/test_sigbus.py tests/native/test_tar_names.py
        tests/common/test_limits.py
        tests/decoding/test_decode.py tests/decoding/test_train_transforms.py

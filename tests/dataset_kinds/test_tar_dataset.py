@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch.utils.data
 import webdataset
+from chute.common.errors import MemberDecodeError
 from chute.sources import tarindex
 from chute.wds import ignore_and_continue, warn_and_continue
 from conftest import jpeg_bytes, npy_bytes, png_bytes, write_shards
@@ -595,6 +596,12 @@ def test_corrupt_jpeg_skipped(broken: list[str], handler: Any) -> None:
             assert len(ds.__getitems__(range(12))) == 11
     else:
         assert len(ds.__getitems__(range(12))) == 11
+    # One sample asked for and skipped: nothing to return, so its error is
+    # raised, translated as the loader raises it (class, place, no source line).
+    with pytest.raises(MemberDecodeError) as info:
+        ds[4]
+    assert (info.value.url, info.value.key, info.value.k) == (broken[0], "s00004", "jpg")
+    assert info.value.failure_scope == "member" and "[" not in str(info.value)
 
 
 def test_missing_field_is_a_data_error(shards: list[str]) -> None:

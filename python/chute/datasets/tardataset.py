@@ -36,7 +36,7 @@ import torch
 import torch.utils.data
 
 from chute import _core
-from chute.common.errors import SkippedSamples, engine_errors
+from chute.common.errors import SkippedSamples, engine_errors, translate
 from chute.common.handlers import (
     Handler,
     SkippedSampleWarning,
@@ -236,7 +236,7 @@ class TarDataset(IndexedDataset):
         native = self._read_native(idx)
         rows = self._rows(native.batch)
         if not rows:  # skipped by the handler: a single sample has nothing else to give
-            raise native.skipped[0] if native.skipped else IndexError(int(idx[0]))
+            raise translate(native.skipped[0]) if native.skipped else IndexError(int(idx[0]))
         return rows[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
