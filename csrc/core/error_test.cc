@@ -21,6 +21,20 @@ void fail_with_value(int value) {
   CHUTE_CHECK(value == 0, kData, "value " << value << " in shard 'a.tar' at offset " << 512);
 }
 
+// `error` thrown on another thread and caught there as an exception_ptr, as
+// engines hand their errors to next().
+std::exception_ptr thrown_on_another_thread(const Error& error) {
+  std::exception_ptr held;
+  std::thread([&] {
+    try {
+      throw error;
+    } catch (...) {
+      held = std::current_exception();
+    }
+  }).join();
+  return held;
+}
+
 TEST(Error, CheckThrowsKindMessageAndWhereItWasRaised) {
   try {
     fail_with_value(7);
@@ -94,14 +108,7 @@ TEST(Error, ScopeAndPlaceTravelWithTheErrorNotInItsWords) {
   EXPECT_STREQ(prefixed.file(), "jpeg.cc");
   // Copied into an exception_ptr and rethrown on another thread (as engines
   // hand their errors to next()): nothing is lost.
-  std::exception_ptr held;
-  std::thread([&] {
-    try {
-      throw prefixed;
-    } catch (...) {
-      held = std::current_exception();
-    }
-  }).join();
+  std::exception_ptr held = thrown_on_another_thread(prefixed);
   try {
     std::rethrow_exception(held);
   } catch (const Error& again) {
@@ -167,14 +174,7 @@ TEST(Error, OsFailureSurvivesPrefixScopeAndRethrowOnAnotherThread) {
   ASSERT_TRUE(raised);
   const Error outer =
       raised->with_prefix("shard 3: ").scoped(ErrorScope::kRead, {"s3://b/a.tar", "", ""});
-  std::exception_ptr held;
-  std::thread([&] {
-    try {
-      throw outer;
-    } catch (...) {
-      held = std::current_exception();
-    }
-  }).join();
+  std::exception_ptr held = thrown_on_another_thread(outer);
   try {
     std::rethrow_exception(held);
   } catch (const Error& again) {

@@ -682,39 +682,31 @@ def failing_init(worker: int) -> None:
     raise ValueError(f"no device for worker {worker}")
 
 
-def test_a_worker_init_fn_error_reaches_the_loader_as_itself(images: list[str]) -> None:
+@pytest.mark.parametrize("workers_gone_first", [False, True])
+def test_a_worker_init_fn_error_reaches_the_loader_as_itself(
+    images: list[str], monkeypatch: pytest.MonkeyPatch, workers_gone_first: bool
+) -> None:
+    """Also when the first task is sent after the workers that could not
+    start reported why and exited: it meets a closed socket, and the loader
+    raises the reported error, not 'exited unexpectedly'."""
+    if workers_gone_first:
+        from chute.workers.pool import WorkerPool
+
+        new_task = WorkerPool.new_task
+
+        def after_the_workers_exited(self: WorkerPool, *args: Any) -> int:
+            for process in self.processes:
+                process.join(60)
+                assert process.exitcode == 0
+            return new_task(self, *args)
+
+        monkeypatch.setattr(WorkerPool, "new_task", after_the_workers_exited)
     ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls").map(str)
     loader = chute.DataLoader(ds, batch_size=None, num_workers=2, worker_init_fn=failing_init)
     with pytest.raises(ValueError, match=r"no device for worker \d") as info:
         next(iter(loader))
     assert re.search(
         r"chute DataLoader worker \d \(pid \d+\) while starting", "\n".join(info.value.__notes__)
-    )
-
-
-def test_a_worker_init_fn_error_is_raised_when_the_first_task_finds_the_worker_gone(
-    images: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker that could not start reports why and exits; a first task
-    sent after it went meets a closed socket, and the loader raises the
-    reported error, not 'exited unexpectedly'."""
-    from chute.workers.pool import WorkerPool
-
-    new_task = WorkerPool.new_task
-
-    def after_the_workers_exited(self: WorkerPool, *args: Any) -> int:
-        for process in self.processes:
-            process.join(60)
-            assert process.exitcode == 0
-        return new_task(self, *args)
-
-    monkeypatch.setattr(WorkerPool, "new_task", after_the_workers_exited)
-    ds = chute.WebDataset(images, shardshuffle=False).to_tuple("__key__", "cls").map(str)
-    loader = chute.DataLoader(ds, batch_size=None, num_workers=2, worker_init_fn=failing_init)
-    with pytest.raises(ValueError, match=r"no device for worker 0") as info:
-        next(iter(loader))
-    assert re.search(
-        r"chute DataLoader worker 0 \(pid \d+\) while starting", "\n".join(info.value.__notes__)
     )
     assert loader._pool is None  # the workers were ended
 
