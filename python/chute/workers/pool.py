@@ -183,10 +183,7 @@ class WorkerPool:
                 message, fds = channel.recv()
             except (EOFError, ConnectionError) as exc:
                 raise self._ended(worker) from exc
-            if message[0] == "failed":  # the worker could not start
-                self.broken = True
-                failure: Failure = message[2]
-                failure.reraise()
+            self._raise_if_failed(message)
             packed = _packed_items(message)
             if packed is not None:
                 self.arenas[worker].admit(packed, fds)
@@ -211,10 +208,15 @@ class WorkerPool:
                 return
             for fd in fds:
                 os.close(fd)
-            if message[0] == "failed":
-                self.broken = True
-                failure: Failure = message[2]
-                failure.reraise()
+            self._raise_if_failed(message)
+
+    def _raise_if_failed(self, message: tuple[Any, ...]) -> None:
+        """Raises the failure in `message` when it says its worker could not
+        start (the pool is then broken)."""
+        if message[0] == "failed":
+            self.broken = True
+            failure: Failure = message[2]
+            failure.reraise()
 
     def _ended(self, worker: int) -> RuntimeError:
         """The error of a worker that died or closed its connection."""
