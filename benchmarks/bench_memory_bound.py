@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data" / "memory_bound"
 MiB = 1 << 20
 
-# The engine's constants that the formula uses (csrc/pipeline/stream_engine.cc,
+# The engine's constants that the formula uses (csrc/engine/stream_engine.cc,
 # stream_plan.h, memory/byte_buffer_pool.h, python/chute/stream/native.py).
 CHUNK_BYTES = 4 * MiB
 MAX_INFLIGHT_BYTES = 1 << 30

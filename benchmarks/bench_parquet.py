@@ -36,7 +36,7 @@ RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
     (row groups / tar shards) shuffled per epoch, a buffer of 256 samples,
     ``.decode("torchrgb8", ...)``, ``.to_tuple``, ``.batched(128)`` on
     ``chute.DataLoader(batch_size=None, num_workers=cores)``:
-    ``chute.wds.ParquetStream(files, ["image", "label"])`` against
+    ``chute.ParquetStream(files, ["image", "label"])`` against
     ``chute.wds.WebDataset`` over the tar shards.
   Each runs two epochs in its own process; the second is timed.
 (b) The chute Parquet runs (ParquetDataset, then ParquetStream) over
@@ -54,6 +54,19 @@ RandomHorizontalFlip + ToTensor + Normalize(ImageNet), an exact shuffle:
     object for every ranged GET, so its cost per request grows with the
     file, not with the range.
 
+(arrow) The same images saved by ``datasets`` (``Dataset.save_to_disk``, 4
+    shards of Arrow IPC stream files), read as they lie:
+  - the train job of (a): ``ArrowDataset(dir, ["image", "label"],
+    decode="torchrgb8", ...)`` on ``chute.DataLoader`` against
+    ``datasets.load_from_disk(dir).with_transform(...)`` (Pillow) and
+    torch's DataLoader, the best of num_workers 0, 1, 2;
+  - the images decoded, nothing else: ``ArrowDataset(dir, ["image",
+    "label"], decode="torchrgb8")`` (uint8 CHW) against datasets' own
+    ``load_from_disk(dir).with_format("torch")`` (uint8 HWC tensors, Pillow
+    decoding) and torch's DataLoader, the best of num_workers 0, 1, 2;
+  both shuffled, two epochs in a process of their own, the second timed;
+  and ParquetDataset's train job over the Parquet files the rows came from.
+
 Targets (issue 23): (a) Parquet >= 0.95x tar and >= 3x the best of
 datasets, LitData and Ray Data;
 (b) >= 90% of local.
@@ -64,6 +77,7 @@ datasets, LitData and Ray Data;
     python benchmarks/bench_parquet.py --part b   # part (b) alone
     python benchmarks/bench_parquet.py --part b --images 4000 --rounds 3
     python benchmarks/bench_parquet.py --part streams  # the two stream rows alone
+    python benchmarks/bench_parquet.py --part arrow    # save_to_disk directories
 """
 
 from __future__ import annotations
@@ -120,6 +134,19 @@ def parquet_files(tar_shards: list[str], n: int) -> list[str]:
         paths.append(str(path))
     marker.write_text(json.dumps(paths))
     return paths
+
+
+def saved_directory(files: list[str], n: int) -> str:
+    """The Parquet files' rows saved by ``datasets``' own ``save_to_disk``
+    (written once): what ``load_from_disk`` and ArrowDataset read."""
+    import datasets
+
+    directory = DATA / f"arrow-{n}"
+    if not (directory / "state.json").exists():
+        datasets.disable_progress_bars()
+        rows = datasets.Dataset.from_parquet(files, cache_dir=str(DATA / "hf-cache"))
+        rows.save_to_disk(str(directory), num_shards=FILES)
+    return str(directory)
 
 
 # ---------------------------------------------------------------- one configuration (subprocess)
@@ -220,10 +247,32 @@ def worker(config: dict[str, Any]) -> None:
     }
     generator = torch.Generator().manual_seed(0)
     loader: Any
-    if kind == "parquet":
+    job = config.get("job", "train")
+    if kind == "arrow":
         import chute
 
-        ds: Any = chute.ParquetDataset(
+        ds: Any = chute.ArrowDataset(
+            config["urls"],
+            ["image", "label"],
+            decode="torchrgb8",
+            **(opts if job == "train" else {}),
+        )
+        loader = chute.DataLoader(
+            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
+        )
+    elif kind == "hf-arrow":
+        import datasets
+
+        datasets.disable_progress_bars()
+        saved = datasets.load_from_disk(config["urls"])
+        ds = saved.with_transform(_hf_transform) if job == "train" else saved.with_format("torch")
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=generator
+        )
+    elif kind == "parquet":
+        import chute
+
+        ds = chute.ParquetDataset(
             config["urls"],
             ["image", "label"],
             decode="torchrgb8",
@@ -237,7 +286,7 @@ def worker(config: dict[str, Any]) -> None:
         import chute
 
         if kind == "parquet-stream":
-            stream: Any = chute.wds.ParquetStream(
+            stream: Any = chute.ParquetStream(
                 config["urls"],
                 ["image", "label"],
                 shardshuffle=True,
@@ -287,7 +336,12 @@ def worker(config: dict[str, Any]) -> None:
             images = batch["image"] if isinstance(batch, dict) else batch[0]
             if first is None:
                 first = time.perf_counter() - start
-                assert images.dtype == torch.float16 and tuple(images.shape[1:]) == (3, 224, 224)
+                if job == "train":
+                    assert images.dtype == torch.float16
+                    assert tuple(images.shape[1:]) == (3, 224, 224)
+                else:
+                    assert images.dtype == torch.uint8
+                    assert images.shape[1] == 3 or images.shape[-1] == 3  # CHW or HWC
             samples += len(images)
         epochs.append(
             {
@@ -325,8 +379,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--part",
-        choices=("a", "streams", "b"),
-        help="run part (a), its stream rows or part (b) only (default: all)",
+        choices=("a", "streams", "b", "arrow"),
+        help="run part (a), its stream rows, part (b) or the Arrow part only (default: all)",
     )
     parser.add_argument(
         "--rounds",
@@ -438,6 +492,37 @@ def main() -> None:
         )
     if args.part in (None, "b"):
         summary.update(part_b(script, files, cores, measure, args.rounds))
+    if args.part in (None, "arrow"):
+        saved = saved_directory(files, n)
+        for job, what in (("train", "train job"), ("decode", "images decoded")):
+            ours = measure(
+                f"chute, ArrowDataset (save_to_disk), {what}",
+                {"kind": "arrow", "urls": saved, "workers": cores, "job": job},
+                1,
+            )
+            peer = "with_transform (Pillow)" if job == "train" else 'with_format("torch")'
+            theirs = [
+                measure(
+                    f"datasets load_from_disk + {peer} + torch DataLoader, {what}",
+                    {"kind": "hf-arrow", "urls": saved, "workers": w, "job": job},
+                    1,
+                )
+                for w in (0, 1, 2)
+            ]
+            best = max(theirs, key=lambda r: r["samples_per_s"])
+            summary[f"arrow_over_best_datasets_{job}"] = (
+                ours["samples_per_s"] / best["samples_per_s"]
+            )
+            summary[f"best_datasets_workers_arrow_{job}"] = best["workers"]
+            if job == "train":
+                parquet = measure(
+                    "chute, ParquetDataset (the same rows), train job",
+                    {"kind": "parquet", "urls": files, "workers": cores},
+                    1,
+                )
+                summary["arrow_over_parquet_train"] = (
+                    ours["samples_per_s"] / parquet["samples_per_s"]
+                )
     summary["targets"] = {
         "parquet_over_tar": 0.95,
         "parquet_stream_over_tar_stream": 0.95,

@@ -1,7 +1,8 @@
 # Fails when a file of csrc/ includes a header from a folder its own folder
 # may not depend on (the table is in CMakeLists.txt, passed in RULES), when
 # a file outside bindings/ includes pybind11 or Python, or when a source or
-# header is in no library's list (it would escape this check). Unit tests
+# header is in no library's folders (CHUTE_FOLDERS_* in CMakeLists.txt: it
+# would escape this check and the build). Unit tests
 # (*_test.cc) and their helper headers (*testing.h) belong to the test build.
 #   cmake -DRULES=<rules file> -DROOT=<source dir> -DSTAMP=<stamp> -P check_layers.cmake
 include(${RULES})
@@ -43,7 +44,7 @@ file(GLOB_RECURSE _present RELATIVE ${ROOT} ${ROOT}/csrc/*.h ${ROOT}/csrc/*.cc)
 foreach(file IN LISTS _present)
   list(FIND CHUTE_LAYER_FILES ${file} found)
   if(found EQUAL -1 AND NOT file MATCHES "(_test\\.cc|testing\\.h)$")
-    string(APPEND _problems "\n  ${file}: in no library's source list")
+    string(APPEND _problems "\n  ${file}: in no library's folders")
   endif()
 endforeach()
 

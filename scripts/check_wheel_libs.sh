@@ -2,8 +2,9 @@
 # Usage: scripts/check_wheel_libs.sh PYTHON
 #
 # Checks that the chute installed for PYTHON (a repaired wheel's) loads its
-# codecs from the copies the wheel carries: every library in chute.libs/ is
-# what the extension resolves, nothing is "not found"; then, where this shell
+# codecs from the copies the wheel carries: each library that
+# native-dependencies.txt marks bundled is in chute.libs/, every library there
+# is what the extension resolves, nothing is "not found"; then, where this shell
 # may make a mount namespace (root and `unshare -m`), it hides the system's
 # copies of those libraries from one process tree (/dev/null mounted over
 # each) and runs scripts/wheel_smoke.py there, which decodes JPEG, PNG and WebP
@@ -18,6 +19,15 @@ if [ ! -d "$libs" ]; then
   echo "no chute.libs/ beside $pkg: not a repaired wheel" >&2
   exit 1
 fi
+# Every library native-dependencies.txt says the wheel bundles is there
+# (auditwheel names a copy <lib>-<8 hex digits>.so.<version>).
+for soname in $("$py" "$root/scripts/native_deps.py" soname wheel=bundled); do
+  if ! compgen -G "$libs/${soname%%.so*}-*.so*" >/dev/null; then
+    ls "$libs" >&2
+    echo "the wheel does not carry $soname (native-dependencies.txt: bundled)" >&2
+    exit 1
+  fi
+done
 deps=$(ldd "$core")
 if grep -q "not found" <<<"$deps"; then
   echo "$deps" >&2

@@ -71,6 +71,9 @@ step() {
 # compiles TEXT: whether the C++ compiler finds what the text includes.
 compiles() { printf '%b\n' "$1" | "$cxx" -fsyntax-only -x c++ - >/dev/null 2>&1; }
 
+# native_deps COLUMN [KEY=VALUE ...]: native-dependencies.txt's values.
+native_deps() { "$python" "$root/scripts/native_deps.py" "$@"; }
+
 unpack_debs() {
   [[ -d $sysroot ]] && return 0
   local deb
@@ -104,10 +107,13 @@ EOF
     target=$(readlink "$link")
     if [[ $target == /* ]]; then ln -sfn "$sysroot$target" "$link"; fi
   done < <(find "$sysroot" -type l -print0)
-  # The runtime libraries alone, not zlib: the process's own libz.so.1 stays.
+  # The runtime libraries alone, not zlib (native-dependencies.txt's rows
+  # the wheel bundles): the process's own libz.so.1 stays.
   mkdir -p "$sysroot/runtime"
-  cp -a "$sysroot"/usr/lib/$multiarch/libjpeg.so.62* "$sysroot"/usr/lib/$multiarch/libpng16.so.16* \
-    "$sysroot"/usr/lib/$multiarch/libwebp.so.7* "$sysroot/runtime/"
+  local soname
+  for soname in $(native_deps soname device=carry wheel=bundled); do
+    cp -a "$sysroot/usr/lib/$multiarch/$soname"* "$sysroot/runtime/"
+  done
   echo "unpacked the carried packages into $sysroot"
 }
 
@@ -150,18 +156,18 @@ need_sysroot=0
 if [[ -n $cxx ]]; then
   export CXX=$cxx
   have_compiler=1
-  for header in '#include <stdio.h>\n#include <jpeglib.h>' '#include <png.h>' '#include <zlib.h>' \
-    '#include <webp/decode.h>'; do
-    name=${header##*<}
-    if compiles "$header"; then
-      echo "found: ${name%>}"
+  # The carried libraries' headers (jpeglib.h wants stdio.h before it).
+  for header in $(native_deps probe device=carry); do
+    if compiles "#include <stdio.h>\n#include <$header>"; then
+      echo "found: $header"
     else
-      echo "missing: ${name%>}"
+      echo "missing: $header"
       need_sysroot=1
     fi
   done
 fi
-ldconfig -p 2>/dev/null | grep -E 'libjpeg\.so|libpng16\.so|libwebp\.so|libz\.so' || true
+sonames=$(native_deps soname device=carry | sed 's/\./\\./g' | paste -sd '|')
+ldconfig -p 2>/dev/null | grep -E "$sonames" || true
 if [[ $force == *codecs* ]]; then need_sysroot=1; fi
 if ((need_sysroot)); then
   unpack_debs || note "unpacking the carried packages failed"
@@ -227,7 +233,7 @@ if "$python" -c 'import chute._core as c; print("chute._core:", c.__file__)'; th
 else
   note "extension: ${built:-none} (does NOT import)"
 fi
-ldd python/chute/_core*.so 2>/dev/null | grep -E 'jpeg|png|webp|libz' || true
+ldd python/chute/_core*.so 2>/dev/null | grep -E "$sonames" || true
 
 echo "== CUDA tests"
 step pytest 150 "$python" -m pytest -q -p no:cacheprovider -rA \
@@ -239,11 +245,21 @@ wait "$data_pid" || data_rc=$?
 cat "$work/device-data.log"
 note "shards: $( ((data_rc == 0)) && echo ok || echo "FAILED rc=$data_rc")"
 
-deadline=$(($(left) - 60))
+deadline=$(($(left) - 180))  # bench_auto runs after it
 # shellcheck disable=SC2086
 step bench_device 400 "$python" benchmarks/bench_device.py --deadline "$deadline" ${BENCH_ARGS:-}
 if [[ -f benchmarks/results/device.json ]]; then
   cp benchmarks/results/device.json "$OUT/device.json"
+fi
+
+echo "== num_workers=\"auto\" against the best fixed count, on this machine's cores"
+if (($(left) > 150)); then
+  step bench_auto 120 "$python" benchmarks/bench_auto.py --quick --rounds 2 --name auto-device
+  if [[ -f benchmarks/results/auto-device.json ]]; then
+    cp benchmarks/results/auto-device.json "$OUT/auto-device.json"
+  fi
+else
+  note "bench_auto: skipped, $(left) s left"
 fi
 note "total: $((SECONDS - start)) s of the ${budget} s budget"
 echo "== summary"

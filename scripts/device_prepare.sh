@@ -4,7 +4,8 @@
 # device machine, which has no network:
 #   .device/debs/      Debian packages of libjpeg-turbo, libpng, libwebp and zlib (the
 #                      headers and libraries the extension builds and runs
-#                      against), unpacked there only if its image lacks them;
+#                      against: native-dependencies.txt's `carry` rows),
+#                      unpacked there only if its image lacks them;
 #   .device/wheels/    webdataset and braceexpand (pure-Python wheels; numpy
 #                      and pyyaml, webdataset's other needs, are in the image);
 #   .device/python-include/  CPython 3.12's headers, for an image whose
@@ -32,12 +33,12 @@ done
 rm -rf "$dest"
 mkdir -p "$dest/debs" "$dest/wheels"
 
-# libpng-dev needs zlib1g-dev; the -dev packages' linker names point into the
-# runtime packages, so those come too (of libwebp-dev's, only libwebp's: chute
-# links neither libwebpmux nor libwebpdemux). libc6(-dev) is on any machine
-# with a compiler.
-packages=(libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16 libwebp-dev libwebp7
-  zlib1g-dev zlib1g)
+# The rows of native-dependencies.txt marked `carry`: their -dev packages
+# and, since the -dev packages' linker names point into them, their runtime
+# packages (of libwebp-dev's, only libwebp's: chute links neither libwebpmux
+# nor libwebpdemux). libc6(-dev) is on any machine with a compiler.
+mapfile -t packages < <("$python" scripts/native_deps.py debian device=carry
+  "$python" scripts/native_deps.py runtime device=carry)
 echo "== apt-cache depends (Depends only)"
 apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
   --no-replaces --no-enhances "${packages[@]}"

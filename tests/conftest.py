@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, Phase
+from hypothesis import settings as hypothesis_settings
 from remote_servers import moto_s3, object_server  # noqa: F401  (fixtures)
 
 # chute_testing holds the test-only entry points, in a module that the wheel
@@ -30,6 +32,28 @@ except ImportError as exc:
     ) from exc
 
 os.environ.setdefault("WDS_SEED", "0")  # webdataset's own seed, for reproducible references
+
+# Hypothesis profiles (tests/conformance/): "ci", the default, runs a fixed,
+# derandomized set of examples per invariant and kind, sized for the whole
+# suite to take a few minutes on two cores; "long" (--hypothesis-profile=long)
+# draws many more afresh each run, for hunting locally.
+_SLOW_DATA = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+hypothesis_settings.register_profile(
+    "ci",
+    max_examples=int(os.environ.get("CHUTE_CONFORMANCE_EXAMPLES", "4")),
+    derandomize=True,
+    database=None,
+    deadline=None,
+    # A failure is reported as found, not shrunk: shrinking runs loaders by
+    # the hundred (the long profile shrinks).
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=_SLOW_DATA,
+    print_blob=True,
+)
+hypothesis_settings.register_profile(
+    "long", max_examples=150, deadline=None, suppress_health_check=_SLOW_DATA, print_blob=True
+)
+hypothesis_settings.load_profile("ci")
 
 # Under AddressSanitizer (scripts/sanitize.sh), a process forked while
 # another of its threads is inside malloc can hang for good: GCC's libasan
@@ -107,6 +131,17 @@ if os.environ.get("CHUTE_SANITIZER") == "address":
                 "(GCC's libasan takes no lock around fork); killed after "
                 f"{SANITIZER_FORK_WATCH_S:.0f} s",
             )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def forkserver_started_with_a_clean_environment() -> None:
+    """multiprocessing's forkserver is one process per session, and every
+    worker it forks inherits the environment it was started with: started
+    first by a test that simulates ranks (RANK/WORLD_SIZE set), it would
+    make later tests' forkserver workers see several ranks."""
+    import multiprocessing.forkserver
+
+    multiprocessing.forkserver.ensure_running()
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -268,3 +303,23 @@ def fmri_shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
             }
         )
     return write_shards(tmp_path_factory.mktemp("fmri"), samples, per_shard=30)
+
+
+FRAMEWORK_SAMPLES = 1000
+
+
+@pytest.fixture(scope="session")
+def framework_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What tests/frameworks/ train on: 1,000 samples with an id as x.npy
+    and id.npy, and as 10 tar shards of 100 (members x.npy and id.cls)."""
+    import webdataset
+
+    data = tmp_path_factory.mktemp("framework-data")
+    x = np.random.default_rng(0).standard_normal((FRAMEWORK_SAMPLES, 4)).astype(np.float32)
+    np.save(data / "x.npy", x)
+    np.save(data / "id.npy", np.arange(FRAMEWORK_SAMPLES, dtype=np.int64))
+    for shard in range(10):
+        with webdataset.TarWriter(str(data / f"shard-{shard:06d}.tar")) as sink:
+            for i in range(shard * 100, (shard + 1) * 100):
+                sink.write({"__key__": f"s{i:06d}", "x.npy": x[i], "id.cls": i})
+    return data

@@ -1,15 +1,21 @@
 """Checks several test folders share: webdataset outputs compared exactly,
-ranks of a distributed run simulated in turn in one process, and what the
-tar fault tests build and assert."""
+ranks of a distributed run simulated in turn in one process, what the
+tar fault tests build and assert, and streaming's modules (MDS writer and
+reader) imported."""
 
 from __future__ import annotations
 
 import collections
+import importlib
+import importlib.machinery
+import importlib.util
 import itertools
 import os
 import re
 import struct
+import sys
 import tarfile
+import types
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +74,49 @@ def run_ranks(
         delivered.append([ids(b) for b in (itertools.islice(it, batches) if batches else it)])
         states.append(loader.state_dict())
     return delivered, states
+
+
+def assert_resume_mid_epoch_is_exact(
+    make: Callable[[], Any], fields: list[str], head_batches: int = 3
+) -> dict[str, Any]:
+    """Epoch 1 of a fresh loader from `make()`, stopped after `head_batches`
+    and resumed from its state in another fresh loader, gives the batches of
+    the whole epoch read at once, each of `fields` equal; returns the state."""
+    whole = make()
+    whole.set_epoch(1)
+    expected = list(whole)
+    first = make()
+    first.set_epoch(1)
+    it = iter(first)
+    head = [next(it) for _ in range(head_batches)]
+    state: dict[str, Any] = first.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    for a, b in zip(head + list(resumed), expected, strict=True):
+        for field in fields:
+            assert_same(a[field], b[field], field)
+    return state
+
+
+def batch_ids(batch: Any) -> list[Any]:
+    """A batch's ``"id"`` column, as the ids `run_ranks` collects."""
+    ids: list[Any] = batch["id"].tolist()
+    return ids
+
+
+def remote_test_options(range_bytes: int, /, **overrides: Any) -> Any:
+    """``RemoteOptions`` for reads from the tests' local object servers:
+    ranged reads of `range_bytes`, retries that back off briefly, then
+    `overrides`."""
+    from chute.remote import RemoteOptions
+
+    settings: dict[str, Any] = {
+        "range_bytes": range_bytes,
+        "backoff_s": 0.01,
+        "max_backoff_s": 0.05,
+        **overrides,
+    }
+    return RemoteOptions(**settings)
 
 
 def counts(*parts: list[list[list[Any]]]) -> collections.Counter[Any]:
@@ -147,3 +196,48 @@ class CollectingHandler:
 def refusing_handler(error: BaseException) -> bool:
     """A handler no error may reach: one routed to it fails the test."""
     raise AssertionError(f"the wrong handler got {type(error).__name__}: {error}")
+
+
+def streaming_module(name: str) -> Any:
+    """A module of streaming (streaming-community), imported without running
+    the package's ``__init__``, which imports torchvision for its vision
+    datasets (neither its writer nor its reader uses it)."""
+    for needed in ("brotli", "snappy", "zstd", "xxhash", "catalogue"):
+        pytest.importorskip(needed)
+    if not getattr(sys.modules.get("streaming"), "_chute_stub", False):
+        spec = importlib.util.find_spec("streaming")
+        if spec is None or spec.origin is None:
+            pytest.skip("streaming (streaming-community) is not installed")
+        root = os.path.dirname(spec.origin)
+        for package, path in (("streaming", root), ("streaming.base", os.path.join(root, "base"))):
+            stub = types.ModuleType(package)
+            stub.__path__ = [path]
+            stub.__spec__ = importlib.machinery.ModuleSpec(package, None, is_package=True)
+            stub._chute_stub = True  # type: ignore[attr-defined]
+            sys.modules[package] = stub
+    return importlib.import_module(name)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child interpreter that imports the same chute
+    as this one (the dev tree or the installed wheel)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
+
+
+def run_json_probe(script: str, *args: str, timeout: float = 300) -> Any:
+    """Runs `script` in a fresh interpreter (`child_env`) with `args` and
+    returns the JSON its last line of output holds; a failing script fails
+    the test with its output."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -93,4 +93,6 @@ void register_batch(py::module_& m) {
       });
 }
 
+const BindingsFile kBatchBindings{"_core", "batch", {}, register_batch};
+
 }  // namespace chute::bindings

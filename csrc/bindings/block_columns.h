@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "pipeline/block_sample_source.h"
+#include "sources/block_sample_source.h"
 
 namespace chute::bindings {
 

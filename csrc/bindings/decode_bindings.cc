@@ -106,6 +106,16 @@ double decode_loop_py(const py::list& images, double seconds, const std::string&
 }  // namespace
 
 void register_decode(py::module_& m) {
+  py::class_<ImageFormat>(m, "ImageFormat",
+                          "An image format the engine decodes (csrc/decode/image_decoder.cc).")
+      .def_readonly("name", &ImageFormat::name, "As probe_image names it: 'jpeg'.")
+      .def_readonly("title", &ImageFormat::title, "As messages name it: 'JPEG'.")
+      .def_readonly("extensions", &ImageFormat::extensions,
+                    "The member extensions decoded natively as this format.")
+      .def_readonly("region_decode", &ImageFormat::region_decode,
+                    "Whether a resize decodes only around its crop.");
+  m.def("image_formats", &image_formats,
+        "The image formats the engine decodes natively: the one table of them.");
   m.def("probe_image", &probe_image_py, py::arg("data"), py::arg("where") = "<bytes>",
         "(format, width, height) from the image header alone.");
   m.def(
@@ -137,5 +147,7 @@ void register_decode(py::module_& m) {
         "until `seconds` pass; images per second. entropy_only (JPEGs): decode the "
         "coefficients only, the part of a decode that region decoding cannot skip.");
 }
+
+const BindingsFile kDecodeBindings{"_core", "decode", {"stream"}, register_decode};
 
 }  // namespace chute::bindings

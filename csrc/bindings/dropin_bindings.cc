@@ -15,14 +15,14 @@
 #include <memory>
 #include <string>
 
+#include "batching/batch.h"
 #include "bindings/errors.h"
 #include "bindings/owned_stream_engine.h"
 #include "bindings/registry.h"
 #include "core/error.h"
+#include "engine/stream_engine.h"
 #include "io/mapped_region.h"
 #include "io/unique_fd.h"
-#include "pipeline/batch.h"
-#include "pipeline/stream_engine.h"
 
 namespace py = pybind11;
 
@@ -94,5 +94,7 @@ void register_dropin(py::module_& m) {
       py::arg("path"),
       "The file mapped whole, or None when it is empty or cannot be mapped (too many at once).");
 }
+
+const BindingsFile kDropinBindings{"_core", "dropin", {"batch", "stream"}, register_dropin};
 
 }  // namespace chute::bindings

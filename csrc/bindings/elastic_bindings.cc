@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "bindings/registry.h"
-#include "pipeline/mix_schedule.h"
-#include "pipeline/shuffle_replay.h"
+#include "schedule/mix_schedule.h"
+#include "schedule/shuffle_replay.h"
 
 namespace py = pybind11;
 
@@ -70,5 +70,7 @@ void register_elastic(py::module_& m) {
         "takes counts[i] of every sum(counts) positions from source i, each prefix of a period "
         "within one position of its share (Tijdeman's chairman assignment).");
 }
+
+const BindingsFile kElasticBindings{"_core", "elastic", {}, register_elastic};
 
 }  // namespace chute::bindings

@@ -1,4 +1,5 @@
 #include "bindings/engine_face.h"
+#include "bindings/registry.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -59,7 +61,20 @@ bool on_main_thread() { return PyThread_get_thread_ident() == main_thread_ident;
 // thread: by the time atexit runs, the others have been joined).
 bool left_running_at_exit() { return exiting.load() && !on_main_thread(); }
 
+// The Python ids of the threads parked for good, for exit to tell which
+// threads have stopped (parked_threads). Never destroyed: parked threads
+// outlive static destruction.
+struct ParkedThreads {
+  std::mutex mutex;
+  std::vector<unsigned long> idents;
+};
+ParkedThreads* const parked = new ParkedThreads;
+
 [[noreturn]] void park_forever() {
+  {
+    std::lock_guard<std::mutex> lock(parked->mutex);
+    parked->idents.push_back(PyThread_get_thread_ident());
+  }
   for (;;) pause();
 }
 
@@ -120,6 +135,10 @@ ReleasedGil::~ReleasedGil() noexcept(false) {
   PyEval_RestoreThread(state_);
 }
 
+void park_if_left_running_at_exit() {
+  if (left_running_at_exit()) park_forever();
+}
+
 void track_engine(const void* key, std::function<void()> close) {
   LiveEngines& engines = live();
   std::lock_guard<std::mutex> lock(engines.mutex);
@@ -146,6 +165,7 @@ void close_live_engines() {
   engines.closers.clear();
 }
 
+// Adds _close_live_engines to `m` and registers it with atexit.
 void register_exit(py::module_& m) {
   main_thread_ident =
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
@@ -160,6 +180,19 @@ void register_exit(py::module_& m) {
       },
       "Closes every engine of this process and joins its threads (run at exit).");
   py::module_::import("atexit").attr("register")(m.attr("_close_live_engines"));
+  m.def(
+      "_parked_threads",
+      [] {
+        std::vector<unsigned long> idents;
+        {
+          std::lock_guard<std::mutex> lock(parked->mutex);
+          idents = parked->idents;
+        }
+        py::list out;
+        for (unsigned long ident : idents) out.append(ident);
+        return out;
+      },
+      "The ids (threading.get_ident()) of the threads that exit parked in a native wait.");
 }
 
 py::object wait_for_batch(const std::function<OrderedResults::Status(Batch*, double)>& next,
@@ -211,10 +244,18 @@ py::dict stats_dict(const EngineStats& s) {
   d["samples_read"] = s.samples_read;
   d["samples_skipped"] = s.samples_skipped;
   d["samples_batched"] = s.samples_batched;
+  d["samples_repeated"] = s.samples_repeated;
   d["shards_opened"] = s.shards_opened;
   d["encoded_bytes"] = s.encoded_bytes;
   d["read_seconds"] = static_cast<double>(s.read_ns) * 1e-9;
   d["decode_seconds"] = static_cast<double>(s.decode_ns) * 1e-9;
+  d["transform_seconds"] = static_cast<double>(s.transform_ns) * 1e-9;
+  d["decode_active_seconds"] = static_cast<double>(s.decode_active_ns) * 1e-9;
+  d["decode_blocked_seconds"] = static_cast<double>(s.decode_blocked_ns) * 1e-9;
+  d["decode_threads"] = s.decode_threads;
+  d["prefetch_batches"] = s.prefetch_batches;
+  d["ready_seen"] = s.ready_seen;
+  d["consumer_waits"] = s.consumer_waits;
   d["shuffle_bytes"] = s.shuffle_bytes;
   d["shuffle_peak_bytes"] = s.shuffle_peak_bytes;
   d["shuffle_peak_samples"] = s.shuffle_peak_samples;
@@ -227,5 +268,7 @@ py::dict stats_dict(const EngineStats& s) {
   d["batch_bytes_pinned"] = s.memory.bytes_pinned;
   return d;
 }
+
+const BindingsFile kExitBindings{"_core", "exit", {}, register_exit};
 
 }  // namespace chute::bindings

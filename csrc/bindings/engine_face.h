@@ -5,7 +5,7 @@
 //     timeout > 0 that passes first raises TimeoutError. A failed batch
 //     raises its error at its position.
 //   stats(): one dict, the same keys from either engine
-//     (pipeline/engine_stats.h documents them).
+//     (engine/engine_stats.h documents them).
 // And what interpreter exit needs of them: every engine of the process is
 // tracked (process_owned.h), and at exit, while the interpreter is still
 // whole, close_live_engines stops all their threads. A daemon thread
@@ -17,12 +17,16 @@
 
 #include <pybind11/pybind11.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
 
-#include "pipeline/batch.h"
-#include "pipeline/engine_stats.h"
-#include "pipeline/ordered_results.h"
+#include "batching/batch.h"
+#include "batching/ordered_results.h"
+#include "engine/engine_stats.h"
 
 namespace chute::bindings {
 
@@ -48,6 +52,38 @@ class ReleasedGil {
   PyThreadState* state_;
 };
 
+// Runs `work` with the GIL released through ReleasedGil and returns its
+// result; what it throws is rethrown once the GIL is back, since an
+// exception must not leave a ReleasedGil scope.
+template <typename Work>
+auto without_gil(Work&& work) -> decltype(work()) {
+  using Result = decltype(work());
+  std::exception_ptr failure;
+  if constexpr (std::is_void_v<Result>) {
+    {
+      ReleasedGil released;
+      try {
+        work();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+  } else {
+    std::optional<Result> result;
+    {
+      ReleasedGil released;
+      try {
+        result.emplace(work());
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+    return std::move(*result);
+  }
+}
+
 // Adds an engine of this process (`key`: its owner) to those that
 // close_live_engines stops; `close` closes it and joins its threads.
 void track_engine(const void* key, std::function<void()> close);
@@ -56,8 +92,11 @@ void untrack_engine(const void* key);
 // Closes every tracked engine, joining its threads (call without the GIL).
 void close_live_engines();
 
-// Adds _close_live_engines to `m` and registers it with atexit.
-void register_exit(pybind11::module_& m);
+// On a thread that exit left running (a daemon thread, after
+// close_live_engines): parks it for good, what Python does to such a thread,
+// rather than hand it the error of an engine closed under it. Otherwise
+// returns at once. Call without the GIL.
+void park_if_left_running_at_exit();
 
 // A Python object owning memory that native code points into (a row
 // group's buffers), alive while the returned owner is. Its last owner may go

@@ -96,6 +96,22 @@ py::object python_skipped(const SkippedSample& skipped) {
   return exc;
 }
 
+namespace {
+
+// Each extension translates the errors of its own copy of the engine, with
+// a translator local to it: chute_testing links the engine again, and in the
+// manylinux wheel's build each extension also carries its own C++ runtime,
+// whose exceptions another copy's `catch` does not match.
+void translate_errors_of_this_extension() {
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyErr_SetObject(python_class(e.kind()), python_error(e).ptr());
+    }
+  });
+}
+
 void register_errors(py::module_& m) {
   static py::exception<Error> data_error(m, "DataError", PyExc_ValueError);
   static py::exception<Error> read_error(m, "ReadError", PyExc_OSError);
@@ -108,13 +124,23 @@ void register_errors(py::module_& m) {
         return py::reinterpret_borrow<py::object>(PyExc_BaseException).attr("__str__")(self);
       },
       py::name("__str__"), py::is_method(read_error));
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const Error& e) {
-      PyErr_SetObject(python_class(e.kind()), python_error(e).ptr());
-    }
-  });
+  translate_errors_of_this_extension();
 }
+
+// chute_testing raises _core's classes. It holds a reference to each that
+// it never drops: a static py::object would drop it at exit, after the
+// interpreter is gone.
+void register_testing_errors(py::module_&) {
+  const py::module_ core = py::module_::import("chute._core");
+  g_data_error = py::object(core.attr("DataError")).release().ptr();
+  g_read_error = py::object(core.attr("ReadError")).release().ptr();
+  translate_errors_of_this_extension();
+}
+
+}  // namespace
+
+// Both extensions compile this file; each defines only its own part.
+const BindingsFile kErrorsBindings{"_core", "errors", {}, register_errors};
+const BindingsFile kTestingErrorsBindings{"chute_testing", "errors", {}, register_testing_errors};
 
 }  // namespace chute::bindings

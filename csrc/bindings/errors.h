@@ -5,8 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "batching/skip_log.h"
 #include "core/error.h"
-#include "pipeline/skip_log.h"
 
 namespace chute::bindings {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "pipeline/batch.h"
+#include "batching/batch.h"
 
 namespace chute::bindings {
 

@@ -7,9 +7,9 @@
 #include <utility>
 
 #include "bindings/process_owned.h"
+#include "engine/engine_stats.h"
+#include "engine/stream_engine.h"
 #include "io/byte_source.h"
-#include "pipeline/engine_stats.h"
-#include "pipeline/stream_engine.h"
 
 namespace chute::bindings {
 

@@ -8,14 +8,14 @@
 
 #include "bindings/block_columns.h"
 #include "bindings/engine_face.h"
-#include "bindings/pin_hooks.h"
 #include "bindings/owned_stream_engine.h"
+#include "bindings/pin_hooks.h"
 #include "bindings/registry.h"
 #include "bindings/text.h"
 #include "compose/stream_request.h"
+#include "engine/stream_engine.h"
 #include "io/fetch_queue.h"
-#include "pipeline/block_feed.h"
-#include "pipeline/stream_engine.h"
+#include "sources/block_feed.h"
 
 namespace py = pybind11;
 
@@ -109,7 +109,8 @@ void register_stream(py::module_& m) {
              std::optional<double> timeout) -> std::optional<std::tuple<uint64_t, size_t>> {
             std::optional<BlockFeed::Request> request;
             {
-              py::gil_scoped_release release;
+              // A reader thread (a daemon) may wait here when Python exits.
+              ReleasedGil released;
               request = feed.next_request(timeout);
             }
             if (!request) return std::nullopt;
@@ -126,10 +127,16 @@ void register_stream(py::module_& m) {
             std::vector<BlockColumn> out = block_columns(
                 columns, feed.block_rows(block), "block " + std::to_string(block), held);
             std::shared_ptr<void> owner = keep_python_alive(std::move(held));
+            std::exception_ptr failure;
             {
-              py::gil_scoped_release release;
-              feed.put(ticket, std::move(out), std::move(owner));
+              ReleasedGil released;  // never left by an exception (engine_face.h)
+              try {
+                feed.put(ticket, std::move(out), std::move(owner));
+              } catch (...) {
+                failure = std::current_exception();
+              }
             }
+            if (failure) std::rethrow_exception(failure);
             // A ticket whose source is gone dropped the block's owner.
             release_dropped_python_objects();
           },
@@ -179,6 +186,8 @@ void register_stream(py::module_& m) {
   forward(plan, "batch_size", &StreamRequest::plan, &StreamPlan::batch_size);
   forward(plan, "partial", &StreamRequest::plan, &StreamPlan::partial);
   forward(plan, "max_batches", &StreamRequest::plan, &StreamPlan::max_batches);
+  forward(plan, "max_samples", &StreamRequest::plan, &StreamPlan::max_samples);
+  forward(plan, "repeat_to_limit", &StreamRequest::plan, &StreamPlan::repeat_to_limit);
   forward(plan, "skip_batches", &StreamRequest::plan, &StreamPlan::skip_batches);
   forward(plan, "deliver_stride", &StreamRequest::plan, &StreamPlan::deliver_stride);
   forward(plan, "deliver_offset", &StreamRequest::plan, &StreamPlan::deliver_offset);
@@ -239,6 +248,15 @@ void register_stream(py::module_& m) {
            "Stops the threads and drops what is queued; nothing in a forked copy.")
       .def("stats", [](const OwnedStreamEngine& owned) { return stats_dict(owned.stats()); })
       .def(
+          "set_active_threads",
+          [](OwnedStreamEngine& owned, int threads, int64_t in_flight) {
+            // Not a call guard: the error of a forked copy (get) would leave it.
+            without_gil([&] { owned.get().set_active_threads(threads, in_flight); });
+          },
+          py::arg("threads"), py::arg("in_flight"),
+          "At most `threads` of the plan's decode threads work from now on, with `in_flight` "
+          "batches in flight; the batches and their order are the plan's whatever the count.")
+      .def(
           "batches_formed",
           [](const OwnedStreamEngine& owned) {
             return owned.here() ? owned.get().batches_formed() : int64_t{0};
@@ -246,5 +264,7 @@ void register_stream(py::module_& m) {
           "Batches formed so far, those skipped by a resume included; at the end of the "
           "epoch, its batch count.");
 }
+
+const BindingsFile kStreamBindings{"_core", "stream", {"batch", "remote"}, register_stream};
 
 }  // namespace chute::bindings

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bindings/engine_face.h"
 #include "bindings/registry.h"
 #include "bindings/text.h"
 #include "io/byte_source.h"
@@ -59,24 +60,23 @@ py::list samples_to_list(const std::vector<EncodedSample>& samples);
 py::list read_tar_samples(const std::string& url, const std::string& cache_dir,
                           double pipe_timeout_s, const Source& source) {
   std::vector<EncodedSample> samples;
-  {
-    py::gil_scoped_release release;
+  // tokenize_shards' reader, a daemon thread, may be here when Python exits.
+  without_gil([&] {
     SampleReader reader(open_source(url, make_options(cache_dir, pipe_timeout_s, source)), 0);
     EncodedSample sample;
     while (reader.next(sample)) samples.push_back(std::move(sample));
-  }
+  });
   return samples_to_list(samples);
 }
 
 py::list read_tar_bytes(const py::bytes& data, const std::string& name) {
   std::vector<EncodedSample> samples;
   std::string copy = data;
-  {
-    py::gil_scoped_release release;
+  without_gil([&] {  // as read_tar_samples, from tokenize_shards' reader
     SampleReader reader(std::make_unique<BytesSource>(std::move(copy), name), 0);
     EncodedSample sample;
     while (reader.next(sample)) samples.push_back(std::move(sample));
-  }
+  });
   return samples_to_list(samples);
 }
 
@@ -265,5 +265,7 @@ void register_tar(py::module_& m) {
   m.def("tar_cache_file_name", &cache_file_name, py::arg("url"),
         "File name under cache_dir for a pipe: url.");
 }
+
+const BindingsFile kTarBindings{"_core", "tar", {"remote"}, register_tar};
 
 }  // namespace chute::bindings

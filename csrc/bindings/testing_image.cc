@@ -23,7 +23,7 @@
 #include "image/output_spec.h"
 #include "image/pixel_format.h"
 #include "image/resample.h"
-#include "pipeline/field_decoder.h"
+#include "sources/field_decoder.h"
 
 namespace py = pybind11;
 
@@ -372,5 +372,7 @@ void register_testing_image(py::module_& m) {
         py::arg("chw") = false, py::arg("to_float") = false,
         "Resize/crop/flip/layout one uint8 image as the engine does.");
 }
+
+const BindingsFile kTestingImageBindings{"chute_testing", "testing_image", {}, register_testing_image};
 
 }  // namespace chute::bindings

@@ -82,9 +82,9 @@ double memcpy_windows_py(
 PYBIND11_MODULE(chute_testing, m) {
   namespace bindings = chute::bindings;
   m.doc() = "chute's test-only entry points (not part of the wheel)";
-  // Its types (ImageOutputSpec, ColorMode) and its error translator.
+  // Its types (ImageOutputSpec, ColorMode); its error classes, which errors.cc adopts.
   py::module_::import("chute._core");
-  bindings::register_testing_image(m);
+  bindings::define_registered_bindings(m, "chute_testing");
   m.def("mapped_read", &bindings::mapped_read_py, py::arg("path"), py::arg("offset"),
         py::arg("size"),
         "Bytes [offset, offset + size) of a file copied through the guarded mapping path that "

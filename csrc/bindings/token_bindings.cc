@@ -47,9 +47,10 @@ const char* format_name(TokenFormat f) {
 std::shared_ptr<TokenPacker> make_packer(const std::vector<std::shared_ptr<const TokenFile>>& files,
                                          int64_t seq_len, const std::string& mode,
                                          int64_t eod_id, int64_t pad_id, int64_t vocab_size,
-                                         const std::string& out_dtype) {
+                                         const std::string& out_dtype, int64_t window_stride) {
   PackOptions o;
   o.seq_len = seq_len;
+  o.window_stride = window_stride;
   CHUTE_CHECK(mode == "windows" || mode == "documents", kUsage,
               "pack must be 'windows' or 'documents', not '" << mode << "'");
   o.mode = mode == "windows" ? PackMode::kWindows : PackMode::kDocuments;
@@ -97,36 +98,62 @@ void register_tokens(py::module_& m) {
             const auto& d = f.document_starts();
             return d.empty() ? -1 : static_cast<int64_t>(d.size()) - 1;
           },
-          "Megatron documents (-1 for files whose documents are found by their end token).");
+          "Megatron documents (-1 for files whose documents are found by their end token).")
+      .def_property_readonly(
+          "sequence_modes",
+          [](const TokenFile& f) -> py::object {
+            const std::vector<uint8_t>& modes = f.sequence_modes();
+            if (modes.empty()) return py::none();
+            py::array_t<uint8_t> out(static_cast<py::ssize_t>(modes.size()));
+            std::copy(modes.begin(), modes.end(), out.mutable_data());
+            return py::object(std::move(out));
+          },
+          "A Megatron multimodal .idx's mode of each sequence (uint8), None for other files.");
 
   py::class_<TokenPacker, std::shared_ptr<TokenPacker>>(
       m, "TokenPacker", "Sequences of seq_len tokens cut from token files (windows or documents).")
       .def(py::init([](const std::vector<std::shared_ptr<TokenFile>>& files, int64_t seq_len,
                        const std::string& mode, int64_t eod_id, int64_t pad_id,
-                       int64_t vocab_size, const std::string& out_dtype) {
+                       int64_t vocab_size, const std::string& out_dtype, int64_t window_stride) {
              std::vector<std::shared_ptr<const TokenFile>> held(files.begin(), files.end());
              // As TokenFile's: the GIL comes back before pybind11 registers the packer.
              py::gil_scoped_release release;
-             return make_packer(held, seq_len, mode, eod_id, pad_id, vocab_size, out_dtype);
+             return make_packer(held, seq_len, mode, eod_id, pad_id, vocab_size, out_dtype,
+                                window_stride);
            }),
            py::arg("files"), py::arg("seq_len"), py::arg("mode") = "windows",
            py::arg("eod_id") = -1, py::arg("pad_id") = 0, py::arg("vocab_size") = 0,
-           py::arg("out_dtype") = "int64",
-           "Plans the sequences (scanning for eod_id where documents end at it).")
+           py::arg("out_dtype") = "int64", py::arg("window_stride") = 0,
+           "Plans the sequences (scanning for eod_id where documents end at it). Windows start "
+           "every `window_stride` tokens (0: seq_len; 1: every start, for random offsets).")
       .def_property_readonly("num_sequences", &TokenPacker::num_sequences)
       .def_property_readonly("num_tokens", &TokenPacker::num_tokens)
-      .def_property_readonly("num_documents", &TokenPacker::num_documents)
+      .def_property_readonly(
+          "num_documents",
+          [](const TokenPacker& p) {
+            py::gil_scoped_release release;  // a first call packing windows scans the files
+            return p.num_documents();
+          },
+          "Documents as Megatron counts them (empty ones too); windows "
+                             "packing finds them at the first call (0 when not bounded).")
+      .def_property_readonly("documents_known", &TokenPacker::documents_known,
+                             "Whether the files bound the documents (every file's .idx, or "
+                             "eod_id).")
       .def_property_readonly("pad_tokens", &TokenPacker::pad_tokens)
       .def_property_readonly("unused_tokens", &TokenPacker::unused_tokens)
       .def(
           "document_lengths",
           [](const TokenPacker& p) {
-            std::vector<int64_t> lengths = p.document_lengths();
+            std::vector<int64_t> lengths;
+            {
+              py::gil_scoped_release release;  // a first call packing windows scans the files
+              lengths = p.document_lengths();
+            }
             py::array_t<int64_t> out(static_cast<py::ssize_t>(lengths.size()));
             std::copy(lengths.begin(), lengths.end(), out.mutable_data());
             return out;
           },
-          "Tokens of each document, in stream order (documents mode).")
+          "Tokens of each document, in stream order (empty documents too).")
       .def(
           "source",
           [](const std::shared_ptr<TokenPacker>& p, const std::string& field) {
@@ -136,5 +163,7 @@ void register_tokens(py::module_& m) {
           "The row source of one field: 'input_ids', 'labels', 'position_ids', or 'window' "
           "(windows packing: seq_len + 1 tokens, input_ids and labels in one row).");
 }
+
+const BindingsFile kTokensBindings{"_core", "tokens", {}, register_tokens};
 
 }  // namespace chute::bindings

@@ -6,26 +6,9 @@
 #include "decode/npy_field.h"
 #include "io/remote_ranges.h"
 #include "io/remote_source.h"
-#include "tar/tar_sample_source.h"
 
 namespace chute {
 namespace {
-
-struct SourceEntry {
-  bool (*reads)(const std::string& url);
-  std::shared_ptr<const SampleSourceFactory> (*make)(const SourceOptions& options);
-};
-
-// First match wins. Tar shards come through io/'s byte sources (local
-// files, `pipe:`), which refuse what they cannot open with a clear error, so
-// tar takes every url no entry before it claims.
-const SourceEntry kSources[] = {
-    // tar
-    {[](const std::string&) { return true; },
-     [](const SourceOptions& o) -> std::shared_ptr<const SampleSourceFactory> {
-       return std::make_shared<TarSampleSources>(o);
-     }},
-};
 
 struct ShardReaderEntry {
   bool (*reads)(const TarIndex::Shard& shard, const std::shared_ptr<FetchQueue>& remote);
@@ -70,19 +53,6 @@ const DecoderEntry kDecoders[] = {
 };
 
 }  // namespace
-
-std::shared_ptr<const SampleSourceFactory> sample_sources_for(const std::vector<std::string>& urls,
-                                                              const SourceOptions& options) {
-  for (const SourceEntry& entry : kSources) {
-    bool all = true;
-    for (const std::string& url : urls) all = all && entry.reads(url);
-    if (all) return entry.make(options);
-  }
-  CHUTE_CHECK(false, kUsage, "no one source reads all of these urls (first: '"
-                                 << (urls.empty() ? std::string() : urls.front())
-                                 << "'); read them in separate pipelines");
-  return nullptr;
-}
 
 std::unique_ptr<RangeReader> shard_reader_for(const TarIndex::Shard& shard,
                                               const std::shared_ptr<FetchQueue>& remote) {

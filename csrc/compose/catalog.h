@@ -1,9 +1,9 @@
-// The one place that knows which sample source reads a url, which reader
-// opens an indexed tar shard and which field decoder a field spec asks for.
-// A new stream source or a new codec is a file pair in its own folder plus
-// one line in a table of catalog.cc; a new way to reach indexed tar shards
-// is one line too; the engines never change. indexed_request.h builds the
-// index-driven sources (through these tables where they have a choice).
+// The one place that knows which reader opens an indexed tar shard and which
+// field decoder a field spec asks for. A new codec is a file pair in its own
+// folder plus one line in a table of catalog.cc; a new way to reach indexed
+// tar shards is one line too; the engines never change. indexed_request.h
+// builds the index-driven sources (through these tables where they have a
+// choice); stream_request.h says which source a stream reads.
 #pragma once
 
 #include <memory>
@@ -13,18 +13,12 @@
 #include "decode/field_spec.h"
 #include "io/byte_source.h"
 #include "io/range_reader.h"
-#include "pipeline/field_decoder.h"
-#include "pipeline/sample_source.h"
+#include "sources/field_decoder.h"
 #include "tar/tar_index.h"
 
 namespace chute {
 
 class FetchQueue;
-
-// The source factory that reads every one of `urls`. Throws kUsage when no
-// registered source reads them all.
-std::shared_ptr<const SampleSourceFactory> sample_sources_for(const std::vector<std::string>& urls,
-                                                              const SourceOptions& options);
 
 // The reader of one shard of a tar index: a remote url through `remote`'s
 // ranged requests when a queue is given, else a local file (a remote url

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "batching/sample_fields.h"
+#include "batching/stream_batch_testing.h"
 #include "core/error.h"
 #include "core/testing.h"
 #include "decode/image_field.h"
@@ -17,11 +19,8 @@
 #include "decode/npy_testing.h"
 #include "io/fetch_queue.h"
 #include "io/remote_testing.h"
+#include "sources/sample_testing.h"
 #include "tar/archive_testing.h"
-#include "pipeline/sample_fields.h"
-#include "pipeline/sample_testing.h"
-#include "pipeline/stream_batch_testing.h"
-#include "tar/tar_sample_source.h"
 
 namespace chute {
 namespace {
@@ -68,14 +67,6 @@ TEST(Catalog, AnImageSpecThatCannotWorkIsAUsageErrorNamingTheField) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->kind(), ErrorKind::kUsage);
   EXPECT_NE(e->message().find("'pixels'"), std::string::npos) << e->message();
-}
-
-TEST(Catalog, TarShardsAreReadByTheTarSource) {
-  SourceOptions options;
-  const auto local = sample_sources_for({"/data/a.tar", "relative/b.tar"}, options);
-  EXPECT_TRUE(dynamic_cast<const TarSampleSources*>(local.get()) != nullptr);
-  const auto piped = sample_sources_for({"pipe:cat /data/a.tar"}, options);
-  EXPECT_TRUE(dynamic_cast<const TarSampleSources*>(piped.get()) != nullptr);
 }
 
 std::string read_all(const RangeReader& reader, uint64_t offset, size_t size) {

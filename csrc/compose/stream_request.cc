@@ -1,13 +1,16 @@
 #include "compose/stream_request.h"
 
+#include <memory>
+
 #include "compose/catalog.h"
+#include "tar/tar_sample_source.h"
 
 namespace chute {
 
 StreamPlan compose_stream_plan(const StreamRequest& request) {
   StreamPlan plan = request.plan;
   plan.sources =
-      request.sources ? request.sources : sample_sources_for(plan.urls, request.source);
+      request.sources ? request.sources : std::make_shared<TarSampleSources>(request.source);
   plan.fields.clear();
   for (const FieldRequest& f : request.fields) {
     FieldPlan field = f.field;

@@ -1,7 +1,9 @@
 #include "decode/image_decoder.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <utility>
 
 #include "core/error.h"
 #include "decode/jpeg_decoder.h"
@@ -15,9 +17,10 @@ namespace {
 // The formats chute decodes natively, one row each (see ImageCodec). A new
 // format is a decoder file pair (its functions) and a row here.
 constexpr ImageCodec kCodecs[] = {
-    {"jpeg", "JPEG", is_jpeg, probe_jpeg, decode_jpeg, decode_jpeg_rows, decode_jpeg_region},
-    {"png", "PNG", is_png, probe_png, decode_png, nullptr, nullptr},
-    {"webp", "WebP", is_webp, probe_webp, decode_webp, nullptr, decode_webp_region},
+    {"jpeg", "JPEG", "jpg jpeg", is_jpeg, probe_jpeg, decode_jpeg, decode_jpeg_rows,
+     decode_jpeg_region},
+    {"png", "PNG", "png", is_png, probe_png, decode_png, nullptr, nullptr},
+    {"webp", "WebP", "webp", is_webp, probe_webp, decode_webp, nullptr, decode_webp_region},
 };
 
 // "JPEG, PNG or WebP".
@@ -152,6 +155,21 @@ void set_max_image_pixels(int64_t pixels) {
 
 int64_t max_image_pixels() {
   return detail::g_max_image_pixels.load(std::memory_order_relaxed);
+}
+
+std::vector<ImageFormat> image_formats() {
+  std::vector<ImageFormat> formats;
+  for (const detail::ImageCodec& codec : detail::kCodecs) {
+    ImageFormat format{codec.name, codec.title, {}, codec.decode_region != nullptr};
+    std::string extensions = codec.extensions;
+    for (size_t start = 0; start < extensions.size();) {
+      const size_t end = std::min(extensions.find(' ', start), extensions.size());
+      if (end > start) format.extensions.push_back(extensions.substr(start, end - start));
+      start = end + 1;
+    }
+    formats.push_back(std::move(format));
+  }
+  return formats;
 }
 
 ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where) {

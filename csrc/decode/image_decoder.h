@@ -32,6 +32,17 @@ constexpr int64_t kDefaultMaxImagePixels = 2 * int64_t{89478485};
 void set_max_image_pixels(int64_t pixels);
 int64_t max_image_pixels();
 
+// A format of the table, as chute._core.image_formats() shows it: the
+// Python layer takes its native member extensions from here, and
+// scripts/gen_docs_tables.py the docs' table of formats.
+struct ImageFormat {
+  std::string name;
+  std::string title;
+  std::vector<std::string> extensions;
+  bool region_decode;  // a resize decodes only around its crop
+};
+std::vector<ImageFormat> image_formats();
+
 // Reads only the header. Rejects 0-sized images and images above
 // max_image_pixels().
 ImageInfo probe_image(const uint8_t* data, size_t size, const std::string& where);
@@ -87,6 +98,9 @@ struct ImageSize {
 struct ImageCodec {
   const char* name;   // ImageInfo::format: "jpeg"
   const char* title;  // in messages: "JPEG"
+  // The member extensions webdataset gives such images, space-separated
+  // ("jpg jpeg"): chute decodes members of these natively.
+  const char* extensions;
   // Whether the first bytes are this format's signature.
   bool (*sniff)(const uint8_t* data, size_t size);
   // The header alone; refuses what check_image_size refuses.

@@ -54,6 +54,25 @@ TEST(ImageCodecs, SniffingPicksTheRowOfTheSignature) {
   EXPECT_EQ(err->message().rfind("m: corrupt WebP header: ", 0), 0u) << err->message();
 }
 
+TEST(ImageCodecs, FormatsListEachRowWithItsExtensions) {
+  const std::vector<ImageFormat> formats = image_formats();
+  ASSERT_EQ(formats.size(), 3u);
+  EXPECT_EQ(formats[0].name, "jpeg");
+  EXPECT_EQ(formats[0].title, "JPEG");
+  EXPECT_EQ(formats[0].extensions, (std::vector<std::string>{"jpg", "jpeg"}));
+  EXPECT_TRUE(formats[0].region_decode);
+  EXPECT_EQ(formats[1].name, "png");
+  EXPECT_EQ(formats[1].extensions, std::vector<std::string>{"png"});
+  EXPECT_FALSE(formats[1].region_decode);
+  EXPECT_EQ(formats[2].name, "webp");
+  EXPECT_EQ(formats[2].extensions, std::vector<std::string>{"webp"});
+  EXPECT_TRUE(formats[2].region_decode);
+  // Each name is what probing an image of the format answers.
+  EXPECT_STREQ(sniffed(jpeg()), formats[0].name.c_str());
+  EXPECT_STREQ(sniffed(png()), formats[1].name.c_str());
+  EXPECT_STREQ(sniffed(webp()), formats[2].name.c_str());
+}
+
 TEST(ImageCodecs, ProbeNamesTheFormatAndSize) {
   const ImageInfo j = probe_image(jpeg().data(), jpeg().size(), "m");
   EXPECT_STREQ(j.format, "jpeg");

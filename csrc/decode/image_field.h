@@ -12,7 +12,7 @@
 #include "decode/image_decoder.h"
 #include "image/output_spec.h"
 #include "image/pixel_format.h"
-#include "pipeline/field_decoder.h"
+#include "sources/field_decoder.h"
 
 namespace chute {
 

@@ -2,7 +2,7 @@
 // value read when the header is probed (see decode/label.h).
 #pragma once
 
-#include "pipeline/field_decoder.h"
+#include "sources/field_decoder.h"
 
 namespace chute {
 

@@ -1,7 +1,7 @@
 // .npy members as a field: one row of the array's own dtype and shape.
 #pragma once
 
-#include "pipeline/field_decoder.h"
+#include "sources/field_decoder.h"
 
 namespace chute {
 

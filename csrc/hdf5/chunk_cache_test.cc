@@ -17,7 +17,7 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr auto kHangGuard = 30s;
-constexpr auto kStillBlocked = 50ms;  // see pipeline/ordered_results_test.cc
+constexpr auto kStillBlocked = 50ms;  // see batching/ordered_results_test.cc
 
 ChunkKey key(uint64_t chunk, uint64_t source = 1) { return ChunkKey{source, chunk}; }
 

@@ -23,7 +23,7 @@
 #include "hdf5/file_pool.h"
 #include "hdf5/h5_layout.h"
 #include "io/mapped_region.h"
-#include "pipeline/row_source.h"
+#include "sources/row_source.h"
 
 namespace chute {
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/transform_clock.h"
 #include "image/resample_kernels.h"
 #include "image/resample_taps.h"
 
@@ -162,6 +163,7 @@ const uint8_t* Resampler::source_row(int r) const {
 }
 
 void Resampler::rows(const uint8_t* hwc, size_t stride, int first_row, int count) {
+  const TransformTimer timed;
   CHUTE_CHECK(begun_, kUsage, "Resampler::rows before begin");
   const int region_y = area_.region.y;
   const int lo = std::max(first_row, needed_.y) - region_y;

@@ -95,7 +95,9 @@ inline uint64_t load64(const uint8_t* p) {
   return v;
 }
 
-__attribute__((target("sse4.2"))) uint32_t update_sse42(uint32_t reg, const uint8_t* p, size_t n) {
+// clang (the manylinux_2_28 toolchain) keeps the CRC32 instructions a feature
+// of their own beside SSE4.2; GCC accepts both names.
+__attribute__((target("sse4.2,crc32"))) uint32_t update_sse42(uint32_t reg, const uint8_t* p, size_t n) {
   const LaneShift& shift = lane_shift();
   while (n >= 3 * kLane) {
     uint64_t a = reg, b = 0, c = 0;

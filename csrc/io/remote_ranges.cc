@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/read_cancel.h"
 #include "io/byte_source.h"
 #include "io/fetch_queue.h"
 
@@ -79,6 +80,8 @@ class RemoteRanges::Waiter final : public FetchTarget {
     // the longest backoff between them.
     const auto backstop = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>((s.timeout_s + 1.0 + s.max_backoff_s) * (s.retries + 1) + 1.0));
+    // The engine this thread reads for, if any (core/read_cancel.h).
+    const std::atomic<bool>* engine = current_read_cancel();
     std::unique_lock<std::mutex> lock(mu_);
     progress_ = Clock::now();
     try {
@@ -86,6 +89,8 @@ class RemoteRanges::Waiter final : public FetchTarget {
         if (failed_) raise_error(error_kind_, error_, __FILE__, __LINE__);
         CHUTE_CHECK(cancel == nullptr || !cancel->load(std::memory_order_relaxed), kIo,
                     "reading '" << url_ << "' was stopped: its reader was closed");
+        CHUTE_CHECK(engine == nullptr || !engine->load(std::memory_order_relaxed), kIo,
+                    "reading '" << url_ << "' was stopped: the engine it read for was closed");
         const auto idle = Clock::now() - progress_;
         CHUTE_CHECK(idle <= backstop, kTimeout,
                     "reading '" << url_ << "' timed out: nothing arrived for "

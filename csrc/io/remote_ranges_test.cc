@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/read_cancel.h"
 #include "core/testing.h"
 #include "io/fetch_queue.h"
 #include "io/remote_testing.h"
@@ -156,6 +157,40 @@ TEST(RemoteRanges, ClosingTheQueueEndsAWait) {
   closer.join();
   ASSERT_TRUE(e);
   EXPECT_NE(e->message().find("closed"), std::string::npos) << e->message();
+}
+
+TEST(RemoteRanges, AReadStopsWhenItsThreadsCancelFlagIsSet) {
+  // What an engine's close() does to a read its worker makes for it: the
+  // queue stays open (other engines read through it), nothing answers.
+  auto q = queue(1000);
+  std::atomic<bool> closing{false};
+  std::optional<Error> e;
+  std::thread worker([&] {
+    const ReadCancelScope scope(&closing);
+    e = test::error_from([&] { RemoteRanges("http://h/o", q); });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  closing.store(true);
+  worker.join();
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("the engine it read for was closed"), std::string::npos)
+      << e->message();
+  EXPECT_EQ(current_read_cancel(), nullptr);  // installed on the worker's thread only
+}
+
+TEST(ReadCancelScope, InstallsAFlagAndPutsThePreviousOneBack) {
+  std::atomic<bool> outer{false}, inner{false};
+  EXPECT_EQ(current_read_cancel(), nullptr);
+  {
+    const ReadCancelScope a(&outer);
+    EXPECT_EQ(current_read_cancel(), &outer);
+    {
+      const ReadCancelScope b(&inner);
+      EXPECT_EQ(current_read_cancel(), &inner);
+    }
+    EXPECT_EQ(current_read_cancel(), &outer);
+  }
+  EXPECT_EQ(current_read_cancel(), nullptr);
 }
 
 }  // namespace

@@ -555,12 +555,12 @@ class RemoteSource final : public ByteSource {
 
 const std::vector<RemoteScheme>& remote_schemes() {
   static const std::vector<RemoteScheme> schemes = {
-      {"http", {}, "http"},
-      {"https", {}, "http"},
-      {"s3", {"s3a"}, "s3"},
-      {"gs", {}, "gcs"},
-      {"az", {"azure", "abfs", "abfss", "adl"}, "azure"},
-      {"hf", {}, "hf"},
+      {"http", {}, "http", "a web server"},
+      {"https", {}, "http", "a web server"},
+      {"s3", {"s3a"}, "s3", "Amazon S3 and S3-compatible stores (`endpoint`)"},
+      {"gs", {}, "gcs", "Google Cloud Storage"},
+      {"az", {"azure", "abfs", "abfss", "adl"}, "azure", "Azure Blob Storage and Data Lake"},
+      {"hf", {}, "hf", "the Hugging Face Hub"},
   };
   return schemes;
 }

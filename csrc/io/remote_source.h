@@ -53,6 +53,9 @@ struct RemoteScheme {
   // The kind of store chute.remote opens for it, one of the STORES of
   // python/chute/remote/_stores.py ("s3", "http", ...).
   std::string store;
+  // What the store is, in the docs' table of schemes (docs/remote.md, written
+  // by scripts/gen_docs_tables.py): "a web server".
+  std::string store_title;
 };
 const std::vector<RemoteScheme>& remote_schemes();
 // "http://, https://, s3://, s3a://, ...": every name and alias, for messages.

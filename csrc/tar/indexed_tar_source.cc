@@ -153,6 +153,7 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
     s.offset = static_cast<uint64_t>(index_.sample_offsets[i]);
     s.end_offset = w->end;
     s.members.clear();
+    s.nulls.clear();
     s.payload_bytes = 0;
     for (auto j = static_cast<size_t>(index_.member_starts[i]);
          j < static_cast<size_t>(index_.member_starts[i + 1]); ++j) {
@@ -177,6 +178,7 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
     for (const Wanted* w = begin; w != end; ++w) {
       errors[w->row] = e.with_prefix(location(out[w->row], nullptr).text + ": ");
       out[w->row].members.clear();
+      out[w->row].nulls.clear();
     }
     return;
   }
@@ -186,6 +188,7 @@ void IndexedTarSource::read_group(const Wanted* begin, const Wanted* end, Encode
     } catch (const Error& e) {
       errors[w->row] = e;
       out[w->row].members.clear();
+      out[w->row].nulls.clear();
     }
   }
 }

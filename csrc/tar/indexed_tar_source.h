@@ -24,7 +24,7 @@
 #include <unordered_map>
 
 #include "io/range_reader.h"
-#include "pipeline/indexed_sample_source.h"
+#include "sources/indexed_sample_source.h"
 #include "tar/tar_index.h"
 
 namespace chute {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "io/mapped_region.h"
-#include "pipeline/encoded_sample.h"
+#include "sources/encoded_sample.h"
 
 namespace chute {
 

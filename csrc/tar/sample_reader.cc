@@ -140,6 +140,7 @@ bool SampleReader::next(EncodedSample& out) {
   Impl& s = *impl_;
   out.key.clear();
   out.members.clear();
+  out.nulls.clear();
   out.data.clear();
   out.in_place = s.storage;
   out.payload_bytes = 0;

@@ -25,8 +25,8 @@
 #include <memory>
 
 #include "io/byte_source.h"
-#include "pipeline/encoded_sample.h"
-#include "pipeline/sample_source.h"
+#include "sources/encoded_sample.h"
+#include "sources/sample_source.h"
 
 namespace chute {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "io/byte_source.h"
-#include "pipeline/sample_source.h"
+#include "sources/sample_source.h"
 
 namespace chute {
 

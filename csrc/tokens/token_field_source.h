@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/row_source.h"
+#include "sources/row_source.h"
 #include "tokens/token_packer.h"
 
 namespace chute {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "decode/npy.h"
@@ -142,11 +143,17 @@ void TokenFile::read_megatron() {
   const auto sequences = read_le<uint64_t>(p + 18);
   const auto documents = read_le<uint64_t>(p + 26);
   const uint64_t room = idx_size - kIndexHeaderBytes;
-  CHUTE_CHECK(sequences <= room / 12 && documents <= (room - sequences * 12) / 8 &&
-                  kIndexHeaderBytes + sequences * 12 + documents * 8 == idx_size,
-              kData,
+  const bool fits = sequences <= room / 12 && documents <= (room - sequences * 12) / 8;
+  const uint64_t plain_size = fits ? kIndexHeaderBytes + sequences * 12 + documents * 8 : 0;
+  // A multimodal index holds one mode byte per sequence after the document indices.
+  const bool multimodal = fits && sequences > 0 && idx_size == plain_size + sequences;
+  CHUTE_CHECK(fits && (idx_size == plain_size || multimodal), kData,
               "'" << at << "': " << idx_size << " bytes, but its header (byte offset 18) declares "
-                  << sequences << " sequences and " << documents << " document indices");
+                  << sequences << " sequences and " << documents << " document indices"
+                  << (fits ? " (" + std::to_string(plain_size) + " bytes, or " +
+                                 std::to_string(plain_size + sequences) +
+                                 " with a multimodal index's mode byte per sequence)"
+                           : std::string()));
   const uint64_t item = dtype_size(dtype_);
   const uint64_t bin_rest = size_ % item;
   CHUTE_CHECK(bin_rest == 0, kData,
@@ -187,6 +194,10 @@ void TokenFile::read_megatron() {
                     << " (byte offset " << start_at << "); they rise from 0 to the "
                     << sequences << " sequences");
     document_starts_.push_back(start);
+  }
+  if (multimodal) {
+    const uint8_t* modes = docs + documents * 8;
+    sequence_modes_.assign(modes, modes + sequences);
   }
   CHUTE_CHECK(documents > 0 && document_starts_.back() == static_cast<int64_t>(sequences), kData,
               "'" << at << "': the document indices end at "

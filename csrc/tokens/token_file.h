@@ -9,7 +9,9 @@
 // 6 float64, 7 float32, 8 uint16), a u64 sequence count S, a u64 document
 // count D, then S int32 sequence lengths (tokens), S int64 sequence byte
 // offsets into the .bin, and D int64 document indices: sequence numbers
-// where documents start, from 0 and ending with S.
+// where documents start, from 0 and ending with S. Megatron's multimodal
+// datasets append one int8 mode per sequence after the document indices;
+// such an index is read too, its modes kept (sequence_modes()).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +60,9 @@ class TokenFile {
   // Megatron only: sequence numbers where documents start, ending with the
   // sequence count; empty for the other formats.
   const std::vector<int64_t>& document_starts() const { return document_starts_; }
+  // Megatron multimodal only: one mode per sequence (Megatron's own
+  // meaning: 0 text, 1 image, ...); empty for every other file.
+  const std::vector<uint8_t>& sequence_modes() const { return sequence_modes_; }
   int64_t num_tokens() const { return num_tokens_; }
   // The (.bin) file's size now (one fstat of the descriptor it was mapped
   // from); 0 when it cannot be looked at. Below size(), the file was cut
@@ -82,6 +87,7 @@ class TokenFile {
   std::unique_ptr<MappedRegion> bin_;
   std::vector<TokenSpan> sequences_;
   std::vector<int64_t> document_starts_;
+  std::vector<uint8_t> sequence_modes_;
   int64_t num_tokens_ = 0;
 };
 

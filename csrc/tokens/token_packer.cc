@@ -116,9 +116,16 @@ TokenPacker::TokenPacker(std::vector<std::shared_ptr<const TokenFile>> files, Pa
                       << " are for files of that dtype (int64 and int32 take any)");
     }
   }
+  const int64_t S = options_.seq_len;
+  if (options_.window_stride == 0) options_.window_stride = S;
+  CHUTE_CHECK(options_.window_stride > 0 && options_.window_stride <= S, kUsage,
+              "window_stride must be from 1 to seq_len (" << S << "), not "
+                                                           << options_.window_stride);
   for (const auto& file : files_) add_file(*file);
+  file_starts_.emplace_back(spans_.size(), total_tokens_);
   if (options_.mode == PackMode::kWindows) {
-    num_sequences_ = total_tokens_ > options_.seq_len ? (total_tokens_ - 1) / options_.seq_len : 0;
+    num_sequences_ =
+        total_tokens_ > S ? (total_tokens_ - S - 1) / options_.window_stride + 1 : 0;
   } else {
     pack_documents();
   }
@@ -130,10 +137,9 @@ void TokenPacker::add_file(const TokenFile& file) {
               "'" << file.path() << "': packing documents needs eod_id, the token that ends "
                      "each document (or a Megatron .idx beside the .bin)");
   const size_t first_span = spans_.size();
-  std::vector<int64_t> sequence_starts;  // in the stream, Megatron's documents need them
+  file_starts_.emplace_back(first_span, total_tokens_);
   const uint64_t item = dtype_size(file.dtype());
   for (const TokenSpan& s : file.sequences()) {
-    sequence_starts.push_back(total_tokens_);
     if (s.tokens == 0) continue;
     Span* last = spans_.size() > first_span ? &spans_.back() : nullptr;
     if (last != nullptr &&
@@ -145,27 +151,57 @@ void TokenPacker::add_file(const TokenFile& file) {
     }
     total_tokens_ += s.tokens;
   }
-  sequence_starts.push_back(total_tokens_);
-  if (options_.mode != PackMode::kDocuments) return;
-  if (by_eod) {
-    for (size_t i = first_span; i < spans_.size(); ++i) find_documents(spans_[i]);
-    return;
-  }
-  const std::vector<int64_t>& docs = file.document_starts();
-  for (size_t d = 0; d + 1 < docs.size(); ++d) {
-    const int64_t start = sequence_starts[static_cast<size_t>(docs[d])];
-    const int64_t end = sequence_starts[static_cast<size_t>(docs[d + 1])];
-    if (end > start) documents_.push_back({start, end - start});
+}
+
+bool TokenPacker::documents_known() const {
+  if (options_.mode == PackMode::kDocuments || options_.eod_id >= 0) return true;
+  return std::all_of(files_.begin(), files_.end(),
+                     [](const auto& f) { return !f->document_starts().empty(); });
+}
+
+const std::vector<TokenPacker::Document>& TokenPacker::documents() const {
+  std::call_once(documents_found_, [this] {
+    if (documents_known()) find_documents(&documents_);
+  });
+  return documents_;
+}
+
+void TokenPacker::find_documents(std::vector<Document>* out) const {
+  for (size_t k = 0; k < files_.size(); ++k) {
+    const TokenFile& file = *files_[k];
+    const auto [first_span, first_token] = file_starts_[k];
+    const std::vector<int64_t>& docs = file.document_starts();
+    if (docs.empty()) {
+      for (size_t i = first_span; i < file_starts_[k + 1].first; ++i) {
+        find_documents(spans_[i], out);
+      }
+      continue;
+    }
+    // Where each of the file's sequences starts in the stream, then its end.
+    std::vector<int64_t> sequence_starts;
+    sequence_starts.reserve(file.sequences().size() + 1);
+    int64_t at = first_token;
+    for (const TokenSpan& s : file.sequences()) {
+      sequence_starts.push_back(at);
+      at += s.tokens;
+    }
+    sequence_starts.push_back(at);
+    // Every document, those without tokens too: Megatron counts them.
+    for (size_t d = 0; d + 1 < docs.size(); ++d) {
+      const int64_t start = sequence_starts[static_cast<size_t>(docs[d])];
+      const int64_t end = sequence_starts[static_cast<size_t>(docs[d + 1])];
+      out->push_back({start, end - start});
+    }
   }
 }
 
-void TokenPacker::find_documents(const Span& span) {
+void TokenPacker::find_documents(const Span& span, std::vector<Document>* out) const {
   int64_t begin = 0;
   for (int64_t end : document_ends(span.file->dtype(), span.data, span.tokens, options_.eod_id)) {
-    documents_.push_back({span.start + begin, end - begin});
+    out->push_back({span.start + begin, end - begin});
     begin = end;
   }
-  if (begin < span.tokens) documents_.push_back({span.start + begin, span.tokens - begin});
+  if (begin < span.tokens) out->push_back({span.start + begin, span.tokens - begin});
 }
 
 void TokenPacker::pack_documents() {
@@ -178,7 +214,8 @@ void TokenPacker::pack_documents() {
     sequence_pieces_.push_back(static_cast<int64_t>(pieces_.size()));
     fill = 0;
   };
-  for (const Document& doc : documents_) {
+  for (const Document& doc : documents()) {
+    if (doc.length == 0) continue;  // counted, but nothing to pack
     int64_t offset = 0;
     if (doc.length > S) {
       close();
@@ -198,14 +235,18 @@ void TokenPacker::pack_documents() {
 }
 
 int64_t TokenPacker::unused_tokens() const {
-  return options_.mode == PackMode::kWindows ? total_tokens_ - num_sequences_ * options_.seq_len
-                                             : 0;
+  if (options_.mode != PackMode::kWindows) return 0;
+  // The tokens past the last window's input_ids.
+  const int64_t covered =
+      num_sequences_ > 0 ? (num_sequences_ - 1) * options_.window_stride + options_.seq_len : 0;
+  return total_tokens_ - covered;
 }
 
 std::vector<int64_t> TokenPacker::document_lengths() const {
+  const std::vector<Document>& all = documents();
   std::vector<int64_t> out;
-  out.reserve(documents_.size());
-  for (const Document& d : documents_) out.push_back(d.length);
+  out.reserve(all.size());
+  for (const Document& d : all) out.push_back(d.length);
   return out;
 }
 
@@ -339,10 +380,11 @@ void TokenPacker::plan_row(TokenField field, int64_t seq, Out* out, std::vector<
     if (n > 0) runs->push_back({start, n, reinterpret_cast<uint8_t*>(to)});
   };
   if (options_.mode == PackMode::kWindows) {
+    const int64_t start = seq * options_.window_stride;
     switch (field) {
-      case TokenField::kInputIds: return take(seq * S, S, out);
-      case TokenField::kLabels: return take(seq * S + 1, S, out);
-      case TokenField::kWindow: return take(seq * S, S + 1, out);
+      case TokenField::kInputIds: return take(start, S, out);
+      case TokenField::kLabels: return take(start + 1, S, out);
+      case TokenField::kWindow: return take(start, S + 1, out);
       case TokenField::kPositionIds:
         for (int64_t j = 0; j < S; ++j) out[j] = static_cast<Out>(j);
         return;

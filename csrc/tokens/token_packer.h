@@ -5,9 +5,11 @@
 // order, the files in the order given.
 //
 // - Windows (nanoGPT's): sequence i is the stream's tokens
-//   [i * seq_len, (i + 1) * seq_len + 1): input_ids are the first seq_len,
-//   labels the last seq_len. Windows cross document and file boundaries;
-//   the tail that does not fill a window is left out. The kWindow field is
+//   [i * stride, i * stride + seq_len + 1) (stride: window_stride, seq_len
+//   unless set): input_ids are the first seq_len, labels the last seq_len.
+//   Windows cross document and file boundaries; the tail that does not fill
+//   a window is left out. With stride 1 every start is a sequence (random
+//   window offsets draw among them). The kWindow field is
 //   the whole window of seq_len + 1 tokens, read and written once: a batch
 //   of them holds input_ids and labels as its [:, :-1] and [:, 1:].
 // - Documents: documents (ended by the end-of-document token, which belongs
@@ -25,6 +27,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -38,6 +42,8 @@ enum class TokenField { kInputIds, kLabels, kPositionIds, kWindow };
 struct PackOptions {
   int64_t seq_len = 2048;
   PackMode mode = PackMode::kWindows;
+  // Windows: tokens from one window's start to the next, 1 to seq_len; 0: seq_len.
+  int64_t window_stride = 0;
   int64_t eod_id = -1;      // documents of raw and .npy files end with it; -1: none
   int64_t pad_id = 0;
   int64_t vocab_size = 0;   // > 0: a token id outside [0, vocab_size) is an error
@@ -55,12 +61,18 @@ class TokenPacker {
   const PackOptions& options() const { return options_; }
   int64_t num_sequences() const { return num_sequences_; }
   int64_t num_tokens() const { return total_tokens_; }
-  int64_t num_documents() const { return static_cast<int64_t>(documents_.size()); }
+  // The stream's documents as the files bound them (a Megatron .idx, or
+  // eod_id), counted as Megatron counts them: a document without tokens
+  // counts too. Packing windows, they are found at the first call (eod_id:
+  // one scan of the files), and 0 / empty when some file has no .idx and
+  // no eod_id is given.
+  bool documents_known() const;
+  int64_t num_documents() const { return static_cast<int64_t>(documents().size()); }
   // Padding slots over all sequences (documents mode), and the stream's
   // tokens that are in no sequence's input_ids (windows: the tail).
   int64_t pad_tokens() const { return pad_tokens_; }
   int64_t unused_tokens() const;
-  // Tokens of each document, in stream order (documents mode; empty for windows).
+  // Tokens of each document, in stream order (see num_documents()).
   std::vector<int64_t> document_lengths() const;
 
   // Elements of a row of `field`: seq_len, or seq_len + 1 for kWindow.
@@ -102,7 +114,10 @@ class TokenPacker {
   };
 
   void add_file(const TokenFile& file);
-  void find_documents(const Span& span);
+  // The documents of every file, in stream order, into `out`.
+  void find_documents(std::vector<Document>* out) const;
+  void find_documents(const Span& span, std::vector<Document>* out) const;
+  const std::vector<Document>& documents() const;
   void pack_documents();
   // Writes what row `seq` holds besides the stream's tokens (positions,
   // padding, ignored labels) and lists the runs of tokens it takes.
@@ -118,8 +133,12 @@ class TokenPacker {
   std::vector<std::shared_ptr<const TokenFile>> files_;
   PackOptions options_;
   std::vector<Span> spans_;
+  // Each file's first span and first token in the stream, then the ends.
+  std::vector<std::pair<size_t, int64_t>> file_starts_;
   int64_t total_tokens_ = 0;
-  std::vector<Document> documents_;
+  // Found at construction (documents mode) or at the first call (windows).
+  mutable std::once_flag documents_found_;
+  mutable std::vector<Document> documents_;
   std::vector<Piece> pieces_;
   std::vector<int64_t> sequence_pieces_;  // sequence i: pieces [s[i], s[i + 1])
   int64_t num_sequences_ = 0;

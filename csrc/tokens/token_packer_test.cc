@@ -125,6 +125,63 @@ TEST(TokenPacker, MegatronDocumentsComeFromTheIndex) {
   EXPECT_EQ(row(p, TokenField::kInputIds, 1), (std::vector<int64_t>{4, 5, 6}));
 }
 
+TEST(TokenPacker, EmptyDocumentsCountAsMegatronCountsThemButPackAsNothing) {
+  test::TempDir dir;
+  std::vector<uint16_t> t{1, 2, 3, 4, 5, 6};
+  const std::string bin = dir.write("m.bin", bytes_of(t));
+  // Documents: [1 2] [] (no sequence) [3] [] (an empty sequence) [4 5 6].
+  const std::string idx = dir.write("m.idx", megatron_index({2, 1, 0, 3}, {0, 1, 1, 2, 3, 4}));
+  auto f = TokenFile::open(bin, TokenFormat::kMegatron, DType::kU16, idx);
+  PackOptions o;
+  o.seq_len = 3;
+  o.mode = PackMode::kDocuments;
+  TokenPacker p({f}, o);
+  EXPECT_EQ(p.num_documents(), 5);
+  EXPECT_EQ(p.document_lengths(), (std::vector<int64_t>{2, 0, 1, 0, 3}));
+  ASSERT_EQ(p.num_sequences(), 2);  // [1 2 3] [4 5 6]
+  EXPECT_EQ(row(p, TokenField::kInputIds, 0), (std::vector<int64_t>{1, 2, 3}));
+  // Packing windows, the index bounds the same documents.
+  o.mode = PackMode::kWindows;
+  TokenPacker w({f}, o);
+  EXPECT_TRUE(w.documents_known());
+  EXPECT_EQ(w.document_lengths(), (std::vector<int64_t>{2, 0, 1, 0, 3}));
+}
+
+TEST(TokenPacker, WindowsEveryStrideTokens) {
+  test::TempDir dir;
+  std::vector<uint16_t> t{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto f = TokenFile::open(dir.write("t.bin", bytes_of(t)), TokenFormat::kRaw, DType::kU16);
+  PackOptions o;
+  o.seq_len = 4;
+  o.window_stride = 1;
+  TokenPacker p({f}, o);
+  ASSERT_EQ(p.num_sequences(), 6);  // every start with 5 tokens after it: 0 to 5
+  EXPECT_EQ(row(p, TokenField::kInputIds, 5), (std::vector<int64_t>{5, 6, 7, 8}));
+  EXPECT_EQ(row(p, TokenField::kLabels, 5), (std::vector<int64_t>{6, 7, 8, 9}));
+  EXPECT_EQ(p.unused_tokens(), 1);  // the last token is a label only
+  EXPECT_FALSE(p.documents_known());
+  EXPECT_EQ(p.num_documents(), 0);
+  o.window_stride = 5;
+  EXPECT_THROW(TokenPacker({f}, o), Error);
+}
+
+TEST(TokenFile, AMultimodalIndexKeepsItsModes) {
+  test::TempDir dir;
+  std::vector<uint16_t> t{1, 2, 3, 4, 5, 6};
+  const std::string bin = dir.write("m.bin", bytes_of(t));
+  const std::string modes("\x00\x01\x01", 3);
+  const std::string idx = dir.write("m.idx", megatron_index({2, 1, 3}, {0, 2, 3}) + modes);
+  auto f = TokenFile::open(bin, TokenFormat::kMegatron, DType::kU16, idx);
+  EXPECT_EQ(f->sequence_modes(), (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(f->sequences().size(), 3u);
+  const std::string cut = dir.write("cut.idx", megatron_index({2, 1, 3}, {0, 2, 3}) + "\x01");
+  const auto e =
+      test::error_from([&] { TokenFile::open(bin, TokenFormat::kMegatron, DType::kU16, cut); });
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message().find("with a multimodal index's mode byte per sequence"),
+            std::string::npos);
+}
+
 TEST(TokenFile, BadInputsNameFileAndOffset) {
   test::TempDir dir;
   auto e = test::error_from([&] {

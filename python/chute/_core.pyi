@@ -8,7 +8,28 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ArraySource', 'Batch', 'BlockFeed', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RemoteScheme', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_loop', 'decode_npy', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest']
+__all__: list[str] = ['ArraySource', 'Batch', 'BlockFeed', 'BlockSampleSource', 'ColorMode', 'CropMode', 'DataError', 'ErrorPolicy', 'FetchQueue', 'FetchTicket', 'FieldDecoder', 'FieldPlan', 'H5Context', 'H5Filter', 'H5Layout', 'H5LayoutKind', 'H5Source', 'ImageFormat', 'ImageOutputSpec', 'IndexedEngine', 'IndexedPlan', 'IndexedSampleSource', 'Layout', 'PixelType', 'ReadError', 'RemoteRanges', 'RemoteReader', 'RemoteScheme', 'RowSource', 'SourceOptions', 'StreamEngine', 'StreamPlan', 'TarIndexSource', 'TokenFile', 'TokenPacker', 'count_tar_samples', 'decode_loop', 'decode_npy', 'image_formats', 'list_tar_payloads', 'max_image_pixels', 'mix_schedule', 'parse_int_label', 'peek_tar_sample', 'probe_image', 'read_remote_tar', 'read_tar_bytes', 'read_tar_samples', 'remote_schemes', 'replay_shuffle', 'scan_tar_index', 'scan_tar_samples', 'set_max_image_pixels', 'tar_cache_file_name', 'tar_headers_digest']
+class Batch:
+    """
+    One batch from the engine, column by column.
+    """
+    def column(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
+        ...
+    def keys(self) -> list[str]:
+        ...
+    def other_members(self) -> list[typing.Any]:
+        ...
+    def source_indices(self) -> list[int]:
+        ...
+    @property
+    def num_columns(self) -> int:
+        ...
+    @property
+    def sequence(self) -> int:
+        ...
+    @property
+    def size(self) -> int:
+        ...
 class DataError(ValueError):
     pass
 class ReadError(OSError):
@@ -97,6 +118,30 @@ class FetchQueue:
     def wake_fd(self) -> int:
         """
         Readable when there is something to do (an eventfd).
+        """
+class RemoteScheme:
+    """
+    A url scheme read through a FetchQueue (csrc/io/remote_source.h).
+    """
+    @property
+    def aliases(self) -> list[str]:
+        """
+        Other names read the same way.
+        """
+    @property
+    def name(self) -> str:
+        """
+        As urls spell it, lower case.
+        """
+    @property
+    def store(self) -> str:
+        """
+        The kind of store chute.remote opens for it, one of chute.remote._stores.STORES ('s3', 'http', ...).
+        """
+    @property
+    def store_title(self) -> str:
+        """
+        What the store is, as the docs' table of schemes says.
         """
 class SourceOptions:
     """
@@ -187,46 +232,6 @@ class RemoteReader:
         """
         Whether a read() is in progress (a close() ends it).
         """
-class RemoteScheme:
-    """
-    A url scheme read through a FetchQueue (csrc/io/remote_source.h).
-    """
-    @property
-    def aliases(self) -> list[str]:
-        """
-        Other names read the same way.
-        """
-    @property
-    def name(self) -> str:
-        """
-        As urls spell it, lower case.
-        """
-    @property
-    def store(self) -> str:
-        """
-        The kind of store chute.remote opens for it, one of chute.remote._stores.STORES ('s3', 'http', ...).
-        """
-class Batch:
-    """
-    One batch from the engine, column by column.
-    """
-    def column(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> typing.Any:
-        ...
-    def keys(self) -> list[str]:
-        ...
-    def other_members(self) -> list[typing.Any]:
-        ...
-    def source_indices(self) -> list[int]:
-        ...
-    @property
-    def num_columns(self) -> int:
-        ...
-    @property
-    def sequence(self) -> int:
-        ...
-    @property
-    def size(self) -> int:
-        ...
 class FieldDecoder:
     """
     Members:
@@ -625,6 +630,7 @@ class StreamPlan:
     partial: bool
     remote: FetchQueue
     repeat: bool
+    repeat_to_limit: bool
     resampled: bool
     samples_one_by_one: bool
     shuffle_shards: bool
@@ -695,6 +701,12 @@ class StreamPlan:
         ...
     @max_inflight_bytes.setter
     def max_inflight_bytes(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def max_samples(self) -> int:
+        ...
+    @max_samples.setter
+    def max_samples(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def num_streams(self) -> int:
@@ -789,7 +801,49 @@ class StreamEngine:
         """
         Next batch; None at the end of the epoch. Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.
         """
+    def set_active_threads(self, threads: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        At most `threads` of the plan's decode threads work from now on, with `in_flight` batches in flight; the batches and their order are the plan's whatever the count.
+        """
     def stats(self) -> dict[str, typing.Any]:
+        ...
+class ImageFormat:
+    """
+    An image format the engine decodes (csrc/decode/image_decoder.cc).
+    """
+    @property
+    def extensions(self) -> list[str]:
+        """
+        The member extensions decoded natively as this format.
+        """
+    @property
+    def name(self) -> str:
+        """
+        As probe_image names it: 'jpeg'.
+        """
+    @property
+    def region_decode(self) -> bool:
+        """
+        Whether a resize decodes only around its crop.
+        """
+    @property
+    def title(self) -> str:
+        """
+        As messages name it: 'JPEG'.
+        """
+class _MappedFile:
+    """
+    A whole file mapped read-only; pages past a new end read as zeros (see check_size).
+    """
+    def check_size(self) -> bool:
+        """
+        Looks at the file's size now; True when it is shorter than when mapped.
+        """
+    @property
+    def size(self) -> int:
+        ...
+    @property
+    def valid_size(self) -> int:
         ...
 class RowSource:
     """
@@ -810,6 +864,153 @@ class RowSource:
     @property
     def row_shape(self) -> list[int]:
         ...
+class IndexedSampleSource:
+    """
+    Samples read by id (sample mode of the IndexedEngine).
+    """
+    @property
+    def num_samples(self) -> int:
+        ...
+class IndexedPlan:
+    """
+    What an IndexedEngine reads and how.
+    """
+    collect_keys: bool
+    keep_other_members: bool
+    on_error: ErrorPolicy
+    def __init__(self) -> None:
+        ...
+    def set_fields(self, fields: collections.abc.Sequence[FieldPlan]) -> None:
+        """
+        Sample mode: the output fields (FieldPlan, as for a StreamPlan).
+        """
+    def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Addresses of cudaHostRegister/cudaHostUnregister (see chute.gpu.pinning).
+        """
+    @property
+    def max_in_flight(self) -> int:
+        """
+        Batches started ahead of the consumer.
+        """
+    @max_in_flight.setter
+    def max_in_flight(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def num_rows(self) -> int:
+        """
+        The dataset's rows (-1: the sources'); bounds the indices when no field is read by a source.
+        """
+    @num_rows.setter
+    def num_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def num_threads(self) -> int:
+        ...
+    @num_threads.setter
+    def num_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def piece_rows(self) -> int:
+        """
+        Rows per piece of work; 0 picks it from the row size.
+        """
+    @piece_rows.setter
+    def piece_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def samples(self) -> IndexedSampleSource:
+        """
+        Sample mode: the source read by id (instead of `sources`).
+        """
+    @samples.setter
+    def samples(self, arg1: IndexedSampleSource) -> None:
+        ...
+    @property
+    def seed(self) -> int:
+        ...
+    @seed.setter
+    def seed(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sources(self) -> list[RowSource]:
+        """
+        One row source per output field, all with the same number of rows.
+        """
+    @sources.setter
+    def sources(self, arg0: collections.abc.Sequence[RowSource]) -> None:
+        ...
+class IndexedEngine:
+    """
+    Native threads gathering index batches from row sources.
+    """
+    def __init__(self, plan: IndexedPlan) -> None:
+        ...
+    def close(self) -> None:
+        """
+        Stops the threads and drops what is queued; nothing in a forked copy.
+        """
+    def gather(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> list[typing.Any]:
+        """
+        An engine without threads (num_threads 0): the columns of the batch of `indices`, made on this thread with the GIL released. Nothing may be outstanding.
+        """
+    def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
+        """
+        The next batch in submission order (one column per source). Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.
+        """
+    def outstanding(self) -> int:
+        ...
+    def set_active_threads(self, threads: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        At most `threads` of the plan's threads gather from now on, with `in_flight` batches started ahead of the consumer; batches stay in submission order.
+        """
+    def stats(self) -> dict[str, typing.Any]:
+        ...
+    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], epoch: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
+        """
+        Queue a batch of row indices; returns its sequence number. In sample mode the decoders' random draws for sample i derive from (seed, epoch, i).
+        """
+    def take_skipped(self) -> list[typing.Any]:
+        """
+        Sample mode: exceptions of the samples skipped since the last call, oldest first; each names its sample as data: sample_index (the id it was submitted as), sample_source (which shard or row group holds it) and sample_offset (where it starts there: a byte offset, a row of a row group), None where not known.
+        """
+    @property
+    def num_rows(self) -> int:
+        ...
+class ArraySource(RowSource):
+    """
+    Rows of an array the source keeps alive (numpy, memmap, tensor.numpy()).
+    """
+    def __init__(self, name: str, array: numpy.typing.NDArray[typing.Any]) -> None:
+        ...
+class BlockSampleSource(IndexedSampleSource):
+    """
+    Samples whose members lie in blocks of memory handed over by their owner (Parquet row groups read by pyarrow): expect (or put) a block before submitting a batch that reads it, put or fail it once read, drop it once no batch in flight needs it.
+    """
+    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], block_starts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], block_names: collections.abc.Sequence[str], block_urls: collections.abc.Sequence[str]) -> None:
+        ...
+    def drop(self, block: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def expect(self, block: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Block `block` is being read: batches that read from it wait for it (on the engine's threads) until it is put or failed.
+        """
+    def fail(self, block: typing.SupportsInt | typing.SupportsIndex, data: bool, message: str) -> None:
+        """
+        Block `block` cannot be read: each of its samples fails with DataError (`data`) or ReadError and `message` (which names the block), raised at its batch or skipped as the engine's error policy says.
+        """
+    def put(self, block: typing.SupportsInt | typing.SupportsIndex, columns: collections.abc.Sequence[tuple[typing_extensions.Buffer, typing.Annotated[numpy.typing.ArrayLike, numpy.int64], typing.Annotated[numpy.typing.ArrayLike, numpy.uint8] | None]]) -> None:
+        """
+        Block `block`'s columns, one (data buffer, int64 offsets, uint8 present or None) per extension; the buffers are used in place and kept alive.
+        """
+    @property
+    def blocks_held(self) -> int:
+        ...
+    @property
+    def bytes_read(self) -> int:
+        """
+        Payload bytes handed to the decoders so far.
+        """
 class H5Context:
     """
     Open-file pool and decompressed-chunk cache shared by HDF5 sources.
@@ -1015,19 +1216,6 @@ class H5Source(RowSource):
     """
     def __init__(self, context: H5Context, name: str, layouts: collections.abc.Sequence[H5Layout]) -> None:
         ...
-class ArraySource(RowSource):
-    """
-    Rows of an array the source keeps alive (numpy, memmap, tensor.numpy()).
-    """
-    def __init__(self, name: str, array: numpy.typing.NDArray[typing.Any]) -> None:
-        ...
-class IndexedSampleSource:
-    """
-    Samples read by id (sample mode of the IndexedEngine).
-    """
-    @property
-    def num_samples(self) -> int:
-        ...
 class TarIndexSource(IndexedSampleSource):
     """
     Tar shards read by sample id through their index; neighbouring samples share a read.
@@ -1044,128 +1232,6 @@ class TarIndexSource(IndexedSampleSource):
         """
         Range reads made so far.
         """
-class BlockSampleSource(IndexedSampleSource):
-    """
-    Samples whose members lie in blocks of memory handed over by their owner (Parquet row groups read by pyarrow): put a block before submitting a batch that reads it, drop it once no batch in flight does.
-    """
-    def __init__(self, extensions: collections.abc.Sequence[str], column_names: collections.abc.Sequence[str], block_starts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], block_names: collections.abc.Sequence[str], block_urls: collections.abc.Sequence[str]) -> None:
-        ...
-    def drop(self, block: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def put(self, block: typing.SupportsInt | typing.SupportsIndex, columns: collections.abc.Sequence[tuple[typing_extensions.Buffer, typing.Annotated[numpy.typing.ArrayLike, numpy.int64], typing.Annotated[numpy.typing.ArrayLike, numpy.uint8] | None]]) -> None:
-        """
-        Block `block`'s columns, one (data buffer, int64 offsets, uint8 present or None) per extension; the buffers are used in place and kept alive.
-        """
-    @property
-    def blocks_held(self) -> int:
-        ...
-    @property
-    def bytes_read(self) -> int:
-        """
-        Payload bytes handed to the decoders so far.
-        """
-class IndexedPlan:
-    """
-    What an IndexedEngine reads and how.
-    """
-    collect_keys: bool
-    keep_other_members: bool
-    on_error: ErrorPolicy
-    def __init__(self) -> None:
-        ...
-    def set_fields(self, fields: collections.abc.Sequence[FieldPlan]) -> None:
-        """
-        Sample mode: the output fields (FieldPlan, as for a StreamPlan).
-        """
-    def set_pin_hooks(self, register_fn: typing.SupportsInt | typing.SupportsIndex, unregister_fn: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        Addresses of cudaHostRegister/cudaHostUnregister (see chute.gpu.pinning).
-        """
-    @property
-    def max_in_flight(self) -> int:
-        """
-        Batches started ahead of the consumer.
-        """
-    @max_in_flight.setter
-    def max_in_flight(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def num_rows(self) -> int:
-        """
-        The dataset's rows (-1: the sources'); bounds the indices when no field is read by a source.
-        """
-    @num_rows.setter
-    def num_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def num_threads(self) -> int:
-        ...
-    @num_threads.setter
-    def num_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def piece_rows(self) -> int:
-        """
-        Rows per piece of work; 0 picks it from the row size.
-        """
-    @piece_rows.setter
-    def piece_rows(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def samples(self) -> IndexedSampleSource:
-        """
-        Sample mode: the source read by id (instead of `sources`).
-        """
-    @samples.setter
-    def samples(self, arg1: IndexedSampleSource) -> None:
-        ...
-    @property
-    def seed(self) -> int:
-        ...
-    @seed.setter
-    def seed(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def sources(self) -> list[RowSource]:
-        """
-        One row source per output field, all with the same number of rows.
-        """
-    @sources.setter
-    def sources(self, arg0: collections.abc.Sequence[RowSource]) -> None:
-        ...
-class IndexedEngine:
-    """
-    Native threads gathering index batches from row sources.
-    """
-    def __init__(self, plan: IndexedPlan) -> None:
-        ...
-    def close(self) -> None:
-        """
-        Stops the threads and drops what is queued; nothing in a forked copy.
-        """
-    def gather(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> list[typing.Any]:
-        """
-        An engine without threads (num_threads 0): the columns of the batch of `indices`, made on this thread with the GIL released. Nothing may be outstanding.
-        """
-    def next(self, timeout: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> typing.Any:
-        """
-        The next batch in submission order (one column per source). Raises TimeoutError when `timeout` seconds (0: wait forever) pass first, and the error of a failed batch at its position.
-        """
-    def outstanding(self) -> int:
-        ...
-    def stats(self) -> dict[str, typing.Any]:
-        ...
-    def submit(self, indices: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], epoch: typing.SupportsInt | typing.SupportsIndex = 0) -> int:
-        """
-        Queue a batch of row indices; returns its sequence number. In sample mode the decoders' random draws for sample i derive from (seed, epoch, i).
-        """
-    def take_skipped(self) -> list[typing.Any]:
-        """
-        Sample mode: exceptions of the samples skipped since the last call, oldest first; each names its sample as data: sample_index (the id it was submitted as), sample_source (which shard or row group holds it) and sample_offset (where it starts there: a byte offset, a row of a row group), None where not known.
-        """
-    @property
-    def num_rows(self) -> int:
-        ...
 class TokenFile:
     """
     A file of token ids, mapped and checked (raw .bin, .npy, Megatron .bin+.idx).
@@ -1198,27 +1264,39 @@ class TokenFile:
     def path(self) -> str:
         ...
     @property
+    def sequence_modes(self) -> typing.Any:
+        """
+        A Megatron multimodal .idx's mode of each sequence (uint8), None for other files.
+        """
+    @property
     def size(self) -> int:
         ...
 class TokenPacker:
     """
     Sequences of seq_len tokens cut from token files (windows or documents).
     """
-    def __init__(self, files: collections.abc.Sequence[TokenFile], seq_len: typing.SupportsInt | typing.SupportsIndex, mode: str = 'windows', eod_id: typing.SupportsInt | typing.SupportsIndex = -1, pad_id: typing.SupportsInt | typing.SupportsIndex = 0, vocab_size: typing.SupportsInt | typing.SupportsIndex = 0, out_dtype: str = 'int64') -> None:
+    def __init__(self, files: collections.abc.Sequence[TokenFile], seq_len: typing.SupportsInt | typing.SupportsIndex, mode: str = 'windows', eod_id: typing.SupportsInt | typing.SupportsIndex = -1, pad_id: typing.SupportsInt | typing.SupportsIndex = 0, vocab_size: typing.SupportsInt | typing.SupportsIndex = 0, out_dtype: str = 'int64', window_stride: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        Plans the sequences (scanning for eod_id where documents end at it).
+        Plans the sequences (scanning for eod_id where documents end at it). Windows start every `window_stride` tokens (0: seq_len; 1: every start, for random offsets).
         """
     def document_lengths(self) -> numpy.typing.NDArray[numpy.int64]:
         """
-        Tokens of each document, in stream order (documents mode).
+        Tokens of each document, in stream order (empty documents too).
         """
     def source(self, field: str) -> RowSource:
         """
         The row source of one field: 'input_ids', 'labels', 'position_ids', or 'window' (windows packing: seq_len + 1 tokens, input_ids and labels in one row).
         """
     @property
+    def documents_known(self) -> bool:
+        """
+        Whether the files bound the documents (every file's .idx, or eod_id).
+        """
+    @property
     def num_documents(self) -> int:
-        ...
+        """
+        Documents as Megatron counts them (empty ones too); windows packing finds them at the first call (0 when not bounded).
+        """
     @property
     def num_sequences(self) -> int:
         ...
@@ -1230,20 +1308,6 @@ class TokenPacker:
         ...
     @property
     def unused_tokens(self) -> int:
-        ...
-class _MappedFile:
-    """
-    A whole file mapped read-only; pages past a new end read as zeros (see check_size).
-    """
-    def check_size(self) -> bool:
-        """
-        Looks at the file's size now; True when it is shorter than when mapped.
-        """
-    @property
-    def size(self) -> int:
-        ...
-    @property
-    def valid_size(self) -> int:
         ...
 def _batch_keys(arg0: Batch) -> list[typing.Any]:
     """
@@ -1261,6 +1325,10 @@ def _map_file(path: str) -> _MappedFile:
     """
     The file mapped whole, or None when it is empty or cannot be mapped (too many at once).
     """
+def _parked_threads() -> list[typing.Any]:
+    """
+    The ids (threading.get_ident()) of the threads that exit parked in a native wait.
+    """
 def _take_skipped(arg0: StreamEngine) -> list[typing.Any]:
     """
     The exceptions of the samples the engine skipped since the last call, oldest first, with their scope and place as attributes (see chute.common.errors).
@@ -1276,6 +1344,10 @@ def decode_loop(images: list[typing.Any], seconds: typing.SupportsFloat | typing
 def decode_npy(data: bytes, where: str = '<bytes>') -> numpy.typing.NDArray[typing.Any]:
     """
     Decode .npy bytes to a C-contiguous array as np.load reads them (the numeric dtypes in native byte order).
+    """
+def image_formats() -> list[ImageFormat]:
+    """
+    The image formats the engine decodes natively: the one table of them.
     """
 def list_tar_payloads(url: str, cache_dir: str = '', pipe_timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0, source: SourceOptions | None = None, until_error: bool = False) -> list[tuple[str, int, int | None, int, str | None, str | None]]:
     """

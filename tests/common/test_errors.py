@@ -23,6 +23,9 @@ import torch
 import webdataset
 from conftest import image_samples, tiny_samples, write_shards
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 LOCATION = re.compile(r"\[[\w.+-]+\.(cc|h):\d+\]")
 
 

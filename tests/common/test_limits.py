@@ -5,11 +5,8 @@ size that cannot fit, and an allocation that fails."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
-import subprocess
-import sys
 import warnings
 import zlib
 from pathlib import Path
@@ -22,7 +19,10 @@ import numpy as np
 import pytest
 from chute import _core
 from conftest import jpeg_bytes, write_shards
-from helpers import png_declaring
+from helpers import png_declaring, run_json_probe
+
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
 
 
 def bomb_png(side: int) -> bytes:
@@ -138,16 +138,7 @@ except MemoryError as e:
 )
 def test_an_allocation_that_fails_is_a_memory_error_naming_it(tmp_path: Path) -> None:
     url = write_shards(tmp_path, [{"__key__": "big", "png": png_declaring(40000, 40000)}], 1)[0]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
-    done = subprocess.run(
-        [sys.executable, "-c", ALLOCATION, url],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=True,
-    )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_json_probe(ALLOCATION, url)
     assert report["error"] == "MemoryError"
     assert "cannot allocate 4800000000 bytes" in report["message"]
     assert "uint8 tensor of shape (40000, 40000, 3)" in report["message"]

@@ -7,6 +7,9 @@ import torch
 from chute.datasets.arrays import ArrayDataset
 from torch.utils.data import DataLoader, TensorDataset
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 
 def _check(ds, refs, threads=2):
     rng = np.random.default_rng(0)

@@ -17,6 +17,9 @@ import h5py
 import numpy as np
 import pytest
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 ROWS = 512
 CHUNK = 64
 

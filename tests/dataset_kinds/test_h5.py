@@ -9,9 +9,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from chute import DataError, ReadError
-from chute.datasets.h5 import ChuteSlowPathWarning, H5Dataset
+from chute import DataError, H5Dataset, ReadError, SlowPathWarning
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
+
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
 
 N = 500
 
@@ -143,7 +145,7 @@ def test_lzf_takes_slow_path_with_warning(tmp_path):
     path = tmp_path / "lzf.h5"
     _write(path, "x", rng.standard_normal((N, 8)).astype("f4"), chunks=(32, 8), compression="lzf")
     _write(path, "y", np.arange(N, dtype="i4"))
-    with pytest.warns(ChuteSlowPathWarning, match="'/x'.*lzf"):
+    with pytest.warns(SlowPathWarning, match="'/x'.*lzf"):
         ds = H5Dataset(path, ["x", "y"])
     _check(ds, {"x": _reference([path], "x"), "y": _reference([path], "y")}, rng)
     assert ds.stats()["python_items"] > 0

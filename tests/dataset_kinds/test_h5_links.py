@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from chute.datasets.h5 import ChuteSlowPathWarning, H5Dataset
+from chute import H5Dataset, SlowPathWarning
 
 ROWS = 40
 
@@ -79,7 +79,7 @@ def test_external_links_read_the_linked_files_rows(
 def test_an_external_link_to_a_slow_path_dataset(
     linked: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.warns(ChuteSlowPathWarning, match="lzf"):
+    with pytest.warns(SlowPathWarning, match="lzf"):
         ds = H5Dataset(linked, ["lz", "n"])
     # The read happens later, from another working directory.
     monkeypatch.chdir(linked.parent / "sub")
@@ -167,7 +167,7 @@ def test_a_dataset_whose_every_field_takes_the_h5py_path(tmp_path: Path, kind: s
     {"lzf": write_lzf, "virtual": write_virtual, "external_storage": write_external_storage}[kind](
         path
     )
-    with pytest.warns(ChuteSlowPathWarning):
+    with pytest.warns(SlowPathWarning):
         ds = H5Dataset(path, ["v"])
     assert ds._slow == {"v"}
     assert_rows_match_h5py(ds, path, {"v": "v"})
@@ -175,7 +175,7 @@ def test_a_dataset_whose_every_field_takes_the_h5py_path(tmp_path: Path, kind: s
     with pytest.raises(IndexError, match=f"index {ROWS} is out of range for a dataset of length"):
         ds[ROWS]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ChuteSlowPathWarning)
+        warnings.simplefilter("ignore", SlowPathWarning)
         torch_rows = [b["v"] for b in torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2)]
     np.testing.assert_array_equal(torch.cat(torch_rows).numpy(), h5py_rows(path, "v"))
 

@@ -16,6 +16,9 @@ from chute import _core
 from conftest import tiny_samples, write_shards
 from helpers import assert_equal_batch_counts, counts, run_ranks
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 A, B_ROWS = 70, 30  # rows of the two map-style sources
 
 
@@ -292,3 +295,37 @@ def test_mix_of_a_tar_dataset_and_a_stream_mixes_per_batch(tmp_path, stream_shar
     )
     with pytest.raises(ValueError, match="batch_size=None"):
         next(iter(chute.DataLoader(mixed, batch_size=2)))
+
+
+class _Refusing:
+    """A mix source whose epoch cannot start."""
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def __iter__(self) -> Any:
+        raise ValueError("this source cannot start")
+
+
+def test_a_stream_mix_whose_source_cannot_start_stops_the_others(stream_shards, monkeypatch):
+    # The conformance suite found it: the first source's iteration (its
+    # engine threads) outlived the failed start, and the half-made epoch's
+    # __del__ raised AttributeError ("Exception ignored in ...").
+    import gc
+    import sys
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    first = web(stream_shards["a"], 1)
+    mixed = chute.mix({"a": first, "b": _Refusing()}, weights={"a": 1, "b": 1})
+    with pytest.raises(ValueError, match="cannot start"):
+        iter(mixed)
+    assert first._live_iterations() == []
+    gc.collect()
+    assert unraisable == []

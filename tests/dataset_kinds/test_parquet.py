@@ -22,7 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from conftest import image_samples, png_bytes, write_shards
+from helpers import assert_resume_mid_epoch_is_exact, batch_ids, counts, run_ranks
 from PIL import Image
+
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
 
 N = 47  # rows over two files of uneven row groups
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -209,42 +213,7 @@ def test_resume_mid_epoch_is_exact(data: dict[str, Any]) -> None:
             ds, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(9)
         )
 
-    whole = loader()
-    whole.set_epoch(1)
-    expected = list(whole)
-    first = loader()
-    first.set_epoch(1)
-    it = iter(first)
-    head = [next(it) for _ in range(3)]
-    state = first.state_dict()
-    resumed = loader()
-    resumed.load_state_dict(state)
-    rest = list(resumed)
-    for a, b in zip(head + rest, expected, strict=True):
-        assert a["id"].tolist() == b["id"].tolist()
-        assert torch.equal(a["image"], b["image"])
-
-
-def _run_ranks(
-    monkeypatch: pytest.MonkeyPatch,
-    ds: Any,
-    world: int,
-    state: Any = None,
-    batches: int | None = None,
-) -> tuple[list[list[list[int]]], list[Any]]:
-    monkeypatch.setenv("WORLD_SIZE", str(world))
-    delivered, states = [], []
-    for rank in range(world):
-        monkeypatch.setenv("RANK", str(rank))
-        loader = chute.DataLoader(ds, batch_size=3, distributed=True, shuffle=True, seed=3)
-        loader.set_epoch(2)
-        if state is not None:
-            loader.load_state_dict(state)
-        it = iter(loader)
-        part = itertools.islice(it, batches) if batches else it
-        delivered.append([b["id"].tolist() for b in part])
-        states.append(loader.state_dict())
-    return delivered, states
+    assert_resume_mid_epoch_is_exact(loader, ["id", "image"])
 
 
 @pytest.mark.parametrize("world", [2, 3, 6])
@@ -252,11 +221,13 @@ def test_elastic_resume_delivers_every_row_once(
     data: dict[str, Any], world: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ds = chute.ParquetDataset(data["files"], ["id"])
-    first, states = _run_ranks(monkeypatch, ds, 4, batches=2)
-    second, _ = _run_ranks(monkeypatch, ds, world, state=states[0])
-    seen = collections.Counter(
-        i for part in (first, second) for rank in part for b in rank for i in b
-    )
+
+    def loader() -> chute.DataLoader[Any]:
+        return chute.DataLoader(ds, batch_size=3, distributed=True, shuffle=True, seed=3)
+
+    first, states = run_ranks(monkeypatch, 4, loader, batch_ids, batches=2)
+    second, _ = run_ranks(monkeypatch, world, loader, batch_ids, state=states[0])
+    seen = counts(first, second)
     assert set(seen) == set(range(N)) and set(seen.values()) == {1}
     assert len({len(rank) for rank in second}) == 1  # equal batch counts
 

@@ -25,10 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from conftest import image_samples
+from helpers import remote_test_options
 from PIL import Image
 from remote_servers import S3, Fault, FaultProxy, ObjectServer
 
-remote = pytest.importorskip("chute.remote")
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
+pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
 
 IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -36,9 +40,7 @@ N = 36
 
 
 def options(**overrides: Any) -> Any:
-    settings: dict[str, Any] = {"range_bytes": 64 << 10, "backoff_s": 0.01, "max_backoff_s": 0.05}
-    settings.update(overrides)
-    return remote.RemoteOptions(**settings)
+    return remote_test_options(64 << 10, **overrides)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_samples, write_shards
+from helpers import remote_test_options
 from remote_servers import S3, FaultProxy, ObjectServer
+
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
 
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
@@ -32,9 +36,7 @@ KiB = 1024
 
 
 def options(**overrides: Any) -> Any:
-    settings: dict[str, Any] = {"range_bytes": 256 * KiB, "backoff_s": 0.01, "max_backoff_s": 0.05}
-    settings.update(overrides)
-    return remote.RemoteOptions(**settings)
+    return remote_test_options(256 * KiB, **overrides)
 
 
 def write_h5(path: Path, seed: int = 0, rows: int = 500) -> dict[str, np.ndarray]:

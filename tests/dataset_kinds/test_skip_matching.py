@@ -82,11 +82,11 @@ class _Reworded:
 def test_skips_are_matched_to_their_batch_without_reading_the_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class Engine(parquet._Engine):
+    class Engine(parquet.RowGroupEngine):
         def __init__(self, engine: Any, *args: Any) -> None:
             super().__init__(_Reworded(engine), *args)
 
-    monkeypatch.setattr(parquet, "_Engine", Engine)
+    monkeypatch.setattr(parquet, "RowGroupEngine", Engine)
     ds = chute.ParquetDataset(
         broken_images(tmp_path / "broken.parquet"), decode="rgb8", handler=wds.warn_and_continue
     )

@@ -16,6 +16,9 @@ import torch
 from helpers import run_ranks
 from test_tokens import as_rows, reference_windows
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 
 def _windows_file(tmp_path: Path, tokens: int, seed: int) -> tuple[str, list[int]]:
     stream = np.random.default_rng(seed).integers(0, 60000, size=tokens).astype(np.uint16)

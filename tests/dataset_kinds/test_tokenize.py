@@ -15,7 +15,9 @@ import tarfile
 from pathlib import Path
 
 import chute
-import chute.datasets.text_tokens as text_tokens
+import chute.tokenize.build as tokenize_build
+import chute.tokenize.cache_entries as cache_entries
+import chute.tokenize.text_shards as text_shards
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -62,13 +64,13 @@ def tokenizer() -> Tokenizer:
 def encode_calls(monkeypatch) -> list[int]:
     """Counts the batches handed to the tokenizer."""
     calls: list[int] = []
-    real = text_tokens._encode
+    real = tokenize_build._encode
 
     def counting(tokenizer, texts, options, dtype):
         calls.append(len(texts))
         return real(tokenizer, texts, options, dtype)
 
-    monkeypatch.setattr(text_tokens, "_encode", counting)
+    monkeypatch.setattr(tokenize_build, "_encode", counting)
     return calls
 
 
@@ -142,8 +144,8 @@ def test_jsonl_shards_equal_encode_batch_with_eod(tmp_path, tokenizer) -> None:
 
 
 def test_small_batches_keep_order_across_shards(tmp_path, tokenizer, monkeypatch) -> None:
-    monkeypatch.setattr(text_tokens, "BATCH_DOCUMENTS", 3)
-    monkeypatch.setattr(text_tokens, "READ_CHUNK_BYTES", 64)
+    monkeypatch.setattr(text_shards, "BATCH_DOCUMENTS", 3)
+    monkeypatch.setattr(text_shards, "READ_CHUNK_BYTES", 64)
     rng = np.random.default_rng(1)
     shards = [make_documents(rng, n) for n in (17, 0, 9)]
     urls = [write_jsonl(tmp_path / f"p{i}.jsonl", d) for i, d in enumerate(shards)]
@@ -403,14 +405,14 @@ def test_interrupted_run_leaves_no_entry(tmp_path, tokenizer, monkeypatch, kille
     write_jsonl(tmp_path / "a.jsonl", new)
     # A kill while the new entry's files are renamed into place: nothing is cleaned up.
     real_replace = os.replace
-    monkeypatch.setattr(text_tokens._EntryWriter, "abort", lambda self: None)
+    monkeypatch.setattr(cache_entries.EntryWriter, "abort", lambda self: None)
 
     def killed(src, dst):
         if str(dst).endswith(killed_at):
             raise KeyboardInterrupt
         real_replace(src, dst)
 
-    monkeypatch.setattr(text_tokens.os, "replace", killed)
+    monkeypatch.setattr(cache_entries.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         chute.tokenize_shards(url, tokenizer, cache)
     monkeypatch.undo()
@@ -483,8 +485,8 @@ def test_bad_tar_members_name_the_member(tmp_path, tokenizer) -> None:
 
 def test_file_changed_while_read_is_refused(tmp_path, tokenizer, monkeypatch) -> None:
     url = write_jsonl(tmp_path / "a.jsonl", make_documents(np.random.default_rng(12), 30))
-    monkeypatch.setattr(text_tokens, "READ_CHUNK_BYTES", 256)
-    real_chunks = text_tokens._Input.chunks
+    monkeypatch.setattr(text_shards, "READ_CHUNK_BYTES", 256)
+    real_chunks = text_shards.TextShard.chunks
 
     def appending(self):
         for i, chunk in enumerate(real_chunks(self)):
@@ -493,7 +495,7 @@ def test_file_changed_while_read_is_refused(tmp_path, tokenizer, monkeypatch) ->
                     f.write(json.dumps({"text": "late"}) + "\n")
             yield chunk
 
-    monkeypatch.setattr(text_tokens._Input, "chunks", appending)
+    monkeypatch.setattr(text_shards.TextShard, "chunks", appending)
     with pytest.raises(chute.DataError, match=r"a\.jsonl: the file changed while it was tokenized"):
         chute.tokenize_shards(url, tokenizer, tmp_path / "cache")
     assert not [n for n in os.listdir(tmp_path / "cache") if not n.startswith(".")]
@@ -592,8 +594,8 @@ def test_remote_object_replaced_while_read_is_refused(
 ) -> None:
     lines = make_documents(np.random.default_rng(14), 30)
     object_server.objects["/d/a.jsonl"] = jsonl_bytes(lines)
-    monkeypatch.setattr(text_tokens, "READ_CHUNK_BYTES", 256)
-    real_chunks = text_tokens._Input.chunks
+    monkeypatch.setattr(text_shards, "READ_CHUNK_BYTES", 256)
+    real_chunks = text_shards.TextShard.chunks
 
     def replacing(self):
         for i, chunk in enumerate(real_chunks(self)):
@@ -601,7 +603,7 @@ def test_remote_object_replaced_while_read_is_refused(
                 object_server.objects["/d/a.jsonl"] = jsonl_bytes(lines[::-1])
             yield chunk
 
-    monkeypatch.setattr(text_tokens._Input, "chunks", replacing)
+    monkeypatch.setattr(text_shards.TextShard, "chunks", replacing)
     with pytest.raises(chute.ReadError, match=r"/d/a\.jsonl"):
         chute.tokenize_shards(f"{object_server.url}/d/a.jsonl", tokenizer, tmp_path / "cache")
     assert not [n for n in os.listdir(tmp_path / "cache") if not n.startswith(".")]
@@ -616,14 +618,14 @@ def test_remote_gzip_that_does_not_inflate(tmp_path, tokenizer, object_server) -
 def _tokenize_as_rank(rank: int, urls: list[str], tokenizer_path: str, work: str, barrier) -> None:
     """One rank of test_ranks_tokenize_into_one_cache_at_once, in its own
     process: logs each entry it writes, then saves its dataset's sequences."""
-    real_finish = text_tokens._EntryWriter.finish
+    real_finish = cache_entries.EntryWriter.finish
 
     def logged(self, description):
         real_finish(self, description)
         with open(os.path.join(work, "written.log"), "a") as f:
             f.write(os.path.basename(self.entry.stem) + "\n")
 
-    text_tokens._EntryWriter.finish = logged
+    cache_entries.EntryWriter.finish = logged
     tokenizer = Tokenizer.from_file(tokenizer_path)
     eod = tokenizer.token_to_id("<|endoftext|>")
     barrier.wait(timeout=120)
@@ -698,5 +700,5 @@ def _die_while_writing(url: str, tokenizer_path: str, work: str) -> None:
     def die(self, tokens, lengths):
         os._exit(3)
 
-    text_tokens._EntryWriter.add = die
+    cache_entries.EntryWriter.add = die
     chute.tokenize_shards(url, Tokenizer.from_file(tokenizer_path), os.path.join(work, "cache"))

@@ -21,6 +21,9 @@ import pytest
 import torch
 from helpers import assert_equal_batch_counts, rewrite_with_its_times_set_back, run_ranks
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 IGNORE = -100
 MEGATRON_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int32): 4, np.dtype(np.uint16): 8}
 

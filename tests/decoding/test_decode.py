@@ -12,6 +12,9 @@ import pytest
 from chute import _core
 from PIL import Image, ImageFile
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 # Pillow's JPEG encoder sizes its output buffer for photos; a progressive
 # quality-95 4:4:4 JPEG of noise does not fit ("Suspension not allowed here").
 ImageFile.MAXBLOCK = 1 << 22

@@ -22,6 +22,9 @@ from chute import _core
 from chute.cli import main
 from conftest import npy_bytes
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 _RNG = np.random.default_rng(0)
 
 # name: the array np.save writes.

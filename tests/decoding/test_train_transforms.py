@@ -31,6 +31,9 @@ from chute.wds.dataset import engine_seed
 from conftest import write_shards
 from PIL import Image
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 BILINEAR = Image.Resampling.BILINEAR
 SEED = 1234
 MEAN = (0.485, 0.456, 0.406)

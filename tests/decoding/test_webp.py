@@ -39,6 +39,9 @@ from test_train_transforms import (
     torchvision_resize_center_crop,
 )
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 LOSSY_LEVELS = 1
 SPECS = ["rgb8", "torchrgb8", "rgb", "torchrgb", "torch", "l8", "torchl8", "l"]
 # Odd sizes, a one-pixel-wide one among them.
@@ -128,10 +131,11 @@ def test_webp_is_an_image_extension_wherever_jpg_is() -> None:
 
 
 def test_inspect_probes_webp_members(tmp_path: Path) -> None:
-    from chute.cli.inspect import inspect_tar
+    from chute.kinds import Target
+    from chute.kinds.tar import inspect_tar
 
     url = write_shards(tmp_path, make_samples(True, seed=2, shapes=[(5, 7)]), per_shard=1)[0]
-    report = inspect_tar(url)
+    report = inspect_tar(Target(url))
     fields = report.first_samples[0]["fields"]
     assert {k: fields["webp"][k] for k in ("type", "format", "width", "height")} == {
         "type": "image",

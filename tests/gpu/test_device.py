@@ -113,6 +113,9 @@ class FakeCopies:
     def wait(self, event: FakeEvent) -> None:
         event.done = True
 
+    def seconds(self, event: FakeEvent) -> float:
+        return 0.0
+
 
 def test_the_next_batch_is_copied_while_the_current_one_is_used() -> None:
     pulled: list[int] = []

@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 import torch
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 REGISTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)
 UNREGISTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 

@@ -159,7 +159,9 @@ def test_distributed_partition_is_distributed_samplers(monkeypatch, world, shuff
             assert set(seen) == set(range(N))  # every index on some rank
 
 
-def run_torchrun(script: str, out_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_torchrun(
+    script: str, out_dir: Path, *args: str, nproc: int = 2
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     # The children import the chute the tests import, installed or in-tree.
     package_root = str(Path(chute.__file__).resolve().parent.parent)
@@ -172,7 +174,7 @@ def run_torchrun(script: str, out_dir: Path, *args: str) -> subprocess.Completed
         "-m",
         "torch.distributed.run",
         "--standalone",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={nproc}",
         str(DDP_DIR / script),
         str(out_dir),
         *args,
@@ -219,6 +221,58 @@ def test_torchrun_two_ranks_tar_stream_uneven_shards(tmp_path):
     assert not set(keys[0]) & set(keys[1])
     assert all(len(set(k)) == len(k) for k in keys)
     assert len(ranks[0]["batches"]) == len(ranks[1]["batches"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])
+def test_torchrun_even_batches_of_a_shuffled_stream(tmp_path, world):
+    """Issue 30: ten shards of 100 samples (id = cls) over 2 ranks (500 each)
+    and 3 ranks (400/300/300), shuffle buffer 200, batches of 32."""
+    import webdataset
+
+    urls = []
+    for shard in range(10):
+        path = tmp_path / f"shard-{shard:06d}.tar"
+        with webdataset.TarWriter(str(path)) as sink:
+            for i in range(shard * 100, shard * 100 + 100):
+                sink.write({"__key__": f"s{i:05d}", "npy": np.full(4, i, np.float32), "cls": i})
+        urls.append(str(path))
+    (tmp_path / "urls.json").write_text(json.dumps(urls))
+    run_torchrun("ddp_even.py", tmp_path, nproc=world)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    own = [
+        {i for s in range(r, 10, world) for i in range(s * 100, s * 100 + 100)}
+        for r in range(world)
+    ]
+    # Per run: each rank's batch count, samples delivered, distinct, repeated.
+    expected = {
+        2: {
+            "cap": [(16, 500, 500, 0)] * 2,
+            "repeat": [(16, 500, 500, 0)] * 2,
+            "off": [(16, 500, 500, 0)] * 2,
+            "cap+map": [(16, 500, 500, 0)] * 2,
+        },
+        3: {
+            "cap": [(10, 320, 320, 0), (10, 300, 300, 0), (10, 300, 300, 0)],
+            "repeat": [(13, 400, 400, 0), (13, 396, 300, 96), (13, 396, 300, 96)],
+            "off": [(13, 400, 400, 0), (10, 300, 300, 0), (10, 300, 300, 0)],
+            # Python batches: every rank yields the smallest rank's samples.
+            "cap+map": [(10, 300, 300, 0)] * 3,
+        },
+    }[world]
+    for run, figures in expected.items():
+        for epoch in (0, 1):
+            got = []
+            for r, rank in enumerate(ranks):
+                batches = rank[run][epoch]["batches"]
+                ids = [i for b in batches for i in b]
+                assert set(ids) <= own[r], (run, epoch, r)
+                got.append((len(batches), len(ids), len(set(ids)), rank[run][epoch]["repeated"]))
+            assert got == figures, (run, epoch)
+            if world == 2 or run in ("repeat", "off"):
+                every = {i for rank in ranks for b in rank[run][epoch]["batches"] for i in b}
+                assert every == set(range(1000)), (run, epoch)
+    assert ranks[0]["cap"][0]["batches"] != ranks[0]["cap"][1]["batches"]  # set_epoch reshuffled
 
 
 @pytest.mark.parametrize("mode", ["cap", "repeat"])
@@ -268,3 +322,26 @@ def test_num_workers_beyond_cpu_count_are_threads_not_a_warning():
     ds = chute.ArrayDataset(x=np.arange(10))
     loader = chute.DataLoader(ds, batch_size=5, num_workers=(os.cpu_count() or 1) + 3)
     assert [b["x"].tolist() for b in loader] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+
+
+@pytest.mark.slow
+def test_a_rank_without_shards_joins_the_count(tmp_path: Path) -> None:
+    """3 ranks over 2 shards: rank 2 gets none. It raises webdataset's
+    empty-dataset error, after giving its count, so ranks 0 and 1 agree on
+    "cap"'s count (the smallest, none) and end instead of waiting for it."""
+    import webdataset
+
+    urls = []
+    for shard in range(2):
+        path = tmp_path / f"shard-{shard:06d}.tar"
+        with webdataset.TarWriter(str(path)) as sink:
+            for i in range(shard * 20, shard * 20 + 20):
+                sink.write({"__key__": f"s{i:05d}", "cls": i})
+        urls.append(str(path))
+    (tmp_path / "urls.json").write_text(json.dumps(urls))
+    run_torchrun("ddp_empty_rank.py", tmp_path, nproc=3)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
+    assert ranks[2] == {
+        "error": "No samples found in dataset; perhaps you have fewer shards than workers."
+    }
+    assert ranks[0] == ranks[1] == {"batches": 0}

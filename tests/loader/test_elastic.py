@@ -22,6 +22,9 @@ from chute.loader.elastic_sampler import Segment
 from conftest import tiny_samples, write_shards
 from helpers import assert_equal_batch_counts, counts, keys, run_ranks
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 N = 103  # rows of the map-style datasets
 B = 5
 

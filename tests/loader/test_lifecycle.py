@@ -27,6 +27,9 @@ import h5py
 import numpy as np
 import pytest
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 # Each shutdown must finish inside this. It is a hang detector, not a
 # benchmark: generous, so that a loaded CI machine never trips it, while a
 # thread or command that does not stop (`sleep 30` pipes, say) still does.

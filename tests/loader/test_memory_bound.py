@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import webdataset
+from helpers import run_json_probe
 
 MiB = 1 << 20
 
@@ -56,16 +55,7 @@ def shards(directory: Path, count: int, size: int) -> list[str]:
 
 def growth(urls: list[str], shuffle: int = 0, shuffle_max_bytes: int = 1 << 30) -> int:
     config = {"urls": urls, "shuffle": shuffle, "shuffle_max_bytes": shuffle_max_bytes}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path if p))
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(config)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=True,
-    )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_json_probe(PROBE, json.dumps(config))
     assert report["items"] == len(urls) * 8
     return int(report["growth"])
 

@@ -13,6 +13,9 @@ import pytest
 import torch
 from conftest import tiny_samples, write_shards
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 
 def shuffled_pipeline(urls: list[str]) -> chute.WebDataset:
     return (

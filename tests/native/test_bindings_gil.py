@@ -17,6 +17,9 @@ from pathlib import Path
 import chute
 import pytest
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 ROOT = Path(os.environ.get("CHUTE_SOURCE_ROOT") or Path(__file__).resolve().parents[2])
 
 STRESS = """

@@ -19,6 +19,9 @@ import webdataset
 from conftest import image_samples, tiny_samples, write_shards
 from helpers import assert_same
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> list[str]:

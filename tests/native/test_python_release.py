@@ -18,6 +18,9 @@ from pathlib import Path
 import chute
 import pytest
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 ROOT = Path(os.environ.get("CHUTE_SOURCE_ROOT") or Path(__file__).resolve().parents[2])
 
 # A BlockFeed of BLOCKS row groups of ROWS rows, served by one reader thread

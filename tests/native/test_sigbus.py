@@ -15,6 +15,9 @@ from pathlib import Path
 import chute
 import pytest
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 PRELUDE = """
 import faulthandler, os, sys
 sys.path.insert(0, {python!r})

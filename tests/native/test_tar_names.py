@@ -22,6 +22,9 @@ import webdataset
 from chute import _core
 from webdataset.tariterators import base_plus_ext
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 # Raw names: invalid UTF-8 in a key, in a directory, in an extension, valid
 # non-ASCII, and an upper-case non-ASCII extension.
 RAW_NAMES = [

@@ -18,6 +18,9 @@ import webdataset as wds
 from chute import _core
 from webdataset import tariterators
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 DataError = _core.DataError
 ReadError = _core.ReadError
 

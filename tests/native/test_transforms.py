@@ -33,6 +33,9 @@ import torch
 from chute import _core
 from PIL import Image
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 BILINEAR = Image.Resampling.BILINEAR
 
 # ---------------------------------------------------------------- helpers

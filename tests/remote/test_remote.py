@@ -19,6 +19,9 @@ from chute import _core
 from conftest import tiny_samples, write_shards
 from remote_servers import S3, ObjectServer, tls_pair
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
 

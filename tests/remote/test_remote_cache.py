@@ -18,6 +18,9 @@ from chute import _core
 from conftest import tiny_samples, write_shards
 from remote_servers import S3, Fault, FaultProxy, ObjectServer
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
 

@@ -18,6 +18,7 @@ from typing import Any
 import chute
 import pytest
 from conftest import same_values, tiny_samples, write_shards
+from helpers import remote_test_options
 
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
@@ -82,9 +83,7 @@ def served(tmp_path: Path) -> Iterator[tuple[PlainServer, list[str], list[str]]]
 
 
 def options(**overrides: Any) -> Any:
-    settings: dict[str, Any] = {"range_bytes": R, "backoff_s": 0.01, "max_backoff_s": 0.05}
-    settings.update(overrides)
-    return remote.RemoteOptions(**settings)
+    return remote_test_options(R, **overrides)
 
 
 @pytest.mark.parametrize("cached", [False, True])

@@ -11,6 +11,9 @@ import chute
 import pytest
 from chute import _core
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 URL = "s3://bucket/key.bin"
 
 

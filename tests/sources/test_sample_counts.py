@@ -22,6 +22,9 @@ from chute.sources.sample_counts import (
 from conftest import tiny_samples, write_shards
 from helpers import counts, keys, run_ranks
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 
 class RecordingCounter:
     """Counts the tar shards of a folder named 'counted' as tar does, and
@@ -69,7 +72,7 @@ def test_stream_counts_are_asked_of_the_registered_format(
 ):
     from chute.sources.shards import split_by_node
     from chute.sources.tarindex import write_index
-    from chute.wds.even import even_batch_count
+    from chute.wds.even import even_samples
 
     urls = write_shards(tmp_path / "counted", tiny_samples(45, dim=4), per_shard=15)
     for url in urls:
@@ -79,7 +82,7 @@ def test_stream_counts_are_asked_of_the_registered_format(
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     # Rank 0: shards 0 and 2 (30 samples), rank 1: shard 1 (15): "cap" takes 15.
-    assert even_batch_count("cap", 4, True, urls[::2], urls, split_by_node, "", 0.0) == 4
+    assert even_samples("cap", urls[::2], urls, split_by_node, "", 0.0) == 15
     assert recording.asked["count"] == 3
 
     def make() -> Any:

@@ -26,6 +26,9 @@ import pytest
 from conftest import jpeg_bytes, npy_bytes, png_bytes, write_shards
 from helpers import assert_names, member_offsets, png_declaring
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 SKIP = wds.ignore_and_continue
 
 

@@ -24,7 +24,11 @@ import pytest
 import torch
 from chute.common.handlers import ignore_and_continue
 from conftest import same_values, tiny_samples, write_shards
+from helpers import remote_test_options
 from remote_servers import S3, Fault, FaultProxy, ObjectServer
+
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
 
 remote = pytest.importorskip("chute.remote")
 pytest.importorskip("obstore")
@@ -34,9 +38,7 @@ R = 64 * KiB
 
 
 def options(**overrides: Any) -> Any:
-    settings: dict[str, Any] = {"range_bytes": R, "backoff_s": 0.01, "max_backoff_s": 0.05}
-    settings.update(overrides)
-    return remote.RemoteOptions(**settings)
+    return remote_test_options(R, **overrides)
 
 
 @dataclass

@@ -14,6 +14,9 @@ import torch
 import webdataset
 from helpers import assert_same
 
+# scripts/sanitize.sh runs the tests marked native under ASan and TSan.
+pytestmark = pytest.mark.native
+
 
 def both(urls: list[str], build: Any, **chute_kwargs: Any) -> tuple[list[Any], list[Any]]:
     ref = list(build(webdataset.WebDataset(urls, shardshuffle=False)))

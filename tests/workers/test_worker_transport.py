@@ -23,6 +23,7 @@ import torch
 from chute import _core
 from chute.common.errors import MemberDecodeError
 from chute.common.intraop import one_intraop_thread, single_threaded
+from chute.common.torch_collate import collate_tensors, torch_collate
 from chute.stream.compiler import compile_stages, error_handlers
 from chute.stream.native import EngineSettings
 from chute.workers.failures import Failure, caught_warnings
@@ -31,8 +32,6 @@ from chute.workers.transport import (
     ArenaPool,
     Channel,
     Packed,
-    collate_tensors,
-    default_collate,
     pack,
 )
 from conftest import assert_same_typed
@@ -95,7 +94,7 @@ def test_what_the_arena_does_not_take_is_pickled() -> None:
 def test_collation_of_consecutive_rows_is_a_view() -> None:
     items = [(torch.rand(3, 8, 8), i) for i in range(6)]
     back = roundtrip(items)
-    batch = default_collate(back)
+    batch = torch_collate(back)
     expected = torch.utils.data.default_collate(items)
     assert_same_typed(batch, expected)
     assert batch[0].untyped_storage().data_ptr() == back[0][0].untyped_storage().data_ptr()

@@ -1,7 +1,9 @@
-"""``chute bench``: streams tar shards with chute (and, to compare, torch's
-DataLoader over webdataset), or reads Parquet files with chute's
-ParquetDataset, each in a fresh interpreter, and reports samples/s, MB/s,
-time to the first batch and peak RSS."""
+"""``chute bench``: reads files with the loader of their data kind
+(``chute.kinds``: tar shards streamed by ``WebDataset``, Parquet files read
+by ``ParquetDataset``, or the kind ``--kind`` names) and, to compare, the
+loader another library offers over the same data (torch's DataLoader over
+webdataset), each in a fresh interpreter, and reports samples/s, MB/s, time
+to the first batch and peak RSS."""
 
 from __future__ import annotations
 
@@ -10,15 +12,21 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import time
-from pathlib import Path
 from typing import Any, TextIO
 
 from chute.cli import remote
 from chute.cli.common import EXIT_OK, EXIT_PROBLEMS, UsageError, expand
-from chute.cli.kinds import kind_of
+from chute.cli.kinds import (
+    add_kind_argument,
+    check_options,
+    kind_for,
+    openable_kinds,
+    openable_plurals,
+    resolved,
+)
 from chute.common.rss import PeakRss
+from chute.kinds import DataKind, OpenSpec, kind_named
 
 # How many of the files' images, and for how long, the decode limit times.
 DECODE_LIMIT_IMAGES = 200
@@ -86,79 +94,15 @@ def _batch_len(batch: Any) -> int:
     return len(batch)
 
 
-def _known_sample_count(paths: list[str]) -> int | None:
-    """From sidecar indexes, when every shard has a current one (for the bar's total)."""
-    from chute.sources.tarindex import read_index
-
-    total = 0
-    for p in paths:
-        try:
-            total += len(read_index(p)["samples"])
-        except (OSError, ValueError):
-            return None
-    return total
-
-
-def _parquet_rows(paths: list[str]) -> int | None:
-    """The rows of Parquet files, from their footers (for the bar's total)."""
-    from chute.datasets.parquet import ParquetDataset
-
-    try:
-        return len(ParquetDataset(paths, remote=remote.options()))
-    except (OSError, ValueError):
-        return None
-
-
-def _image_payloads(paths: list[str], kind: str, columns: list[str], count: int) -> list[bytes]:
-    """Up to `count` encoded images that the native decoders read (JPEG, PNG,
-    WebP), from the first of the local `paths` that hold them."""
-    from chute import _core
-    from chute.decoding.extensions import NATIVE_IMAGE_EXTENSIONS, last_extension
-
-    def decodable(data: bytes) -> bool:
-        try:
-            _core.probe_image(data)
-        except _core.DataError:
-            return False
-        return True
-
-    found: list[bytes] = []
-    for path in paths:
-        if kind == "tar":
-            with tarfile.open(path) as tar:
-                for member in tar:
-                    if len(found) == count:
-                        return found
-                    if member.isfile() and (
-                        last_extension(member.name).lower() in NATIVE_IMAGE_EXTENSIONS
-                    ):
-                        f = tar.extractfile(member)
-                        data = f.read() if f is not None else b""
-                        if decodable(data):
-                            found.append(data)
-            continue
-        import pyarrow.parquet as pq
-
-        table = pq.ParquetFile(path).read_row_group(0, columns=columns or None)
-        for column in table.columns:
-            for value in column.to_pylist():
-                if isinstance(value, dict):  # the hub's image struct
-                    value = value.get("bytes")
-                if isinstance(value, bytes) and decodable(value):
-                    found.append(value)
-                    if len(found) == count:
-                        return found
-    return found
-
-
-def _decode_limit(paths: list[str], kind: str, columns: list[str]) -> dict[str, Any]:
+def _decode_limit(kind: DataKind, spec: OpenSpec) -> dict[str, Any]:
     """The codec alone on this machine: one thread decoding the files' own
     images from memory again and again (no reading, no Python between
     images), times the cores. No loader decoding full-size images on these
     cores goes faster."""
     from chute import _core
 
-    images = _image_payloads(paths, kind, columns, DECODE_LIMIT_IMAGES)
+    assert kind.files is not None
+    images = kind.files.images(spec.paths, spec.columns, DECODE_LIMIT_IMAGES)
     if not images:
         raise UsageError("--decode-limit: no JPEG, PNG or WebP image found in the files")
     per_core = float(_core.decode_loop(images, DECODE_LIMIT_SECONDS))
@@ -166,100 +110,16 @@ def _decode_limit(paths: list[str], kind: str, columns: list[str]) -> dict[str, 
     return {"images": len(images), "per_core": per_core, "cores": cores, "limit": per_core * cores}
 
 
-class ResizeCrop:
-    """What ``decode(spec, size=(h, w))`` does in chute, for the webdataset
-    side of ``--compare``: each decoded image (a torch CHW or numpy HWC
-    array) resized on its shorter side and cropped to (h, w) at the centre,
-    antialiased bilinear, so that both loaders do the same work."""
-
-    def __init__(self, size: tuple[int, int]) -> None:
-        self.size = size
-
-    def _image(self, value: Any) -> Any:
-        import numpy as np
-        import torch
-        import torch.nn.functional as F
-
-        if isinstance(value, np.ndarray) and value.ndim == 3:
-            return self._image(torch.from_numpy(value).permute(2, 0, 1)).permute(1, 2, 0).numpy()
-        if not isinstance(value, torch.Tensor) or value.ndim != 3:
-            return value
-        h, w = self.size
-        scale = max(h / value.shape[1], w / value.shape[2])
-        rh, rw = max(h, round(value.shape[1] * scale)), max(w, round(value.shape[2] * scale))
-        out = F.interpolate(value[None].float(), size=(rh, rw), mode="bilinear", antialias=True)[0]
-        top, left = (rh - h) // 2, (rw - w) // 2
-        out = out[:, top : top + h, left : left + w]
-        return out.round().clamp(0, 255).to(value.dtype) if value.dtype == torch.uint8 else out
-
-    def __call__(self, sample: Any) -> Any:
-        if isinstance(sample, dict):
-            return {k: self._image(v) for k, v in sample.items()}
-        return tuple(self._image(v) for v in sample)
-
-
-def _build_pipeline(module: Any, config: dict[str, Any]) -> Any:
-    remote_kwargs: dict[str, Any] = {}
-    if config["loader"] == "chute" and config["storage_options"]:
-        remote_kwargs["storage_options"] = config["storage_options"]
-    if config["loader"] == "chute" and config["cache_dir"]:
-        remote_kwargs["cache_dir"] = config["cache_dir"]
-    ds = module.WebDataset(config["paths"], shardshuffle=False, **remote_kwargs)
-    decode = config["decode"]
-    if decode != "raw":
-        specs = (decode,) if decode else ()
-        opts = config["image_options"]
-        if module.__name__.startswith("chute"):
-            ds = ds.decode(*specs, **opts)
-        else:
-            # --compare takes --size alone (see _image_options): webdataset's
-            # decode, then the same resize and centre crop.
-            ds = ds.decode(*specs)
-            if "size" in opts:
-                ds = ds.map(ResizeCrop(tuple(opts["size"])))
-    if config["to_tuple"]:
-        ds = ds.to_tuple(*config["to_tuple"])
-    return ds.batched(config["batch_size"])
-
-
-def _parquet_loader(config: dict[str, Any]) -> Any:
-    """chute.DataLoader over a ParquetDataset of the files, in order."""
-    from chute.datasets.parquet import ParquetDataset
-    from chute.loader.dataloader import DataLoader
-
-    decode = config["decode"]
-    ds = ParquetDataset(
-        config["paths"],
-        columns=config["columns"] or None,
-        decode=decode if decode not in ("", "raw") else None,
-        storage_options=config["storage_options"] or None,
-        cache_dir=config["cache_dir"],
-        **config["image_options"],
-    )
-    return DataLoader(ds, batch_size=config["batch_size"], num_workers=config["workers"])
-
-
 def _run_one(config: dict[str, Any]) -> dict[str, Any]:
-    """Streams the shards once with one loader and measures it (in this process)."""
-    import torch.utils.data
-
-    module: Any
-    loader_cls: Any
-    if config.get("kind") == "parquet":
-        loader, label = _parquet_loader(config), "chute (parquet)"
-    elif config["loader"] == "chute":
-        import chute.wds
-        from chute.loader.dataloader import DataLoader
-
-        module, loader_cls, label = chute.wds, DataLoader, "chute"
+    """Reads the files once with one loader and measures it (in this process)."""
+    kind = kind_named(config["kind"])
+    spec = OpenSpec.from_json(config["spec"])
+    if config["loader"] == "reference":
+        found = kind.reference_loader(spec)
+        assert found is not None, f"{kind.name} has no reference loader"
+        label, loader = found
     else:
-        import webdataset
-
-        module, loader_cls, label = webdataset, torch.utils.data.DataLoader, "torch+webdataset"
-    if config.get("kind") != "parquet":
-        loader = loader_cls(
-            _build_pipeline(module, config), batch_size=None, num_workers=config["workers"]
-        )
+        label, loader = kind.bench_loader(spec)
     progress = _Progress(label, config["total"], config["progress"])
     samples = 0
     first: float | None = None
@@ -276,13 +136,13 @@ def _run_one(config: dict[str, Any]) -> dict[str, Any]:
                 break
         seconds = time.perf_counter() - start
     progress.close()
-    # Input bytes: the whole shards when read to the end, else pro rata.
+    # Input bytes: the whole files when read to the end, else pro rata.
     total_bytes = config["bytes"]
     if limit and samples >= limit and config["total"]:
         total_bytes = int(total_bytes * samples / config["total"])
     return {
         "loader": label,
-        "workers": config["workers"],
+        "workers": spec.workers,
         "samples": samples,
         "seconds": seconds,
         "samples_per_s": samples / seconds if seconds > 0 else 0.0,
@@ -302,7 +162,8 @@ def _run_in_subprocess(config: dict[str, Any]) -> dict[str, Any]:
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{config['loader']} run failed (exit {proc.returncode})")
+        what = config["kind"] if config["loader"] == "chute" else f"{config['kind']}'s reference"
+        raise RuntimeError(f"{what} run failed (exit {proc.returncode})")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
@@ -344,12 +205,6 @@ def _image_options(args: argparse.Namespace, decode: str) -> dict[str, Any]:
             image_options(decode, **opts)
     except ValueError as exc:
         raise UsageError(f"image options: {exc}") from None
-    if set(opts) - {"size"} and args.compare:
-        raise UsageError(
-            "--compare runs webdataset's own decode, which has none of chute's image options "
-            "but --size (resized and centre-cropped after it); "
-            "benchmarks/bench_transforms.py compares them with Pillow-based transforms"
-        )
     # JSON carries tuples as lists; decode() takes either.
     return opts
 
@@ -388,25 +243,12 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             "give the shard paths before --size"
         )
     if not args.paths:
-        raise UsageError("bench needs at least one tar shard or Parquet file")
+        raise UsageError(f"bench needs at least one path ({openable_plurals()})")
     from chute.decoding.decoders import IMAGE_SPECS
 
     remote.configure(args)
     paths = expand(args.paths)
-    kind = kind_of(paths[0])
-    for p in paths:
-        if kind_of(p) != kind or kind not in ("tar", "parquet"):
-            raise UsageError(
-                f"{p}: bench streams tar shards or reads Parquet files, all of one kind "
-                f"(the first is {kind}); this is not one"
-            )
-    if kind == "parquet" and args.compare:
-        raise UsageError(
-            "--compare runs webdataset over tar shards; benchmarks/bench_parquet.py compares "
-            "Parquet with Hugging Face datasets"
-        )
-    if kind != "parquet" and args.columns:
-        raise UsageError("--columns goes with Parquet files (tar shards take --to-tuple)")
+    kind = kind_for(paths, args.kind, "bench")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, not {args.batch_size}")
     if args.workers < 0:
@@ -424,40 +266,36 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             "--decode-limit times the codec on the files' images: it needs --decode SPEC "
             "(an image spec) and local files"
         )
+    options = remote.options()
+    spec = OpenSpec(
+        paths=resolved(paths),
+        batch_size=args.batch_size,
+        workers=args.workers,
+        decode=decode.lower(),
+        image_options=_image_options(args, decode.lower()),
+        # Fields as webdataset's to_tuple takes them in one string ("jpg
+        # cls"), or comma-separated ("jpg,cls"); ";" separates alternatives.
+        fields=args.to_tuple.replace(",", " ").split(),
+        columns=args.columns.replace(",", " ").split(),
+        storage_options=dict(options.storage_options),
+        cache_dir=options.cache_dir,
+    )
+    check_options(kind, spec)
     if args.compare:
-        try:
-            import webdataset  # noqa: F401
-        except ImportError as exc:
-            raise UsageError(
-                "--compare needs webdataset installed (pip install webdataset)"
-            ) from exc
-        unread = [p for p in paths if remote.is_remote(p) and not p.startswith(("http:", "https:"))]
-        if unread:
-            raise UsageError(
-                f"{unread[0]}: webdataset reads http(s) urls only (through curl); compare "
-                "it on http(s) urls, or give both loaders pipe: urls"
-            )
-    # Fields as webdataset's to_tuple takes them in one string ("jpg cls"),
-    # or comma-separated ("jpg,cls"); ";" separates alternatives ("jpg;png").
-    to_tuple = args.to_tuple.replace(",", " ").split()
-    image_opts = _image_options(args, decode.lower())
+        problem = kind.reference_problem(spec)
+        if problem is not None:
+            raise UsageError(problem)
+    assert kind.files is not None
+    targets = [remote.target(p) for p in paths]
     config: dict[str, Any] = {
-        "kind": kind,
-        "columns": args.columns.replace(",", " ").split(),
-        "image_options": image_opts,
-        "paths": [p if remote.is_remote(p) else str(Path(p).resolve()) for p in paths],
-        "bytes": sum(remote.size_of(p) for p in paths),
-        "storage_options": dict(remote.options().storage_options),
-        "cache_dir": remote.options().cache_dir,
-        "batch_size": args.batch_size,
-        "workers": args.workers,
-        "decode": decode.lower(),
-        "to_tuple": to_tuple,
+        "kind": kind.name,
+        "spec": spec.as_json(),
+        "bytes": sum(t.size() for t in targets),
         "limit": args.limit,
-        "total": _parquet_rows(paths) if kind == "parquet" else _known_sample_count(paths),
+        "total": kind.files.indexed_count(targets),
         "progress": not args.no_progress,
     }
-    loaders = ["chute", "torch"] if args.compare else ["chute"]
+    loaders = ["chute", "reference"] if args.compare else ["chute"]
     results = []
     for loader in loaders:
         try:
@@ -465,7 +303,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         except RuntimeError as exc:
             print(f"chute bench: {exc}", file=sys.stderr)
             return EXIT_PROBLEMS
-    limit = _decode_limit(paths, kind, config["columns"]) if args.decode_limit else None
+    limit = _decode_limit(kind, spec) if args.decode_limit else None
     if limit is not None:
         for r in results:
             r["decode_limit_per_s"] = limit["limit"]
@@ -473,19 +311,21 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         json.dump(results, out, indent=2)
         out.write("\n")
         return EXIT_OK
-    header = f"{'loader':<18} {'workers':>7} {'samples':>9} {'samples/s':>11} {'MB/s':>8}"
+    width = max(18, *(len(r["loader"]) for r in results))
+    header = f"{'loader':<{width}} {'workers':>7} {'samples':>9} {'samples/s':>11} {'MB/s':>8}"
     header += f" {'first batch':>12} {'peak RSS':>10}"
     print(header, file=out)
     for r in results:
         first = "-" if r["first_batch_s"] is None else f"{r['first_batch_s']:.3f} s"
         print(
-            f"{r['loader']:<18} {r['workers']:>7} {r['samples']:>9} {r['samples_per_s']:>11,.0f}"
-            f" {r['mb_per_s']:>8.1f} {first:>12} {r['peak_rss_mib']:>6.0f} MiB",
+            f"{r['loader']:<{width}} {r['workers']:>7} {r['samples']:>9}"
+            f" {r['samples_per_s']:>11,.0f} {r['mb_per_s']:>8.1f} {first:>12}"
+            f" {r['peak_rss_mib']:>6.0f} MiB",
             file=out,
         )
     if len(results) == 2 and results[1]["samples_per_s"] > 0:
         ratio = results[0]["samples_per_s"] / results[1]["samples_per_s"]
-        print(f"chute / torch+webdataset: {ratio:.2f}x samples/s", file=out)
+        print(f"chute / {results[1]['loader']}: {ratio:.2f}x samples/s", file=out)
     if limit is not None:
         print(
             f"decode limit: {limit['limit']:,.0f} images/s (the codec alone, full size, on"
@@ -511,15 +351,16 @@ def register(sub: Any) -> None:
     """Adds the ``bench`` command to the subparsers `sub`."""
     p = sub.add_parser(
         "bench",
-        help="stream tar shards with chute (and torch), or read Parquet files, and time it",
+        help=f"read {openable_plurals()} with chute (and a reference loader), and time it",
         formatter_class=_HelpFormatter,
     )
     p.add_argument(
         "paths",
         nargs="*",
         metavar="PATH",
-        help="tar shards (files, pipe: commands or urls) or Parquet files (files or urls)",
+        help=f"{openable_plurals()}: files or urls (tar shards: also pipe: commands)",
     )
+    add_kind_argument(p)
     p.add_argument(
         "--batch-size", type=int, default=64, metavar="N", help="samples per batch (default 64)"
     )
@@ -540,7 +381,8 @@ def register(sub: Any) -> None:
         "--to-tuple",
         default="",
         metavar="KEYS",
-        help="fields, space- or comma-separated ('jpg;png cls' or jpg,cls)",
+        help="tar shards: the to_tuple fields, space- or comma-separated ('jpg;png cls' or"
+        " jpg,cls)",
     )
     p.add_argument(
         "--columns",
@@ -577,7 +419,13 @@ def register(sub: Any) -> None:
         choices=["uint8", "float32", "float16", "bfloat16"],
         help="decode(dtype=...)",
     )
-    p.add_argument("--compare", action="store_true", help="also run torch DataLoader + webdataset")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run the kind's reference loader ("
+        + ", ".join(f"{k.name}: {k.reference_label}" for k in openable_kinds() if k.reference_label)
+        + ")",
+    )
     p.add_argument(
         "--limit",
         type=int,

@@ -1,4 +1,4 @@
-"""What the commands share: exit codes, usage errors, path expansion, sizes."""
+"""What the commands share: exit codes, usage errors, path expansion."""
 
 from __future__ import annotations
 
@@ -21,12 +21,3 @@ def expand(paths: Sequence[str]) -> list[str]:
     if not out:
         raise UsageError("no paths given")
     return out
-
-
-def human_size(n: float) -> str:
-    """A byte count for people: "512 B", "1.5 MiB"."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")

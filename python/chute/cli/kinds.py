@@ -1,47 +1,96 @@
-"""What a path holds, told by its content: a tar shard, an HDF5 file or a
-Parquet file."""
+"""The data kinds (``chute.kinds``) as the commands ask for them: the format
+of a path, the kind that opens a set of paths, and the words that list
+them in help and messages. Nothing here names a kind or a format."""
 
 from __future__ import annotations
 
-import os
+import argparse
+from pathlib import Path
 
 from chute.cli import remote
 from chute.cli.common import UsageError
+from chute.kinds import DataKind, FileFormat, OpenSpec, PathError, file_formats, format_of
+from chute.kinds.registry import kind_named, kinds_reading, one_of, registered_kinds
 
-# Parquet files start (and end) with this magic.
-PARQUET_MAGIC = b"PAR1"
+
+def format_at(path: str) -> FileFormat:
+    """The format of the file at `path`, by content; UsageError when it is
+    missing or of no known format."""
+    try:
+        return format_of(remote.target(path))
+    except PathError as exc:
+        raise UsageError(str(exc)) from None
 
 
-def kind_of(path: str) -> str:
-    """'tar', 'hdf5' or 'parquet' by content (extensions lie), else UsageError."""
-    if remote.is_remote(path):
-        kind = _kind_of_head(remote.head_bytes(path, 512))
-    else:
-        if not os.path.exists(path):
-            raise UsageError(f"{path}: no such file")
-        if os.path.isdir(path):
-            raise UsageError(f"{path}: is a directory (pass the shard or HDF5 files in it)")
-        with open(path, "rb") as f:
-            kind = _kind_of_head(f.read(512))
-        if kind is None and path.endswith((".h5", ".hdf5", ".hdf")):
-            # HDF5 may start at a 512-byte multiple (user block); let h5py decide.
-            import h5py
+def openable_kinds() -> list[DataKind]:
+    """The kinds that open files (``chute bench``, ``chute doctor``)."""
+    return [k for k in registered_kinds() if k.files is not None and k.opens_paths]
 
-            if h5py.is_hdf5(path):
-                kind = "hdf5"
-    if kind is None:
-        raise UsageError(f"{path}: neither a tar shard, an HDF5 file nor a Parquet file")
+
+def openable_plurals() -> str:
+    """``tar shards or Parquet files``: what bench and doctor read."""
+    found: list[str] = []
+    for kind in openable_kinds():
+        assert kind.files is not None
+        if kind.files.plural not in found:
+            found.append(kind.files.plural)
+    return one_of(found)
+
+
+def all_plurals() -> str:
+    """Every format's files, for help texts: ``tar shards, HDF5 files or ...``."""
+    return one_of([f.plural for f in file_formats()])
+
+
+def kind_for(paths: list[str], name: str | None, command: str) -> DataKind:
+    """The kind `command` opens `paths` with: `name` when given (it must
+    read their format), else the first kind registered for their format.
+    UsageError when the paths are of several formats or of one no kind
+    opens."""
+    first = format_at(paths[0])
+    for p in paths:
+        files = format_at(p)
+        readers = [k for k in kinds_reading(files) if k.opens_paths]
+        if files is not first or not readers:
+            raise UsageError(
+                f"{p}: {command} reads {openable_plurals()}, all of one kind "
+                f"(the first is {first.name}); this is not one"
+            )
+    readers = [k for k in kinds_reading(first) if k.opens_paths]
+    if name is None:
+        return readers[0]
+    try:
+        kind = kind_named(name)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if kind not in readers:
+        raise UsageError(
+            f"--kind {name}: does not read {first.plural}; those are read by "
+            + one_of([k.name for k in readers])
+        )
     return kind
 
 
-def _kind_of_head(head: bytes) -> str | None:
-    """The kind a file's first 512 bytes show, or None."""
-    if head.startswith(b"\x89HDF\r\n\x1a\n"):
-        return "hdf5"
-    if head.startswith(PARQUET_MAGIC):
-        return "parquet"
-    # ustar magic at 257 ("ustar\0" POSIX, "ustar  " GNU); also accept an empty
-    # archive (all-zero first block), which tar writes for zero members.
-    if len(head) == 512 and (head[257:262] == b"ustar" or head == bytes(512)):
-        return "tar"
-    return None
+def check_options(kind: DataKind, spec: OpenSpec) -> None:
+    """UsageError for an option of `spec` that `kind` does not take."""
+    flags = {"fields": "--to-tuple", "columns": "--columns"}
+    for option, flag in flags.items():
+        if getattr(spec, option) and option not in kind.takes:
+            takers = [k.name for k in openable_kinds() if option in k.takes]
+            raise UsageError(f"{flag} goes with {one_of(takers)}; {kind.name} does not take it")
+
+
+def add_kind_argument(p: argparse.ArgumentParser) -> None:
+    names = [k.name for k in openable_kinds()]
+    p.add_argument(
+        "--kind",
+        choices=names,
+        metavar="KIND",
+        help="the data kind that reads the files (default: the first that reads their "
+        f"format): {', '.join(names)}",
+    )
+
+
+def resolved(paths: list[str]) -> list[str]:
+    """Local paths made absolute (a fresh interpreter may run elsewhere)."""
+    return [p if remote.is_remote(p) else str(Path(p).resolve()) for p in paths]

@@ -11,11 +11,9 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
+from chute.common.warning_types import SkippedSampleWarning
+
 Handler = Callable[[BaseException], bool]
-
-
-class SkippedSampleWarning(UserWarning):
-    """A bad sample was skipped under ``warn_and_continue``."""
 
 
 def reraise_exception(exn: BaseException) -> bool:

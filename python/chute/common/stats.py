@@ -11,6 +11,7 @@ STATS_KEYS = (
     "samples_read",
     "samples_skipped",
     "samples_batched",
+    "samples_repeated",
     "batches_submitted",
     "batches",
     "samples_yielded",
@@ -31,6 +32,23 @@ STATS_KEYS = (
     "python_items",
     "wait_seconds",
     "cache_corrupt_refetches",
+    # Where the time goes (chute.loader.diagnose reads them): the decode
+    # workers' active time, its parts spent in image transforms and waiting
+    # for a result slot; how full the results queue was for the consumer;
+    # the Python stages' and the collation's own time, and the worker
+    # processes' Python threads at work (stages, conversion, packing results
+    # for the loader; not their waits for their engines); the decode threads
+    # and batches in flight allowed now (num_workers="auto" moves them).
+    "transform_seconds",
+    "decode_active_seconds",
+    "decode_blocked_seconds",
+    "ready_seen",
+    "consumer_waits",
+    "python_seconds",
+    "collate_seconds",
+    "worker_busy_seconds",
+    "decode_threads",
+    "prefetch_batches",
 )
 
 # What an engine holds now; the "peak" keys are maxima; every other figure
@@ -43,6 +61,8 @@ GAUGES = frozenset(
         "batch_bytes_reserved",
         "batch_bytes_in_use",
         "batch_bytes_pinned",
+        "decode_threads",
+        "prefetch_batches",
     }
 )
 ADDITIVE_STATS = frozenset(k for k in STATS_KEYS if k not in GAUGES and "peak" not in k)

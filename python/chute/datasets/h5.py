@@ -23,7 +23,7 @@ Slow path: storage the engine does not read natively — lzf, szip,
 scale-offset, n-bit or any other filter, compact, virtual or external
 storage, complex numbers — is read through h5py instead, in the consuming
 thread, once per batch (sorted unique indices, then reordered). It is
-correct but serial; a `ChuteSlowPathWarning` names each such dataset once at
+correct but serial; a `SlowPathWarning` names each such dataset once at
 open.
 """
 
@@ -41,23 +41,20 @@ import h5py
 import numpy as np
 
 from chute import _core
+from chute.common.warning_types import SlowPathWarning
 from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.h5layout import RemoteStat, describe_dataset, native_layout
 from chute.sources.remote_urls import (
     cached_copy,
+    dataset_remote_options,
     expand_file_patterns,
-    merge_options,
 )
 
 # 256 MiB holds the decompressed chunks of a typical working set (e.g. 200k
 # rows of 64 float32 is 51 MB) so a shuffled epoch inflates each chunk once;
 # it is an upper bound, not an allocation, and is shared by all fields.
 DEFAULT_CHUNK_CACHE_BYTES = 256 << 20
-
-
-class ChuteSlowPathWarning(UserWarning):
-    """A dataset is read through the Python slow path (see the module doc)."""
 
 
 PathLike = str | os.PathLike[str]
@@ -106,12 +103,7 @@ class H5Dataset(IndexedDataset):
         cache_limit_bytes: int | None = None,
         remote: RemoteOptions | None = None,
     ) -> None:
-        self._remote = merge_options(
-            remote,
-            storage_options=storage_options,
-            cache_dir=os.path.expanduser(os.fspath(cache_dir)) if cache_dir is not None else None,
-            cache_limit_bytes=cache_limit_bytes,
-        )
+        self._remote = dataset_remote_options(remote, storage_options, cache_dir, cache_limit_bytes)
         self._paths = _expand_files(files, self._remote)
         self._mmap = bool(mmap)
         if isinstance(fields, Mapping):
@@ -203,7 +195,7 @@ class H5Dataset(IndexedDataset):
             warnings.warn(
                 f"chute reads HDF5 dataset {self._fields[name]!r} (field {name!r}) through"
                 f" h5py, one batch at a time in the consuming thread: {reason}",
-                ChuteSlowPathWarning,
+                SlowPathWarning,
                 stacklevel=3,
             )
         self._layouts = {n: v for n, v in layouts.items() if n not in slow_reason}

@@ -1,6 +1,8 @@
 """Map-style datasets whose rows the native engine gathers by index.
 
-`IndexedDataset` is the base of `H5Dataset` and `ArrayDataset`. It gives them
+`IndexedDataset` is the base of every map-style dataset chute reads (HDF5,
+arrays, tar shards, Parquet, Arrow and MDS blocks, tokens, weighted mixes,
+splits: each subclass sets its plan). It gives them
 torch's map-style protocol (`__len__`, `__getitem__`, and `__getitems__` so
 that torch's own DataLoader hands over whole index batches), and
 `iter_batches`, the entry point `chute.DataLoader` uses (through
@@ -27,10 +29,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from chute.common.autotune import tuner_for
 from chute.common.stats import add_figures, empty_stats, figures_since, with_running
 from chute.datasets.indexed_workers import WorkerBatches, indexed_task
 from chute.gpu.pinning import pin_hooks
 from chute.loader.engine import default_threads, gather_batch, make_indexed_engine, wait_batch
+from chute.loader.frameworks import check_foreign_read
 from chute.loader.protocol import EngineDataset, LoaderSettings
 
 if TYPE_CHECKING:
@@ -172,8 +176,12 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
 
         Returns what torch's default collate expects, a list of per-row dicts;
         each row tensor is a view into the one batch the engine wrote, so the
-        only copy left is collate's stack.
+        only copy left is collate's stack. chute's own loader never calls
+        it: a foreign loader that reads a dataset a chute loader was built
+        over, or that reads it under several ranks, is reported
+        (chute.loader.frameworks.check_foreign_read).
         """
+        check_foreign_read(self, "__getitems__")
         batch = self.read_batch(self._as_indices(indices))
         names = list(batch)
         columns = [batch[name].unbind(0) for name in names]
@@ -274,6 +282,7 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         stats_before = engine.stats()
         state.live[engine] = stats_before
         clean = False
+        tuner = tuner_for(num_threads, prefetch, engine)  # num_workers="auto"
 
         def submit(indices: Sequence[int]) -> np.ndarray:
             idx = self._as_indices(indices)
@@ -283,7 +292,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
         def collect(idx: np.ndarray) -> Any:
             started = time.perf_counter()
             result = self._wait(engine, float(timeout))
-            self._totals["wait_seconds"] += time.perf_counter() - started
+            waited = time.perf_counter() - started
+            self._totals["wait_seconds"] += waited
+            if tuner is not None:
+                tuner.observe(waited)
             batch = self._assemble(result, idx)
             return self._pin(batch) if copy_to_pinned else batch
 
@@ -308,7 +320,10 @@ class IndexedDataset(Dataset[Batch], EngineDataset):
             clean = engine.outstanding() == 0
         finally:
             del state.live[engine]
+            # The figures before the tuner lets go: its last count is what it chose.
             self._add_totals(engine.stats(), stats_before)
+            if tuner is not None:
+                tuner.detach()
             if clean and key not in state.idle:
                 state.idle[key] = engine
             else:

@@ -231,8 +231,15 @@ class MixIteration(Iterator[Any]):
         self.epoch = epoch
         self.counts = counts
         self.steps = steps  # batches yielded this epoch
-        self.iterators = [iter(s) for s in mix.sources]
+        self.iterators: list[Iterator[Any]] = []
         self.running = True
+        try:
+            for source in mix.sources:
+                self.iterators.append(iter(source))
+        except BaseException:
+            # A source that cannot start: the ones started before it stop now.
+            self.close()
+            raise
         self._schedule = np.zeros(0, dtype=np.int32)
         self._scheduled_from = steps
 

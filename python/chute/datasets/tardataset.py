@@ -39,15 +39,17 @@ from chute import _core
 from chute.common.errors import SkippedSamples, engine_errors, translate
 from chute.common.handlers import (
     Handler,
-    SkippedSampleWarning,
     reraise_exception,
     warn_and_continue,
 )
+from chute.common.warning_types import SkippedSampleWarning
+from chute.datasets.decode_epochs import DecodeEpochs
 from chute.datasets.indexed import IndexedDataset, ProcessState
 from chute.decoding.decoders import python_decode
 from chute.decoding.extensions import KEY_FIELD, URL_FIELD
 from chute.gpu.pinning import pin_hooks
 from chute.loader.engine import default_threads
+from chute.loader.frameworks import check_foreign_read
 from chute.loader.protocol import LoaderSettings
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import (
@@ -107,7 +109,7 @@ class _Engine(_core.IndexedEngine):
         return _Native(batch, self.skips.of_batch(self.take_skipped(), idx.tolist(), lost))
 
 
-class TarDataset(IndexedDataset):
+class TarDataset(DecodeEpochs):
     """Map-style samples of tar shards, read by offset through their index.
 
     Args:
@@ -183,9 +185,6 @@ class TarDataset(IndexedDataset):
         self.index_dir = None if index is None else os.fspath(index)
         self.handler = handler
         self.seed = int(seed)
-        self._epoch = 0
-        self._epoch_set = False
-        self._draw_epoch = 0  # the epoch of the decoders' random draws
         self._columns = concatenate_indexes(self._load_indexes())
         self._stages, self._names = _stages(decode, fields, handler, decode_options)
         # Nothing this dataset holds may hold it back (no bound method, no
@@ -243,6 +242,7 @@ class TarDataset(IndexedDataset):
         """The samples of a whole index batch, read and decoded in one native
         call: what torch's fetcher hands to its collate_fn (without the ones
         the handler skipped)."""
+        check_foreign_read(self, "__getitems__")
         native = self._read_native(self._as_indices(indices))
         self._report(native.skipped)
         return self._rows(native.batch)
@@ -261,13 +261,6 @@ class TarDataset(IndexedDataset):
             "shards": list(self.urls),
             "headers_digests": list(self._columns.headers_digests),
         }
-
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch of the decoders' random draws (``chute.DataLoader.set_epoch``
-        reaches it)."""
-        self._epoch = int(epoch)
-        self._epoch_set = True
-        self._draw_epoch = self._epoch
 
     # -- the engine -----------------------------------------------------------------------
 
@@ -381,20 +374,6 @@ class TarDataset(IndexedDataset):
             if stop:
                 return
 
-    def loader_batches(
-        self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]] | None
-    ) -> Iterator[Any]:
-        self._begin_epoch()
-        return super().loader_batches(settings, index_batches)
-
-    def _begin_epoch(self) -> None:
-        """A loader's epoch begins: its draws use the epoch set, else the
-        next one."""
-        self._draw_epoch = self._epoch
-        if not self._epoch_set:
-            self._epoch += 1
-        self._epoch_set = False
-
     def loader_batch_outputs(
         self, settings: LoaderSettings, index_batches: Iterator[Sequence[int]]
     ) -> Generator[tuple[list[Any], bool], None, None]:
@@ -436,13 +415,6 @@ class TarDataset(IndexedDataset):
             or bool(c.python_stages)
             or any(f.native is None and f.decode_name is not None for f in c.fields)
         )
-
-    def worker_epoch(self) -> Any:
-        self._begin_epoch()
-        return self._draw_epoch
-
-    def enter_worker_epoch(self, state: Any) -> None:
-        self._draw_epoch = int(state)
 
     def _native_batches(
         self,

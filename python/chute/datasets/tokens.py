@@ -12,6 +12,7 @@ map-style datasets have applies: ``chute.DataLoader`` with a seeded shuffle,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -25,12 +26,14 @@ from chute import _core
 from chute._core import DataError
 from chute.common.errors import engine_errors
 from chute.datasets.indexed import IndexedDataset, ProcessState
-from chute.datasets.text_tokens import as_tokenizer, id_bound, recorded_id_range, tokenize_shards
+from chute.loader.engine import gather_batch, make_indexed_engine
 from chute.remote import RemoteOptions, get_session, is_remote_url
 from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
 from chute.sources.shards import file_change_key, local_path
+from chute.tokenize import as_tokenizer, id_bound, recorded_id_range, tokenize_shards
 
 _PACK_MODES = ("windows", "documents")
+_WINDOW_OFFSETS = ("fixed", "random")
 _OUT_DTYPES = {torch.int64: "int64", torch.int32: "int32"}
 # Batches in the files' own dtype (windows only): the files' bytes as they lie.
 _FILE_OUT_DTYPES = {
@@ -137,6 +140,41 @@ def check_vocabulary(url: str, f: Any, vocab_size: int) -> None:
             )
 
 
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: each bit of the result depends on every bit of `z`."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    mixed: np.ndarray = z ^ (z >> np.uint64(31))
+    return mixed
+
+
+def _distinct_draws(idx: np.ndarray, count: int, seed: int, epoch: int) -> np.ndarray:
+    """Draws `idx` of (seed, epoch)'s random permutation of ``range(count)``:
+    distinct numbers for distinct `idx` (below `count`), each a function of
+    its own index alone, so any batch of an epoch is drawn without the
+    others. The permutation is a four-round Feistel network over the
+    smallest even number of bits that holds `count`, walked until it lands
+    in range (fewer than four steps on average)."""
+    half = max(1, ((count - 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << half) - 1)
+    shift = np.uint64(half)
+    digest = hashlib.blake2b(f"chute windows {seed} {epoch}".encode(), digest_size=32).digest()
+    keys = np.frombuffer(digest, dtype="<u8").astype(np.uint64)
+
+    def permute(x: np.ndarray) -> np.ndarray:
+        left, right = x >> shift, x & mask
+        for key in keys:
+            left, right = right, left ^ (_mix(right ^ key) & mask)
+        return (left << shift) | right
+
+    out = permute(idx.astype(np.uint64))
+    outside = out >= np.uint64(count)
+    while outside.any():
+        out[outside] = permute(out[outside])
+        outside = out >= np.uint64(count)
+    return out.astype(np.int64)
+
+
 @dataclass(frozen=True)
 class TokenFileSpec:
     """One token file as given: its url, its format (``raw``, ``npy`` or
@@ -218,6 +256,14 @@ class TokenDataset(IndexedDataset):
             the batch is then the files' bytes copied as they lie, a
             quarter of int64's, to widen where it is used (``.long()`` on
             the GPU after the copy).
+        window_offsets: windows only: ``"fixed"`` (the default: window i
+            starts at token ``i * seq_len``, every epoch) or ``"random"``
+            (nanoGPT's ``get_batch``: each window starts at a token drawn
+            from all ``tokens - seq_len`` starts, anew each epoch, from
+            (seed, epoch), but without replacement: no start twice in an
+            epoch). An epoch has as many windows either way.
+        seed: seeds the random window offsets (with the epoch:
+            ``set_epoch``, which ``chute.DataLoader.set_epoch`` reaches).
         num_threads: native threads of ``__getitem__`` (the loader's
             ``num_workers`` sets its own).
         storage_options, cache_dir, cache_limit_bytes, remote: how remote
@@ -240,6 +286,8 @@ class TokenDataset(IndexedDataset):
         vocab_size: int | None = None,
         window_views: bool = False,
         out_dtype: torch.dtype = torch.int64,
+        window_offsets: str = "fixed",
+        seed: int = 0,
         num_threads: int | None = None,
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | None = None,
@@ -264,6 +312,10 @@ class TokenDataset(IndexedDataset):
                 f"out_dtype={out_dtype} (the files' own dtype) is for pack='windows':"
                 " packed documents' labels hold -100"
             )
+        if window_offsets not in _WINDOW_OFFSETS:
+            raise ValueError(f"window_offsets must be 'fixed' or 'random', not {window_offsets!r}")
+        if window_offsets == "random" and pack != "windows":
+            raise ValueError("window_offsets='random' is for pack='windows'")
         if vocab_size is not None and (
             isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
         ):
@@ -287,6 +339,9 @@ class TokenDataset(IndexedDataset):
         self.vocab_size = vocab_size
         self.out_dtype = out_dtype
         self.window_views = bool(window_views)
+        self.window_offsets = window_offsets
+        self.seed = int(seed)
+        self._window_epoch = 0
         self._init_indexed(num_threads)
         held: list[Any] = []
         self._files, self._packer = self._open_files(held)
@@ -374,6 +429,8 @@ class TokenDataset(IndexedDataset):
             int(self.pad_id),
             0 if self.vocab_size is None else int(self.vocab_size),
             _OUT_DTYPES.get(self.out_dtype) or _FILE_OUT_DTYPES[self.out_dtype],
+            # Random offsets: every start is a row, the epoch's windows drawn among them.
+            1 if self.window_offsets == "random" else 0,
         )
         return files, packer
 
@@ -403,11 +460,11 @@ class TokenDataset(IndexedDataset):
                     f"bytes, {was['tokens']} {was['dtype']} tokens; now {int(f.size)} bytes, "
                     f"{int(f.num_tokens)} {f.dtype} tokens): open the dataset again"
                 )
-        if int(packer.num_sequences) != self._identity["sequences"]:
+        if int(packer.num_sequences) != self._identity["rows"]:
             raise DataError(
                 f"the token files {[s.url for s in self.specs]} changed after the dataset opened "
                 f"them: they make {int(packer.num_sequences)} sequences, not "
-                f"{self._identity['sequences']}: open the dataset again"
+                f"{self._identity['rows']}: open the dataset again"
             )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -447,23 +504,76 @@ class TokenDataset(IndexedDataset):
     def _native_stats(self, state: ProcessState) -> dict[str, int]:
         return self.token_stats()
 
+    # -- random window offsets -------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose window offsets the next batches read
+        (``window_offsets="random"``; ``chute.DataLoader.set_epoch`` reaches
+        it). Without it every epoch reads epoch 0's windows, as
+        DistributedSampler's order stays epoch 0's."""
+        self._window_epoch = int(epoch)
+
+    def window_starts(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The token (in the files' stream) where each of the windows
+        `indices` of the current epoch starts."""
+        idx = self._as_indices(indices)
+        n = len(self)
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            raise IndexError(
+                f"index {int(idx[bad][0])} is out of range for a dataset of length {n}"
+            )
+        if self.window_offsets == "fixed":
+            return idx * self.seq_len
+        return _distinct_draws(idx, int(self._identity["rows"]), self.seed, self._window_epoch)
+
+    def _rows_of(self, idx: np.ndarray) -> np.ndarray:
+        """The packer's rows of the dataset's items `idx` (the items
+        themselves, but for random offsets: the windows' starts)."""
+        return idx if self.window_offsets == "fixed" else self.window_starts(idx)
+
+    def _make_engine(
+        self, state: ProcessState, threads: int, in_flight: int, hooks: tuple[int, int] | None
+    ) -> Any:
+        return make_indexed_engine(
+            state.sources, int(self._identity["rows"]), threads, in_flight, hooks
+        )
+
+    def _submit(self, engine: Any, idx: np.ndarray) -> None:
+        engine.submit(self._rows_of(idx))
+
+    def _read_inline(self, engine: Any, idx: np.ndarray) -> Any:
+        return gather_batch(engine, self._rows_of(idx))
+
+    def worker_epoch(self) -> Any:
+        return self._window_epoch
+
+    def enter_worker_epoch(self, state: Any) -> None:
+        self._window_epoch = int(state)
+
     def reads_remote(self) -> bool:
         return any(is_remote_url(s.url) for s in self.specs)
 
     # -- what the files hold ------------------------------------------------------------
 
     def token_stats(self) -> dict[str, int]:
-        """``tokens`` in the files, ``sequences``, ``documents`` (documents
-        mode), ``pad_tokens`` (the padding of all sequences: the waste of
-        packing documents) and ``unused_tokens`` (in no sequence's input:
-        the tail windows leave)."""
+        """``tokens`` in the files, ``sequences``, ``documents`` (as
+        Megatron counts them, empty ones too; packing windows, when the
+        files bound them: every file's ``.idx``, or ``eod_id``, else 0),
+        ``pad_tokens`` (the padding of all sequences: the waste of packing
+        documents) and ``unused_tokens`` (in no sequence's input: the tail
+        fixed windows leave; random offsets: the tokens minus an epoch's
+        ``sequences * seq_len``)."""
         p = self._current_packer()
+        unused = int(p.unused_tokens)
+        if self.window_offsets == "random":
+            unused = int(p.num_tokens) - len(self) * self.seq_len
         return {
             "tokens": int(p.num_tokens),
-            "sequences": int(p.num_sequences),
+            "sequences": len(self),
             "documents": int(p.num_documents),
             "pad_tokens": int(p.pad_tokens),
-            "unused_tokens": int(p.unused_tokens),
+            "unused_tokens": unused,
         }
 
     def stats(self) -> dict[str, Any]:
@@ -473,8 +583,18 @@ class TokenDataset(IndexedDataset):
         return out
 
     def document_lengths(self) -> np.ndarray:
-        """Tokens of each document, in stream order (documents mode)."""
+        """Tokens of each document, in stream order (0 for an empty one, as
+        Megatron counts it); packing windows, empty when the files do not
+        bound the documents (see `token_stats`). The first call packing
+        windows with ``eod_id`` scans the files once."""
         return np.asarray(self._current_packer().document_lengths())
+
+    def sequence_modes(self) -> list[np.ndarray | None]:
+        """Per file, a Megatron multimodal ``.idx``'s mode of each of its
+        sequences (uint8; Megatron's meaning), None for every other file.
+        The modes are read, not used: every sequence's tokens are packed."""
+        self._current_packer()
+        return [f.sequence_modes for f in self._files]
 
     def _make_identity(self) -> dict[str, Any]:
         files = []
@@ -489,21 +609,32 @@ class TokenDataset(IndexedDataset):
                     "dtype": f.dtype,
                 }
             )
-        return {
+        rows = int(self._packer.num_sequences)
+        identity: dict[str, Any] = {
             "type": "TokenDataset",
             "files": files,
             "seq_len": self.seq_len,
             "pack": self.pack,
             "eod_id": self.eod_id,
             "pad_id": self.pad_id,
-            "sequences": int(self._packer.num_sequences),
+            "sequences": rows,
+            "rows": rows,
         }
+        if self.window_offsets == "random":
+            tokens = int(self._packer.num_tokens)
+            identity["sequences"] = (tokens - 1) // self.seq_len if tokens > self.seq_len else 0
+        return identity
 
     def state_identity(self) -> dict[str, Any]:
         """What a loader state over this dataset is bound to (see
         ``chute.DataLoader.load_state_dict``): each file (url, format, size,
-        tokens, dtype), seq_len, the packing and the sequences it made."""
-        return dict(self._identity)
+        tokens, dtype), seq_len, the packing and the sequences it made; with
+        random window offsets also the seed and the epoch whose windows the
+        state was taken in (``set_epoch`` that epoch before loading it)."""
+        identity = {k: v for k, v in self._identity.items() if k != "rows"}
+        if self.window_offsets == "random":
+            identity.update(window_offsets="random", seed=self.seed, epoch=self._window_epoch)
+        return identity
 
     def __repr__(self) -> str:
         return (

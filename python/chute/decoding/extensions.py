@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from chute import _core
+
 # Extensions webdataset hands to its image decoder (Pillow's formats).
 IMAGE_EXTENSIONS = frozenset(
     (
@@ -18,8 +20,11 @@ IMAGE_EXTENSIONS = frozenset(
         "emf xbm xpm"
     ).split()
 )
-# The image formats the engine decodes natively (others go through Pillow).
-NATIVE_IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp"})
+# The image formats the engine decodes natively (others go through Pillow):
+# the extensions of its codec table (csrc/decode/image_decoder.cc).
+NATIVE_IMAGE_EXTENSIONS = frozenset(
+    extension for image_format in _core.image_formats() for extension in image_format.extensions
+)
 # Integer class labels, written as decimal text.
 INT_EXTENSIONS = frozenset({"cls", "cls2", "index", "inx", "id"})
 TEXT_EXTENSIONS = frozenset({"txt", "text", "transcript"})

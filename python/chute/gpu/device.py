@@ -16,9 +16,11 @@ at any depth; everything else (ints, strings, numpy arrays) stays as it is.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 
@@ -87,6 +89,29 @@ def tensors_in(batch: Any) -> Iterator[torch.Tensor]:
             yield from tensors_in(v)
 
 
+class CopyEvents(NamedTuple):
+    """The two ends of one batch's copy on the side stream."""
+
+    begun: Any
+    ended: Any
+
+
+@dataclass
+class TransferFigures:
+    """What handing batches over cost (``stats()``'s ``transfer_*``)."""
+
+    host_seconds: float = 0.0  # the loop's thread starting copies and handing them over
+    device_seconds: float = 0.0  # the copies themselves, timed on the device
+    bytes: int = 0
+
+    def as_stats(self) -> dict[str, Any]:
+        return {
+            "transfer_host_seconds": self.host_seconds,
+            "transfer_seconds": self.device_seconds,
+            "transfer_bytes": self.bytes,
+        }
+
+
 class CudaCopies:
     """Copies to one CUDA device on a side stream of its own: `device`
     without an index means the current device (as ``tensor.to("cuda")``
@@ -97,31 +122,37 @@ class CudaCopies:
         self.device = torch.device("cuda", index)
         self.stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
 
-    def start(self, batch: Any) -> tuple[Any, Any]:
+    def start(self, batch: Any) -> tuple[Any, CopyEvents]:
         """`batch` on the device (its copy enqueued on the side stream) and
-        the event that marks the copy's end."""
+        the events that mark the copy's start and end."""
         with torch.cuda.stream(self.stream):
+            begun = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            begun.record(self.stream)
             moved = move_tensors(batch, lambda t: t.to(self.device, non_blocking=True))
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record(self.stream)
-        return moved, event
+            ended = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            ended.record(self.stream)
+        return moved, CopyEvents(begun, ended)
 
     def hand_over(self, moved: Any, event: Any) -> Any:
         """`moved`, for use on the current stream: that stream waits for the
         copy, and the tensors' memory is not reused before its work on them
         is done."""
         consumer = torch.cuda.current_stream(self.device)
-        consumer.wait_event(event)
+        consumer.wait_event(event.ended)
         for tensor in tensors_in(moved):
             if tensor.device == self.device:
                 tensor.record_stream(consumer)
         return moved
 
     def finished(self, event: Any) -> bool:
-        return bool(event.query())
+        return bool(event.ended.query())
 
     def wait(self, event: Any) -> None:
-        event.synchronize()
+        event.ended.synchronize()
+
+    def seconds(self, event: Any) -> float:
+        """How long a finished copy took on the device."""
+        return float(event.begun.elapsed_time(event.ended)) / 1e3
 
 
 class DeviceBatches(Iterator[Any]):
@@ -147,6 +178,7 @@ class DeviceBatches(Iterator[Any]):
         self.ahead: deque[tuple[Any, Any, Any, Any]] = deque()
         # (event, host batch): handed over, the host memory kept until the copy ends
         self.copying: list[tuple[Any, Any]] = []
+        self.figures = TransferFigures()
 
     def __next__(self) -> Any:
         self._fill()
@@ -156,9 +188,17 @@ class DeviceBatches(Iterator[Any]):
         moved, event, host, _ = self.ahead.popleft()
         self.copying.append((event, host))
         del host
+        started = time.perf_counter()
         batch = self.copies.hand_over(moved, event)
+        self.figures.host_seconds += time.perf_counter() - started
         self._fill()  # the next copies run while the user's step does
-        self.copying = [(e, h) for e, h in self.copying if not self.copies.finished(e)]
+        still: list[tuple[Any, Any]] = []
+        for e, h in self.copying:
+            if self.copies.finished(e):
+                self.figures.device_seconds += self.copies.seconds(e)
+            else:
+                still.append((e, h))
+        self.copying = still
         return batch
 
     def _fill(self) -> None:
@@ -169,7 +209,10 @@ class DeviceBatches(Iterator[Any]):
             except StopIteration:
                 self.exhausted = True
                 return
+            started = time.perf_counter()
             moved, event = self.copies.start(host)
+            self.figures.host_seconds += time.perf_counter() - started
+            self.figures.bytes += sum(t.nbytes for t in tensors_in(host))
             self.ahead.append((moved, event, host, state))
 
     def _capture_state(self) -> Any:
@@ -199,6 +242,7 @@ class DeviceBatches(Iterator[Any]):
             self.copies.wait(event)
         for event, _ in self.copying:
             self.copies.wait(event)
+            self.figures.device_seconds += self.copies.seconds(event)
         self.ahead.clear()
         self.copying.clear()
         self.exhausted = True

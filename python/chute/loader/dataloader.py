@@ -31,9 +31,15 @@ from typing import Any, TypeVar, cast
 import torch
 import torch.utils.data
 
+from chute.common.autotune import AutoThreads, cores_available
+from chute.common.interpreter_exit import park_if_exiting
 from chute.common.intraop import single_threaded
+from chute.common.stage_clock import TimedCall
+from chute.common.warning_types import WorkerInitFnWarning
 from chute.gpu import pinning
-from chute.gpu.device import CudaCopies, DeviceBatches, handoff_device
+from chute.gpu.device import CudaCopies, DeviceBatches, TransferFigures, handoff_device
+from chute.loader import frameworks
+from chute.loader.diagnose import ConsumerClock, diagnose, loader_facts, loop_figures
 from chute.loader.elastic_sampler import (
     ElasticSampler,
     GlobalOrderSampler,
@@ -43,7 +49,23 @@ from chute.loader.elastic_sampler import (
     sampler_fingerprint,
     segment_after,
 )
+from chute.loader.epoch_samplers import (
+    EpochRandomSampler,
+    StreamEpochSampler,
+    align_generator,
+    resume_for_told_epoch,
+)
 from chute.loader.index_batches import array_index_batches
+from chute.loader.loader_state import (
+    STATE_VERSION,
+    check_batches_within,
+    check_indexed_state,
+    check_loader_fingerprint,
+    check_state_version,
+    get_rng_state,
+    set_rng_state,
+    state_kind,
+)
 from chute.loader.loader_workers import LoaderWorkers, python_work
 from chute.loader.progress import with_progress
 from chute.loader.protocol import EngineDataset, LoaderSettings
@@ -53,23 +75,7 @@ from chute.workers.pool import WorkerPool
 logger = logging.getLogger("chute")
 _told_fallback = False
 
-# The layout of the states `DataLoader.state_dict()` writes; a state of
-# another version is refused rather than read as if it were this one.
-STATE_VERSION = 1
-
 _T_co = TypeVar("_T_co", covariant=True)
-
-
-class WorkerInitFnWarning(UserWarning):
-    """``worker_init_fn`` was given for a dataset chute runs on native threads,
-    where there are no worker processes to call it in."""
-
-
-def _state_kind(native: EngineDataset | None) -> str | None:
-    """The tag of a loader's state dict: whose position it holds."""
-    if native is None:
-        return None
-    return "indexed" if native.index_driven else "stream"
 
 
 class DataLoader(torch.utils.data.DataLoader[_T_co]):
@@ -85,7 +91,12 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
       is a ``chute.loader.elastic_sampler.ElasticSampler`` (a DistributedSampler), whose
       position survives a change of world size (see ``state_dict``).
     - ``seed``: the DistributedSampler seed.
-    - ``progress``: show a progress bar with samples/s (tqdm when installed).
+    - ``progress``: show a progress bar with samples/s and the current
+      bottleneck (tqdm when installed).
+    - ``num_workers="auto"`` (chute's datasets): the native threads and
+      batches in flight follow the consumer while the epoch runs, bounded by
+      the cores this process may use; the batches are those of any fixed
+      setting. ``diagnose()`` names what limits the loader (docs/stats.md).
 
     - ``worker_threads``: native threads of each worker process (default:
       the CPUs this process may use, divided among the workers).
@@ -131,7 +142,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         shuffle: bool | None = None,
         sampler: torch.utils.data.Sampler[Any] | Iterable[Any] | None = None,
         batch_sampler: torch.utils.data.Sampler[list[Any]] | Iterable[list[Any]] | None = None,
-        num_workers: int = 0,
+        num_workers: int | str = 0,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
@@ -153,6 +164,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         global _told_fallback
         handoff = handoff_device(device)
         native = dataset if isinstance(dataset, EngineDataset) else None
+        auto_threads = auto_thread_count(num_workers, native is not None, type(dataset).__name__)
+        # torch's own checks see the bound of "auto" (an int)
+        workers = int(auto_threads) if auto_threads is not None else cast(int, num_workers)
         ordered = _own_order(dataset, sampler, batch_sampler, shuffle, distributed, drop_last)
         if ordered is not None:
             sampler, shuffle = ordered, None
@@ -175,6 +189,16 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 drop_last=drop_last,
             )
             shuffle = None
+        elif (
+            shuffle
+            and sampler is None
+            and batch_sampler is None
+            and generator is not None
+            and native is not None
+            and native.index_driven
+        ):
+            # torch's RandomSampler with a set_epoch that frameworks reach.
+            sampler, shuffle = EpochRandomSampler(dataset, generator), None
         with warnings.catch_warnings():
             if native is not None:
                 # For chute's datasets num_workers counts native threads, not
@@ -186,7 +210,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 shuffle=shuffle,
                 sampler=sampler,
                 batch_sampler=batch_sampler,
-                num_workers=num_workers,
+                num_workers=workers,
                 collate_fn=collate_fn,
                 pin_memory=pin_memory,
                 drop_last=drop_last,
@@ -199,16 +223,32 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 pin_memory_device=pin_memory_device,
                 in_order=in_order,
             )
+        if native is not None and not native.index_driven:
+            # torch's sampler of an IterableDataset, with a set_epoch that
+            # frameworks (Lightning) reach and that reaches the dataset.
+            epoch_sampler = StreamEpochSampler(dataset)
+            object.__setattr__(self, "sampler", epoch_sampler)
+            if self.batch_sampler is not None:
+                self.batch_sampler.sampler = epoch_sampler  # type: ignore[attr-defined]
+        if native is not None:
+            frameworks.register_owner(dataset, self)
         self.distributed = distributed
         self.progress = progress
+        self._accelerate_prepared: bool | None = None
+        self._prefetch_view: frameworks.PrefetchView | None = None
         # torch replaces a missing collate_fn by its default; chute batches
         # natively exactly when none was given.
         self._user_collate_fn = collate_fn
+        self._timed_collate = TimedCall(collate_fn) if collate_fn is not None else None
+        self._auto_threads = auto_threads
+        self._clock: ConsumerClock | None = None  # the latest iteration's
+        self._transfer: TransferFigures | None = None  # the latest hand-off's
         self._native = native
         self._position: dict[str, Any] | None = None  # the running indexed iteration's
         self._segment: Segment | None = None  # the running iteration's share of the epoch
         self._running: Iterator[Any] | None = None  # the running stream iteration
         self._resume: dict[str, Any] | None = None
+        self._told_at_load: int | None = None  # the sampler's epoch when _resume was loaded
         self.worker_threads = worker_threads
         self.device = device
         self._handoff_device = handoff
@@ -217,7 +257,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if (
             native is not None
             and worker_init_fn is not None
-            and num_workers > 0
+            and workers > 0
             and not self._python_work(native)
         ):
             _warn_worker_init_fn(type(dataset).__name__)
@@ -227,6 +267,18 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 "chute.DataLoader: %s is not a chute dataset; using torch.utils.data.DataLoader",
                 type(dataset).__name__,
             )
+
+    @property
+    def _is_accelerate_prepared(self) -> bool:
+        """Read by ``accelerator.prepare``: True makes it use this loader as
+        is (see chute.loader.frameworks.keeps_itself_under_accelerate)."""
+        if self._accelerate_prepared is not None:
+            return self._accelerate_prepared
+        return frameworks.keeps_itself_under_accelerate(self)
+
+    @_is_accelerate_prepared.setter
+    def _is_accelerate_prepared(self, value: bool) -> None:
+        self._accelerate_prepared = bool(value)
 
     @property
     def threads(self) -> int:
@@ -241,8 +293,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         return LoaderSettings(
             batch_size=self.batch_size,
             drop_last=self.drop_last,
-            collate_fn=self._user_collate_fn,
-            threads=self.threads,
+            collate_fn=self._timed_collate,
+            threads=self._auto_threads or self.threads,
             prefetch=self.threads * (self.prefetch_factor or 2),
             timeout=float(self.timeout),
             # The hand-off copies from page-locked memory while a step runs.
@@ -278,6 +330,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 f"device,ignore pin_memory_device='{self.pin_memory_device}'.",
                 stacklevel=2,
             )
+        frameworks.warn_if_same_data_on_every_rank(self)
         if native is not None and not native.index_driven:
             items = self._iterate_self_driven(native)
         elif native is not None and self._auto_collation:
@@ -288,14 +341,21 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             items = super().__iter__()
         if self._handoff_device is not None:
             items = self._handed_off(items, self._handoff_device)
-        return (
-            with_progress(items, len(self) if self._has_len() else None) if self.progress else items
-        )
+        fetch = frameworks.lightning_fetch() if native is not None else None
+        if fetch is not None:
+            items = frameworks.behind_prefetch(self, items, fetch)
+        self._clock = ConsumerClock()
+        items = self._clock.timed(items)
+        if not self.progress:
+            return items
+        status = self.bottleneck_now if native is not None else None
+        return with_progress(items, len(self) if self._has_len() else None, status)
 
     def _handed_off(self, items: Iterator[Any], device: torch.device) -> Iterator[Any]:
         state = self._source_state if self._native is not None else None
         batches = DeviceBatches(items, CudaCopies(device), state)
         self._handoff = batches
+        self._transfer = batches.figures
         try:
             yield from batches
         finally:
@@ -311,9 +371,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         return True
 
     def _iterate_self_driven(self, native: EngineDataset) -> Iterator[Any]:
-        if self._resume is not None:
-            native.load_loader_state(self._resume["dataset"])
-            self._resume = None
+        park_if_exiting()
+        resume, self._resume = self._resumed_state(), None
+        if resume is not None:
+            native.load_loader_state(resume["dataset"])
         pool = self._worker_processes.start(self, native)
         batches = (
             native.loader_batches(self._settings(), None)
@@ -336,17 +397,30 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 close()
             self._done_with(pool)
 
+    def _resumed_state(self) -> dict[str, Any] | None:
+        """The loaded state this iteration resumes, given the epoch told since."""
+        if self._resume is None:
+            return None
+        told = getattr(self.sampler, "epoch", None)
+        return resume_for_told_epoch(self._resume, told, self._told_at_load, self._epoch_batches)
+
     def _iterate_indexed(self, native: EngineDataset) -> Iterator[Any]:
-        resume, self._resume = self._resume, None
+        park_if_exiting()
+        resume, self._resume = self._resumed_state(), None
         generator = self.generator
         if resume is not None:
-            _set_rng_state(generator, resume["rng_state"])
+            set_rng_state(generator, resume["rng_state"])
             if resume.get("sampler_epoch") is not None:
                 self.sampler.set_epoch(resume["sampler_epoch"])  # type: ignore[attr-defined]
+        align_generator(
+            self.sampler,
+            self._replay_epoch,
+            None if resume is None else resume.get("sampler_epoch"),
+        )
         position: dict[str, Any] = {
             "kind": "indexed",
             "version": STATE_VERSION,
-            "rng_state": _get_rng_state(generator),
+            "rng_state": get_rng_state(generator),
             "sampler_epoch": getattr(self.sampler, "epoch", None),
             "batches": resume["batches"] if resume is not None else 0,
             "loader": self._fingerprint(),
@@ -409,6 +483,13 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                     close()
             self._done_with(pool)
 
+    def _replay_epoch(self) -> None:
+        """Draws from the generator what one epoch of `_iterate_indexed` draws."""
+        index_batches = array_index_batches(self._index_sampler) or iter(self._index_sampler)
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        for _ in index_batches:
+            pass
+
     def _elastic_sampler(self) -> GlobalOrderSampler | None:
         """The sampler when it deals one global order to the ranks and this
         loader batches it as DistributedSampler's batches are cut."""
@@ -456,7 +537,18 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     def state_dict(self) -> dict[str, Any]:
         """The running iteration's position (or the start of the next epoch):
-        with ``device``, after the batches handed over, not those copied ahead."""
+        with ``device``, after the batches handed over, not those copied ahead;
+        under Lightning's prefetching fetcher, after the batches it handed
+        to the training step, not the one it holds ahead."""
+        view = self._prefetch_view
+        state = view.state() if view is not None else None
+        return state if state is not None else self._current_state()
+
+    def _next_state(self) -> dict[str, Any]:
+        """The state of the iteration about to start: a loaded one, else the current."""
+        return dict(self._resume) if self._resume is not None else self._current_state()
+
+    def _current_state(self) -> dict[str, Any]:
         handoff = self._handoff
         if handoff is not None and self._native is not None:
             state: dict[str, Any] = handoff.state()
@@ -480,7 +572,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             state = {
                 "kind": "indexed",
                 "version": STATE_VERSION,
-                "rng_state": _get_rng_state(self.generator),
+                "rng_state": get_rng_state(self.generator),
                 "sampler_epoch": getattr(self.sampler, "epoch", None),
                 "batches": 0,
                 "loader": self._fingerprint(),
@@ -496,23 +588,23 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         files or shards) or another batch size."""
         if not isinstance(state, dict):
             raise ValueError(f"a loader state must be a dict, not {type(state).__name__}")
-        expected = _state_kind(self._native)
+        expected = state_kind(self._native)
         if state.get("kind") != expected:
             raise ValueError(
                 f"state of a {state.get('kind')!r} loader given to a {expected!r} loader"
             )
-        _check_state_version(state)
+        check_state_version(state)
         recorded = state.get("loader")
         epoch = state.get("sampler_epoch")
         expected_fingerprint = self._fingerprint(
             epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
         )
         if recorded is not None or "dataset" in expected_fingerprint:
-            _check_loader_fingerprint(recorded, expected_fingerprint)
+            check_loader_fingerprint(recorded, expected_fingerprint)
         native = self._native
         assert native is not None
         if native.index_driven:
-            _check_indexed_state(state, self.generator)
+            check_indexed_state(state, self.generator)
             if "elastic" in state:
                 sampler = self._elastic_sampler()
                 if sampler is None:
@@ -528,13 +620,14 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                     drop_last=self.drop_last,
                 )
             else:
-                _check_batches_within(state["batches"], self._epoch_batches(state["sampler_epoch"]))
+                check_batches_within(state["batches"], self._epoch_batches(state["sampler_epoch"]))
         else:
             if not isinstance(state.get("dataset"), dict):
                 raise ValueError("loader state: 'dataset' must be the dataset's state dict")
             # The dataset checks its part now, not at the next iteration.
             native.load_loader_state(state["dataset"])
         self._resume = dict(state)
+        self._told_at_load = getattr(self.sampler, "epoch", None)
 
     def _epoch_batches(self, sampler_epoch: int | None) -> int | None:
         """Batches of the epoch `sampler_epoch` (None: the sampler's current
@@ -555,12 +648,27 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     def stats(self) -> dict[str, Any]:
         """The engine figures of this loader's running iteration, else the
-        dataset's (see README, "Stats")."""
+        dataset's, with the loop's side of the latest iteration (see
+        docs/stats.md)."""
         running = self._running
         fn = getattr(running, "stats", None) if running is not None else None
         if not callable(fn):
             fn = getattr(self.dataset, "stats", None)
-        return fn() if callable(fn) else {}
+        figures = fn() if callable(fn) else {}
+        return loop_figures(figures, self._clock, self._timed_collate, self._transfer)
+
+    def diagnose(self) -> dict[str, Any]:
+        """Which stage limits this loader's throughput, during or after an
+        epoch: ``report["bottleneck"]`` (``storage``, ``decode``,
+        ``transform``, ``python``, ``collate``, ``transfer`` or
+        ``consumer``), ``report["prescription"]`` (what to change),
+        ``report["summary"]`` and the measured ``report["evidence"]``
+        (see docs/stats.md, "Diagnosis")."""
+        return diagnose(self.stats(), loader_facts(self))
+
+    def bottleneck_now(self) -> str:
+        """The bottleneck so far, in a word (the progress bar's)."""
+        return str(self.diagnose()["bottleneck"] or "")
 
 
 def _own_order(
@@ -628,105 +736,14 @@ def _warn_worker_init_fn(dataset: str) -> None:
     )
 
 
-def _check_loader_fingerprint(recorded: Any, expected: dict[str, Any]) -> None:
-    if recorded is None:
+def auto_thread_count(num_workers: Any, runs_here: bool, dataset: str) -> AutoThreads | None:
+    """``num_workers="auto"``: the thread count's bound (the cores this
+    process may use) that the engine's tuner moves under; None for an int."""
+    if num_workers != "auto":
+        return None
+    if not runs_here:
         raise ValueError(
-            "loader state has no 'loader' record of the dataset and settings it was taken "
-            "over, so it cannot be checked against this loader (a state of an older chute, "
-            "or altered)"
+            f"num_workers='auto' tunes chute's engine threads; {dataset} is not a chute dataset "
+            "and runs on torch's DataLoader, which takes an int"
         )
-    if not isinstance(recorded, dict):
-        raise ValueError(f"loader state: 'loader' must be a dict, not {recorded!r}")
-    for key in ("rows", "fields", "batch_size", "drop_last"):
-        if key in recorded and key in expected and recorded[key] != expected[key]:
-            what = {
-                "rows": "another dataset (its row count)",
-                "fields": "another dataset (its fields)",
-                "batch_size": "another batch size",
-                "drop_last": "another drop_last",
-            }[key]
-            raise ValueError(
-                f"loader state is from {what}: {key}={recorded[key]!r} in the state, "
-                f"{expected[key]!r} in this loader"
-            )
-    # After the plain counts, whose messages say more than the identity's.
-    if "dataset" in expected:
-        _check_dataset_identity(recorded.get("dataset"), expected["dataset"])
-    if "epoch" in expected and recorded.get("epoch") != expected["epoch"]:
-        raise ValueError(
-            "loader state was taken over another order of its epoch (the sampler's sources or "
-            f"groups, in order, and their weights that epoch): {recorded.get('epoch')!r} in the "
-            f"state, {expected['epoch']!r} in this loader (reordered, or the weights changed)"
-        )
-
-
-def _check_state_version(state: dict[str, Any]) -> None:
-    if "version" not in state:
-        raise ValueError(
-            "loader state has no 'version': it was not written by chute.DataLoader.state_dict() "
-            f"of this chute (which writes version {STATE_VERSION})"
-        )
-    version = state["version"]
-    if isinstance(version, bool) or version != STATE_VERSION:
-        raise ValueError(
-            f"loader state has version {version!r}; this chute reads version {STATE_VERSION} "
-            "(the state was written by another chute, or altered)"
-        )
-
-
-def _check_batches_within(batches: int, epoch_batches: int | None) -> None:
-    if epoch_batches is not None and batches > epoch_batches:
-        raise ValueError(
-            f"loader state is {batches} batches into its epoch, but this loader's epoch has "
-            f"{epoch_batches} batches: the state was taken over another dataset or sampler"
-        )
-
-
-def _check_dataset_identity(recorded: Any, expected: dict[str, Any]) -> None:
-    """A state's record of its dataset (the dataset's ``state_identity()``)
-    against this loader's dataset: ValueError naming what differs."""
-    if not isinstance(recorded, dict):
-        raise ValueError(
-            "loader state carries no identity of its dataset (its 'loader' has no 'dataset' "
-            f"entry with {', '.join(map(repr, expected))}): it cannot be checked against "
-            "this loader's dataset"
-        )
-    for key, value in expected.items():
-        if recorded.get(key) != value:
-            raise ValueError(
-                "loader state is from another dataset (its files, arrays or sources): "
-                f"the state was taken over {key} "
-                f"{recorded.get(key)!r} but this loader reads {value!r}"
-            )
-
-
-def _check_indexed_state(state: dict[str, Any], generator: torch.Generator | None) -> None:
-    batches = state.get("batches")
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
-        raise ValueError(f"loader state: 'batches' must be a count (an int >= 0), not {batches!r}")
-    epoch = state.get("sampler_epoch")
-    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
-        raise ValueError(f"loader state: 'sampler_epoch' must be an int or None, not {epoch!r}")
-    rng = state.get("rng_state")
-    expected = _get_rng_state(generator)
-    if (
-        not isinstance(rng, torch.Tensor)
-        or rng.dtype != expected.dtype
-        or rng.shape != expected.shape
-    ):
-        raise ValueError(
-            "loader state: 'rng_state' must be the generator state a state_dict() recorded "
-            f"(a {expected.dtype} tensor of shape {tuple(expected.shape)})"
-        )
-
-
-def _get_rng_state(generator: torch.Generator | None) -> torch.Tensor:
-    # Without a generator, torch's samplers seed themselves from the global RNG.
-    return generator.get_state() if generator is not None else torch.get_rng_state()
-
-
-def _set_rng_state(generator: torch.Generator | None, state: torch.Tensor) -> None:
-    if generator is not None:
-        generator.set_state(state)
-    else:
-        torch.set_rng_state(state)
+    return AutoThreads(cores_available())

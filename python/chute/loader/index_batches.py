@@ -10,7 +10,8 @@ as ``RandomSampler.__iter__`` uses it (a seed from the global RNG when it has no
 ``randperm(n)`` per pass including the one whose slice is empty, each drawn
 only when the previous pass runs out), so the order and the generator's
 state afterwards are torch's; tests compare them batch for batch.
-Any other sampler, or a subclass, goes through torch's own iterator.
+chute's ``EpochRandomSampler`` draws as ``RandomSampler`` does; any other
+sampler, or a subclass, goes through torch's own iterator.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
+from chute.loader.epoch_samplers import EpochRandomSampler
+
+# RandomSampler and the subclass of chute's that draws exactly as it does.
+_RANDOM = (RandomSampler, EpochRandomSampler)
+
 
 def array_index_batches(batch_sampler: Any) -> Iterator[np.ndarray] | None:
     """An iterator of index arrays equal to ``iter(batch_sampler)``, or
@@ -31,7 +37,7 @@ def array_index_batches(batch_sampler: Any) -> Iterator[np.ndarray] | None:
     sampler = batch_sampler.sampler
     if type(sampler) is SequentialSampler:
         passes = _sequential_passes(sampler)
-    elif type(sampler) is RandomSampler and not sampler.replacement:
+    elif isinstance(sampler, _RANDOM) and type(sampler) in _RANDOM and not sampler.replacement:
         passes = _random_passes(sampler)
     else:
         return None

@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 
+from chute.common.warning_types import WorkerFallbackWarning
 from chute.loader.engine import default_threads
 from chute.loader.protocol import EngineDataset, LoaderSettings
-from chute.workers.pool import NotSendable, WorkerFallbackWarning, WorkerPool
+from chute.workers.pool import NotSendable, WorkerPool
 
 _NOT_SENDABLE = "chute.DataLoader: {} cannot be sent to worker processes ({}); its Python " + (
     "stages run in this process. Define its functions at module level, or pass "

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+# The bottleneck is worked out again at most this often (it reads the stats).
+STATUS_SECONDS = 1.0
 
-def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
+
+def with_progress(
+    items: Iterator[Any], total: int | None, status: Callable[[], str] | None = None
+) -> Iterator[Any]:
     """A progress bar counting batches and samples/s (tqdm when installed,
-    else a line on stderr every second)."""
+    else a line on stderr every second), and `status()` (the current
+    bottleneck) once a second."""
     try:
         from tqdm import tqdm
     except ImportError:
@@ -18,14 +24,20 @@ def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
     if tqdm is not None:
         bar = tqdm(total=total, unit="batch", dynamic_ncols=True)
         samples = 0
-        start = time.perf_counter()
+        start = checked = time.perf_counter()
+        bound = ""
         try:
             for item in items:
                 samples += _batch_rows(item)
                 bar.update(1)
-                bar.set_postfix(
-                    samples_per_s=f"{samples / max(time.perf_counter() - start, 1e-9):,.0f}"
-                )
+                now = time.perf_counter()
+                if status is not None and now - checked >= STATUS_SECONDS:
+                    checked = now
+                    bound = status()
+                postfix = {"samples_per_s": f"{samples / max(now - start, 1e-9):,.0f}"}
+                if bound:
+                    postfix["bound"] = bound
+                bar.set_postfix(**postfix)
                 yield item
         finally:
             bar.close()
@@ -40,6 +52,9 @@ def with_progress(items: Iterator[Any], total: int | None) -> Iterator[Any]:
         of = f"/{total}" if total is not None else ""
         rate = samples / max(time.perf_counter() - start, 1e-9)
         line = f"chute: {count}{of} batches, {rate:,.0f} samples/s"
+        bound = status() if status is not None and count else ""
+        if bound:
+            line += f", {bound}-bound"
         print(f"\r{line}" if redraw else line, end="" if redraw else "\n", file=sys.stderr)
 
     try:

@@ -50,6 +50,22 @@ def merge_options(
     return dataclasses.replace(base, **changes) if changes else base
 
 
+def dataset_remote_options(
+    remote: RemoteOptions | None,
+    storage_options: Mapping[str, Any] | None,
+    cache_dir: str | os.PathLike[str] | None,
+    cache_limit_bytes: int | None,
+) -> RemoteOptions:
+    """The remote options of a dataset that takes the node cache's settings
+    as its own arguments: `merge_options`, with ``~`` in `cache_dir` expanded."""
+    return merge_options(
+        remote,
+        storage_options=storage_options,
+        cache_dir=os.path.expanduser(os.fspath(cache_dir)) if cache_dir is not None else None,
+        cache_limit_bytes=cache_limit_bytes,
+    )
+
+
 def any_remote(urls: Iterable[str]) -> bool:
     return any(is_remote_url(u) for u in urls)
 

@@ -85,6 +85,12 @@ def register_sample_counter(name: str, counter: SampleCounter) -> None:
     _COUNTERS[name] = counter
 
 
+def registered_sample_counters() -> dict[str, SampleCounter]:
+    """The counters by format name, in the order registered (a stream
+    kind's entry in ``chute.kinds`` names its counter here)."""
+    return dict(_COUNTERS)
+
+
 def sample_counter(url: str) -> SampleCounter:
     """The counter of the format that reads `url`."""
     for counter in reversed(_COUNTERS.values()):

@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from chute import _core
+from chute.common.warning_types import IndexNotSavedWarning
 
 INDEX_SUFFIX = ".idx.json"
 FORMAT = "chute-tar-index"
@@ -82,10 +83,6 @@ VERSION = 2
 class TarIndexError(ValueError):
     """An index that does not describe its shard (stale or corrupt) and could
     not be rebuilt where it lives."""
-
-
-class ChuteIndexWarning(UserWarning):
-    """Indexes were built but could not be saved: the next open builds them again."""
 
 
 def shard_identity(shard: str | os.PathLike[str]) -> str:
@@ -329,7 +326,7 @@ def load_indexes(
     A rebuilt index is saved (beside the shard, or in `index_dir`) for the
     next open. A stale or corrupt one that cannot be replaced there raises
     `TarIndexError`; a missing one that cannot be saved is used from memory
-    with a `ChuteIndexWarning`.
+    with an `IndexNotSavedWarning`.
     """
     result: list[ShardColumns | None] = [None] * len(shards)
     todo: list[tuple[int, str | None]] = []  # (shard, why the index is unusable; None: missing)
@@ -349,7 +346,7 @@ def load_indexes(
                 f"{len(unsaved)} tar index(es) could not be saved (first: {unsaved[0]}); "
                 "they are rebuilt on every open: pass index=DIR to keep them in a writable "
                 "directory",
-                ChuteIndexWarning,
+                IndexNotSavedWarning,
                 stacklevel=3,
             )
     return [r for r in result if r is not None]

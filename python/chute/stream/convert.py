@@ -99,6 +99,9 @@ class BatchConverter:
             return int(value)
         if native.decoder == _core.FieldDecoder.IMAGE and native.as_torch:
             return self.image_tensor(value)
+        if native.decoder == _core.FieldDecoder.NPY and isinstance(value, np.generic):
+            # A 0-d member's row of a stacked column: the 0-d array np.load gives.
+            return np.asarray(value)
         return value
 
     def batch(self, batch: Any) -> Any | None:

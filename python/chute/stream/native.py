@@ -13,11 +13,11 @@ from chute import _core
 from chute.common.errors import failure_scope, translate
 from chute.common.handlers import (
     Handler,
-    SkippedSampleWarning,
     ignore_and_continue,
     reraise_exception,
     warn_and_continue,
 )
+from chute.common.warning_types import SkippedSampleWarning
 from chute.decoding.decoders import IMAGE_SPECS
 from chute.decoding.image_options import DEFAULT_RATIO, DEFAULT_SCALE
 from chute.gpu.pinning import pin_hooks

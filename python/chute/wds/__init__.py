@@ -11,9 +11,14 @@ dataset; ``elastic_stream`` deals an epoch's samples to the ranks;
 ``resume`` is the state dict; ``run`` and ``parallel`` iterate one epoch
 (Python stages in this process, or on worker processes); and ``dataset``,
 ``shardlists``, ``pipeline`` and ``webloader`` hold ``WebDataset``, the
-shard sources, ``DataPipeline`` and ``WebLoader``; ``parquet_stream`` holds
-``ParquetStream``, whose shards are Parquet row groups.
+shard sources, ``DataPipeline`` and ``WebLoader``.
+
+``ParquetStream`` is not a webdataset name: it lives in
+``chute.table_streams`` (``chute.ParquetStream``); ``chute.wds.ParquetStream``
+stays as an alias for code written when it lived here.
 """
+
+from typing import TYPE_CHECKING
 
 from chute.common import handlers
 from chute.common.errors import DecodingError
@@ -63,7 +68,6 @@ from chute.stream.filters import (
 )
 from chute.wds import shardlists
 from chute.wds.dataset import WebDataset
-from chute.wds.parquet_stream import ParquetStream
 from chute.wds.pipeline import (
     DataPipeline,
     FluidWrapper,
@@ -82,6 +86,12 @@ from chute.wds.shardlists import (
     split_by_worker,
 )
 from chute.wds.webloader import WebLoader
+
+# The alias's value is set by chute.table_streams when chute is imported
+# (which importing chute.wds does first); this import is the type checker's.
+if TYPE_CHECKING:
+    from chute.table_streams.parquet import ParquetStream
+
 
 __all__ = [
     "Cached",

@@ -30,6 +30,7 @@ from torch.utils.data import IterableDataset
 from typing_extensions import Self
 
 from chute import _core
+from chute.common.autotune import AutoThreads
 from chute.common.errors import engine_errors
 from chute.common.handlers import Handler, reraise_exception
 from chute.common.stats import empty_stats
@@ -40,6 +41,7 @@ from chute.decoding.extensions import (
     NPY_EXTENSION,
 )
 from chute.loader.engine import default_threads
+from chute.loader.frameworks import check_foreign_read
 from chute.loader.protocol import EngineDataset, LoaderSettings
 from chute.remote import RemoteOptions, is_remote_url
 from chute.sources.remote_urls import (
@@ -68,7 +70,14 @@ from chute.stream.native import (
     field_plan,
 )
 from chute.stream.stages import PythonRun, Stage
-from chute.wds.even import EVEN_BATCH_MODES, even_batch_count, indexed_length
+from chute.wds.even import (
+    EVEN_BATCH_MODES,
+    batches_of,
+    check_countable,
+    even_samples,
+    indexed_length,
+    needs_even_counts,
+)
 from chute.wds.parallel import WorkerEpochRun, has_worker_work, stream_task
 from chute.wds.resume import StreamPosition, fingerprint, position_from_state
 from chute.wds.run import EMPTY_MESSAGE, EpochIteration, EpochRun, as_torch_loader
@@ -119,14 +128,20 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
     - ``even_batches``: under DDP (world size > 1) every rank must yield the
       same number of batches, or the collective ops of the short rank's
       peers hang. ``"cap"`` (default) stops every rank after the batch count
-      of the rank with the fewest samples; ``"repeat"`` makes every rank yield
-      the count of the rank with the most, the shorter ones reading their
-      shards again; ``"off"`` leaves counts as they fall. Ranks count their
-      samples once (a header scan, cached per shard) and agree through
-      ``torch.distributed`` when it is initialised, else by splitting the
-      shard list as ``split_by_node`` does. In torch DataLoader worker
-      processes, worker w of every rank yields the same count (the node
-      and worker splits redone: ``split_by_node``, ``split_by_worker``).
+      of the rank with the fewest samples (that rank ends with its partial
+      batch; no rank reads a shard twice); ``"repeat"`` makes every rank
+      yield the count of the rank with the most, a shorter one reading its
+      shards again once its whole pass was delivered (counted in
+      ``stats()["samples_repeated"]``); ``"off"`` leaves counts as they
+      fall. Ranks count their samples once (a header scan, cached per
+      shard) and agree through ``torch.distributed`` when it is
+      initialised, else by splitting the shard list as ``split_by_node``
+      does. When Python forms the batches (a Python stage before
+      ``.batched``) the count is in samples; a Python stage whose items
+      cannot be counted (``.select``) raises under DDP. In torch DataLoader
+      worker processes, worker w of every rank yields the same count (the
+      node and worker splits redone: ``split_by_node``,
+      ``split_by_worker``). The exact counts: docs/epochs.md.
     - ``elastic``: the epoch's samples in one global order from (seed,
       epoch), dealt to the ranks (world size from torch.distributed or
       RANK/WORLD_SIZE) in spans with equal batch counts, each sample once;
@@ -265,7 +280,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         if parquet:
             raise ValueError(
                 f"{parquet[0]!r} is a Parquet file, and WebDataset reads tar shards: read "
-                "Parquet files with chute.wds.ParquetStream(urls, columns=...), whose samples' "
+                "Parquet files with chute.ParquetStream(urls, columns=...), whose samples' "
                 "fields are the columns"
             )
 
@@ -369,6 +384,11 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             # Each rank's position is in its own part of the shards.
             order["world_size"] = rank_and_world_size()[1]
             order["even_batches"] = self.even_batches
+            if needs_even_counts(self.even_batches):
+                # A rank held to an even count drains each pass before it
+                # reads its shards again; states taken before it did (no
+                # such key) name batches this order no longer forms.
+                order["even_passes"] = "drained"
         return fingerprint(self.urls, self.stages, self.elastic, order)
 
     def state_dict(self) -> dict[str, Any]:
@@ -482,6 +502,7 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         return num_workers > len(self.shard_urls()[0])
 
     def __iter__(self) -> Iterator[Any]:
+        check_foreign_read(self, "__iter__")  # chute's loader calls loader_batches
         return self.iterate()
 
     def iterate(
@@ -515,7 +536,10 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         if self.reads_in_python:
             return self._read_in_python(epoch, loader)
         settings = EngineSettings(
-            threads=max(1, threads or self.threads or default_threads()),
+            # num_workers="auto" (an AutoThreads) passes as it is: the engine's tuner reads it.
+            threads=threads
+            if isinstance(threads, AutoThreads)
+            else max(1, threads or self.threads or default_threads()),
             prefetch=prefetch if prefetch is not None else self.prefetch,
             timeout=timeout if timeout is not None else self.timeout,
             pin_memory=pin_memory,
@@ -678,10 +702,15 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
         plan.samples_one_by_one = not batched
         plan.partial = compiled.partial if batched else True
         plan.on_error = handlers.policy
-        even = None if self.elastic else self._even_batch_count(compiled, urls)
+        even = None if self.elastic else self.even_count(compiled, urls)
         if even is not None:
-            plan.max_batches = even
-            plan.repeat = True  # a rank short of batches reads its shards again
+            if batched:
+                plan.max_batches = even
+            else:
+                plan.max_samples = even  # Python batches them, the same on every rank
+            # A rank short of the count reads its shards again, but only
+            # once every sample of its pass was batched.
+            plan.repeat_to_limit = True
         return plan
 
     def set_plan_source(self, plan: Any, urls: list[str]) -> Any:
@@ -697,21 +726,19 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             plan.cache_fsync = remote_source.cache_fsync
         return remote_source
 
-    def _even_batch_count(self, compiled: CompiledPipeline, urls: list[str]) -> int | None:
-        """The batch count every rank yields this epoch, or None when ranks
-        need not agree (see even_batch_count; a Python stage, several passes
-        per epoch or resampling leave the count to the pipeline)."""
-        if (
-            compiled.batch_size is None
-            or compiled.python_stages
-            or self.repetitions != 1
-            or self.resampled
-        ):
+    def even_count(self, compiled: CompiledPipeline, urls: list[str]) -> int | None:
+        """What every rank's engine is held to this epoch: its batches when
+        it batches, else its samples (Python stages that count, such as a
+        ``.map`` and a ``.batched`` after it, then make the same items of
+        them on every rank); None when ranks need not agree (see
+        even_samples; several passes per epoch or resampling leave the count
+        to the pipeline). ValueError when they must agree but a Python stage
+        makes the count unknowable (even.check_countable)."""
+        if self.repetitions != 1 or self.resampled:
             return None
-        return even_batch_count(
+        check_countable(self.even_batches, compiled.python_stages)
+        samples = even_samples(
             self.even_batches,
-            compiled.batch_size,
-            compiled.partial,
             urls,
             self.urls,
             self.nodesplitter,
@@ -720,3 +747,6 @@ class WebDataset(Fluent, IterableDataset[Any], EngineDataset):
             remote=self.remote,
             workersplitter=self.workersplitter,
         )
+        if samples is None or compiled.batch_size is None:
+            return samples
+        return batches_of(samples, compiled.batch_size, compiled.partial)

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from chute import _core
 from chute.common.errors import engine_errors
 from chute.common.handlers import Handler
+from chute.common.stage_clock import StageClock
 from chute.common.stats import add_figures
+from chute.common.torch_collate import torch_collate
 from chute.loader.protocol import LoaderSettings
 from chute.stream.compiler import (
     CompiledPipeline,
@@ -41,7 +43,7 @@ from chute.wds.run import EpochRun, decodes_in_python, member_failure
 from chute.wds.runnable import RunnableDataset
 from chute.workers.failures import Failure, caught_warnings
 from chute.workers.main import Outgoing
-from chute.workers.transport import default_collate, pack
+from chute.workers.transport import pack
 
 if TYPE_CHECKING:
     from chute.workers.main import WorkerContext
@@ -52,6 +54,8 @@ if TYPE_CHECKING:
 # share of the samples, and what that share changes.
 PLAN_FIELDS = (
     "max_batches",
+    "max_samples",
+    "repeat_to_limit",
     "repeat",
     "sample_ranges",
     "shuffle_shards",
@@ -117,7 +121,7 @@ class WorkerEpochRun(EpochRun):
     """`EpochRun` with the engine and the item-wise Python stages on the
     workers of `pool`."""
 
-    default_collate: Callable[[list[Any]], Any] = staticmethod(default_collate)
+    default_collate: Callable[[list[Any]], Any] = staticmethod(torch_collate)
 
     def __init__(
         self,
@@ -201,6 +205,8 @@ class WorkerEpochRun(EpochRun):
                 self.worker_figures[worker] = body["stats"]
                 self.figures.python_items += body["python_items"]
                 self.figures.python_skipped += body["python_skipped"]
+                self.figures.python_seconds += body["python_seconds"]
+                self.figures.worker_busy_seconds += body["busy_seconds"]
                 if message[0] == "end":
                     self.pass_samples = int(body["stats"]["samples_read"])
                     if body["error"] is not None:
@@ -276,6 +282,7 @@ def stream_task(
         plan.deliver_offset = context.index
         engine = _core.StreamEngine(plan)
     counts = {"python_items": 0, "python_skipped": 0}
+    clock = StageClock()
 
     def on_failure(error: BaseException) -> bool:
         counts["python_skipped"] += 1
@@ -288,8 +295,12 @@ def stream_task(
     stages = compiled.python_stages[: task.stages]
     # The first batch of the pass that is this worker's.
     absolute = task.skip_batches + (context.index - task.skip_batches) % context.num_workers
+    # This worker's Python thread at work: from each resume to the next
+    # yield, less the waits for its engine (the waits to send are outside).
+    resumed = time.perf_counter()
     try:
         while True:
+            engine_wait = 0.0
             rows: list[int | None] = []
             items: list[Any] = []
             at: list[int | None] = [None]  # the row the stages work on
@@ -299,8 +310,10 @@ def stream_task(
             with warnings.catch_warnings(record=True) as records:
                 warnings.simplefilter("always")
                 try:
+                    asked = time.perf_counter()
                     with engine_errors():
                         batch = engine.next(task.timeout)
+                    engine_wait = time.perf_counter() - asked
                     stop = report_skips(engine, handlers)
                     if batch is None:
                         end = True
@@ -310,7 +323,7 @@ def stream_task(
                         inputs = _inputs(converter, batch, compiled.batch_size is not None, skip)
                         del batch
                         stop = _run_stages(
-                            inputs, stages, count, dataset.handler, rows, items, at
+                            inputs, stages, count, dataset.handler, rows, items, at, clock
                         ) or (stop or converter.stopped)
                 except Exception as exc:  # noqa: BLE001 - raised by the loader in its place
                     error = Failure.capture(exc, f"{context.where} at {origin(at[0])}")
@@ -320,17 +333,21 @@ def stream_task(
                 "stats": engine.stats(),
                 "formed": engine.batches_formed(),
                 **counts,
+                "python_seconds": clock.take(),
             }
             counts = dict.fromkeys(counts, 0)
             if end:
+                body["busy_seconds"] = time.perf_counter() - resumed - engine_wait
                 yield Outgoing(("end", context.tag, body))
                 return
             packed, fd = pack(items, context.arenas)
             del items
             body.update(items=packed, rows=rows, stop=stop)
+            body["busy_seconds"] = time.perf_counter() - resumed - engine_wait
             yield Outgoing(
                 ("chunk", context.tag, body), fd, functools.partial(_item_origin, origin, rows)
             )
+            resumed = time.perf_counter()
             if error is not None or stop:
                 return
             absolute += context.num_workers
@@ -386,6 +403,7 @@ def _run_stages(
     rows: list[int | None],
     items: list[Any],
     current: list[int | None],
+    clock: StageClock,
 ) -> bool:
     """Appends to `items` what `stages` make of `inputs`, and to `rows` the
     row each came from; True when a stage's handler ended the iteration.
@@ -398,10 +416,11 @@ def _run_stages(
             yield item
         exhausted[0] = True
 
-    out: Iterator[Any] = source()
+    out: Iterator[Any] = clock.source(source())
     in_python = PythonRun(count, handler)
     for stage in stages:
         out = stage.apply(out, in_python)
+    out = clock.stages(out)
     # Each stage takes one item and gives at most one: an item comes from
     # the row the source gave last.
     for item in out:

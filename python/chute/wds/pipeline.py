@@ -25,6 +25,7 @@ from typing_extensions import Self
 
 from chute.common.handlers import Handler, reraise_exception
 from chute.common.stats import empty_stats
+from chute.loader.frameworks import check_foreign_read
 from chute.loader.protocol import EngineDataset, LoaderSettings
 from chute.stream.fluent import Fluent
 from chute.stream.stages import Compose, Stage
@@ -241,6 +242,10 @@ class DataPipeline(Fluent, IterableDataset[Any], EngineDataset):
                 return
 
     def __iter__(self) -> Iterator[Any]:
+        check_foreign_read(self, "__iter__")  # chute's loader calls loader_batches
+        return self._epoch_items()
+
+    def _epoch_items(self) -> Iterator[Any]:
         native = self.native()
         if native is not None:
             return iter(native)
@@ -255,7 +260,7 @@ class DataPipeline(Fluent, IterableDataset[Any], EngineDataset):
         native = self.native()
         if native is not None:
             return native.loader_batches(settings, index_batches)
-        items = iter(self)
+        items = self._epoch_items()
         if settings.batch_size is None:
             return converted_items(items)
         collate = settings.collate_fn or torch.utils.data.default_collate

@@ -4,7 +4,6 @@ of the passes, and torch's batching when a DataLoader asked for it."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -16,15 +15,17 @@ import torch
 from torch.utils.data import default_convert
 
 from chute import _core
+from chute.common.autotune import tuner_for
 from chute.common.errors import engine_errors
 from chute.common.handlers import (
     Handler,
-    SkippedSampleWarning,
     reraise_exception,
     warn_and_continue,
 )
 from chute.common.intraop import one_intraop_thread
+from chute.common.stage_clock import StageClock, TimedCall
 from chute.common.stats import add_figures, empty_stats, with_running
+from chute.common.warning_types import SkippedSampleWarning
 from chute.loader.protocol import LoaderSettings
 from chute.sources.sample_counts import sample_counter
 from chute.sources.shards import rank_and_world_size
@@ -57,6 +58,8 @@ class Figures:
     python_items: int = 0
     python_skipped: int = 0  # samples dropped for members Python could not decode
     wait_seconds: float = 0.0
+    python_seconds: float = 0.0  # in the Python stages (those of workers included)
+    worker_busy_seconds: float = 0.0  # worker processes' Python threads at work
     finished: dict[str, Any] = field(default_factory=dict)  # engines of earlier passes
 
 
@@ -96,9 +99,12 @@ class EpochIteration(Iterator[Any]):
             engine.close()  # wakes a next() that waits on it, in any thread
         # Closing the innermost generator ends its engine (the stages wrapping
         # it are dropped with it). A ValueError: it runs in another thread's
-        # next(), which the closed engine ends there.
-        with contextlib.suppress(ValueError):
+        # next(), which the closed engine ends there. No contextlib here:
+        # __del__ may run this at exit, after the module's globals are gone.
+        try:  # noqa: SIM105
             run.source.close()
+        except ValueError:
+            pass
         run.dataset.finished_stats = run.stats()
 
     def __del__(self) -> None:
@@ -130,6 +136,7 @@ class EpochRun:
         self.dataset = dataset
         self.settings = settings
         self.figures = Figures()
+        self.stage_clock = StageClock()  # the Python stages this process runs
         self.engine: Any = None
         self.closed = False  # by EpochIteration.close(), maybe from another thread
         self.urls, self.worker = dataset.shard_urls()
@@ -194,8 +201,11 @@ class EpochRun:
         items: Iterator[Any] = self.source
         if dataset.repetitions != 1 and dataset.epoch_items > 0:
             items = islice(items, max(0, dataset.epoch_items - start.items))
+        # The default collation, when it runs here, timed (a loader's own
+        # collate_fn comes timed by the loader).
+        self.collation = TimedCall(self.default_collate)
         if loader is not None:
-            items = as_torch_loader(items, loader, native_batch is not None, self.default_collate)
+            items = as_torch_loader(items, loader, native_batch is not None, self.collation)
         self.items = items
 
     def _indexed_batches(self) -> int | None:
@@ -231,6 +241,9 @@ class EpochRun:
         out["samples_skipped"] += self.figures.python_skipped
         out["python_items"] = self.figures.python_items
         out["wait_seconds"] = self.figures.wait_seconds
+        out["python_seconds"] = self.figures.python_seconds + max(0.0, self.stage_clock.seconds)
+        out["collate_seconds"] = self.collation.seconds
+        out["worker_busy_seconds"] = self.figures.worker_busy_seconds
         return out
 
     def state(self) -> dict[str, Any]:
@@ -256,6 +269,11 @@ class EpochRun:
         if self.elastic is not None and self.elastic.segment.num_batches == 0:
             return  # the epoch's samples were all delivered before this run
         if not self.urls:
+            # The ranks that have shards agree on a count with this one (a
+            # collective): it gives its count, none, before it stops, or
+            # they wait for it until the process group's timeout.
+            if not dataset.elastic:
+                dataset.even_count(self.compiled, [])
             if dataset.empty_check:
                 raise ValueError(EMPTY_MESSAGE)
             return
@@ -265,8 +283,11 @@ class EpochRun:
             items: Iterator[Any] = self._native_items(
                 pass_index, start.batches if resumed else 0, start.rows if resumed else 0
             )
-            for stage in self.local_stages:
-                items = stage.apply(items, in_python)
+            if self.local_stages:
+                items = self.stage_clock.source(items)
+                for stage in self.local_stages:
+                    items = stage.apply(items, in_python)
+                items = self.stage_clock.stages(items)
             self.pass_samples = None
             count = 0
             for item in items:
@@ -306,6 +327,7 @@ class EpochRun:
         self.engine = engine
         if self.closed:
             engine.close()  # closed while this engine was being made
+        tuner = tuner_for(settings.threads, int(plan.prefetch_batches), engine)
         converter = BatchConverter(compiled, self.urls, self._member_failure)
         position = self.position
         try:
@@ -313,7 +335,10 @@ class EpochRun:
                 started = time.perf_counter()
                 with engine_errors():
                     batch = engine.next(settings.timeout)
-                self.figures.wait_seconds += time.perf_counter() - started
+                waited = time.perf_counter() - started
+                self.figures.wait_seconds += waited
+                if tuner is not None:
+                    tuner.observe(waited)
                 stop = report_skips(engine, self.handlers)
                 if batch is None:
                     check_resume_reached(skip_batches, engine.batches_formed())

@@ -53,6 +53,8 @@ class RunnableDataset(Protocol):
 
     def state_fingerprint(self) -> dict[str, Any]: ...
 
+    def even_count(self, compiled: CompiledPipeline, urls: list[str]) -> int | None: ...
+
     def make_plan(
         self,
         compiled: CompiledPipeline,

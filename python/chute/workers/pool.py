@@ -41,12 +41,6 @@ from chute.workers.transport import ArenaMappings, Channel, Packed
 _EXIT_GRACE = 1.0
 
 
-class WorkerFallbackWarning(UserWarning):
-    """A loader's dataset (or its ``worker_init_fn`` or ``collate_fn``)
-    could not be sent to worker processes, so its Python stages run in the
-    loader's process."""
-
-
 class NotSendable(Exception):
     """What a worker needs does not pickle (the cause says why)."""
 
