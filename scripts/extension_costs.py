@@ -41,16 +41,6 @@ EXTENSIONS = (
     Extension("index-driven source", "ParquetDataset", ("39d32d0",)),
     Extension("index-driven source", "TokenDataset", ("ecd12c8",)),
     Extension("stream source", "ParquetStream", ("523b270",)),
-    Extension(
-        "data kind on the shared block reader",
-        "ArrowDataset",
-        ("b16d845", "6f5899c", "5e8593c", "df97b80", "b6e5fec", "65a3c68"),
-    ),
-    Extension(
-        "data kind on the shared block reader",
-        "MDSDataset",
-        ("78f16ed", "bdae8ac", "f05a128", "65a3c68"),
-    ),
 )
 
 
