@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 from factories import Factory, N, Setting, all_factories
-from remote_servers import Fault, FaultProxy, ObjectServer
 from rank_runs import data_fixture
+from remote_servers import Fault, FaultProxy, ObjectServer
 
 # scripts/sanitize.sh runs the suite's default profile under ASan and TSan.
 pytestmark = pytest.mark.native
@@ -180,6 +180,8 @@ threading.Thread(target=consume, daemon=True).start()
 assert stall.hit.wait(60), "no read reached the stalled server"
 time.sleep(0.3)  # its readers are inside the stalled reads when the interpreter exits
 print("exiting", flush=True)
+import faulthandler
+faulthandler.dump_traceback_later({dump_s})  # where a slow exit waits, for the failure
 """
 
 
@@ -192,7 +194,7 @@ def test_interpreter_exit_with_a_daemon_thread_on_a_stalled_server(
     here = Path(__file__).parent
     paths = [str(Path(chute.__file__).parent.parent), str(here), str(here.parent)]
     script = textwrap.dedent(
-        STALLED_EXIT.format(paths=paths, name=factory.name, root=str(tmp_path))
+        STALLED_EXIT.format(paths=paths, name=factory.name, root=str(tmp_path), dump_s=PROMPT_S - 5)
     )
     proc = subprocess.Popen(
         [sys.executable, "-u", "-c", script],

@@ -218,6 +218,17 @@ def get_session(options: RemoteOptions | None = None) -> RemoteSession:
         return session
 
 
+def cancel_every_request() -> None:
+    """Cancels what every session of this process has queued or in flight
+    (their readers raise), without waiting for the fetcher: at exit, a
+    reader that opened an object but has not yet handed it over to be
+    closed must not wait out the store's retries."""
+    with _sessions_lock:
+        sessions = [s for s in list(_live) if s._pid == os.getpid()]
+    for s in sessions:
+        s.queue.close()
+
+
 @atexit.register
 def _close_sessions() -> None:
     with _sessions_lock:

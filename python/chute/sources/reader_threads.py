@@ -8,14 +8,16 @@ daemon thread still inside a native call when Python finalizes is ended by
 a forced unwind, which native frames (pyarrow's, chute's) cannot take: the
 process aborts. So at exit, before the engines close, every reader is told
 to stop (its ``wake`` ends its wait for work), every remote object they read
-is closed (a ranged read waiting on the network ends at once), and the
-readers are joined: a local read is a row group's parse, a remote one ends
-within the fetcher's poll.
+is closed (a ranged read waiting on the network ends at once), every
+remote session's requests are cancelled (for a read whose object is not
+listed yet), and the readers are joined: a local read is a row group's
+parse, a remote one ends within the fetcher's poll.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 import weakref
@@ -87,6 +89,12 @@ def _stop_readers() -> None:
     for ranges in remote:
         with contextlib.suppress(Exception):
             ranges.close()
+    # Reads of remote objects not (or not yet) listed above end too. Only
+    # a process that read remotely has sessions: nothing is imported here.
+    session = sys.modules.get("chute.remote._session")
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.cancel_every_request()
     deadline = time.monotonic() + _EXIT_JOIN_S
     for thread, _ in readers:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))

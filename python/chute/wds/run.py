@@ -197,6 +197,9 @@ class EpochRun:
             # Before reading, where the shards' indexes tell the pass's length.
             check_resume_reached(start.batches, self._indexed_batches())
         self.pass_samples: int | None = None  # samples the engine read in the last pass
+        # Whether the ranks' agreed count held the last pass to nothing: its
+        # engine may stop before reading a sample of shards that have some.
+        self.pass_held_to_none = False
         self.source: Generator[Any, None, None] = self._passes(start)
         items: Iterator[Any] = self.source
         if dataset.repetitions != 1 and dataset.epoch_items > 0:
@@ -298,7 +301,7 @@ class EpochRun:
                 del item
             if self.closed:
                 return  # the pass ended because its engine was closed
-            if self.pass_samples == 0 and dataset.empty_check:
+            if self.pass_samples == 0 and dataset.empty_check and not self.pass_held_to_none:
                 raise ValueError(EMPTY_MESSAGE)
             if count == 0:
                 return  # a pass that yields nothing would repeat forever
@@ -321,6 +324,7 @@ class EpochRun:
             )
             if self.elastic is not None:
                 self.elastic.configure(plan)
+            self.pass_held_to_none = plan.max_batches == 0 or plan.max_samples == 0
             plan.skip_batches = skip_batches
             copy_to_pinned = settings.pin_memory and not apply_pin_hooks(plan)
             engine = _core.StreamEngine(plan)
