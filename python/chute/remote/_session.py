@@ -223,16 +223,20 @@ def cancel_every_request() -> None:
     (their readers raise), without waiting for the fetcher: at exit, a
     reader that opened an object but has not yet handed it over to be
     closed must not wait out the store's retries."""
-    with _sessions_lock:
-        sessions = [s for s in list(_live) if s._pid == os.getpid()]
-    for s in sessions:
+    for s in _own_sessions():
         s.queue.close()
+
+
+def _own_sessions(forget: bool = False) -> list[RemoteSession]:
+    """The live sessions this process made (a forked child's copies are
+    not its own); `forget` also drops the shared ones from the table."""
+    with _sessions_lock:
+        if forget:
+            _sessions.clear()
+        return [s for s in list(_live) if s._pid == os.getpid()]
 
 
 @atexit.register
 def _close_sessions() -> None:
-    with _sessions_lock:
-        sessions = [s for s in list(_live) if s._pid == os.getpid()]
-        _sessions.clear()
-    for s in sessions:
+    for s in _own_sessions(forget=True):
         s.close()
