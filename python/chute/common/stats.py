@@ -47,6 +47,7 @@ STATS_KEYS = (
     "python_seconds",
     "collate_seconds",
     "worker_busy_seconds",
+    "worker_active_seconds",
     "decode_threads",
     "prefetch_batches",
 )

@@ -154,6 +154,9 @@ def _evidence(figures: dict[str, Any], facts: LoaderFacts, wall: float) -> dict[
     blocked = f("decode_blocked_seconds")
     threads = int(f("decode_threads")) or facts.num_workers
     workers_busy = f("worker_busy_seconds") if facts.processes else 0.0
+    # Against the workers' time since their tasks started, not the wall:
+    # starting the processes (seconds on shared cores) is no stage's time.
+    workers_active = f("worker_active_seconds") or facts.processes * wall
     storage_bytes = f("encoded_bytes") or f("source_bytes_read")
     prefetch = int(f("prefetch_batches"))
     return {
@@ -210,7 +213,7 @@ def _evidence(figures: dict[str, Any], facts: LoaderFacts, wall: float) -> dict[
         "workers": {
             "processes": facts.processes,
             # Their Python threads at work (stages, conversion, packing).
-            "python_busy": workers_busy / (facts.processes * wall) if facts.processes else None,
+            "python_busy": workers_busy / workers_active if facts.processes else None,
         },
         "transfer": {
             "copy_busy": f("transfer_seconds") / wall,

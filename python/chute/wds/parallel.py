@@ -207,6 +207,7 @@ class WorkerEpochRun(EpochRun):
                 self.figures.python_skipped += body["python_skipped"]
                 self.figures.python_seconds += body["python_seconds"]
                 self.figures.worker_busy_seconds += body["busy_seconds"]
+                self.figures.worker_active_seconds += body["active_seconds"]
                 if message[0] == "end":
                     self.pass_samples = int(body["stats"]["samples_read"])
                     if body["error"] is not None:
@@ -297,7 +298,9 @@ def stream_task(
     absolute = task.skip_batches + (context.index - task.skip_batches) % context.num_workers
     # This worker's Python thread at work: from each resume to the next
     # yield, less the waits for its engine (the waits to send are outside).
-    resumed = time.perf_counter()
+    # Its active time runs from the task's start (not the pool's: a
+    # worker's start-up is no part of its stages' share).
+    resumed = reported = time.perf_counter()
     try:
         while True:
             engine_wait = 0.0
@@ -337,13 +340,18 @@ def stream_task(
             }
             counts = dict.fromkeys(counts, 0)
             if end:
-                body["busy_seconds"] = time.perf_counter() - resumed - engine_wait
+                now = time.perf_counter()
+                body["busy_seconds"] = now - resumed - engine_wait
+                body["active_seconds"] = now - reported
                 yield Outgoing(("end", context.tag, body))
                 return
             packed, fd = pack(items, context.arenas)
             del items
             body.update(items=packed, rows=rows, stop=stop)
-            body["busy_seconds"] = time.perf_counter() - resumed - engine_wait
+            now = time.perf_counter()
+            body["busy_seconds"] = now - resumed - engine_wait
+            body["active_seconds"] = now - reported
+            reported = now
             yield Outgoing(
                 ("chunk", context.tag, body), fd, functools.partial(_item_origin, origin, rows)
             )

@@ -60,6 +60,7 @@ class Figures:
     wait_seconds: float = 0.0
     python_seconds: float = 0.0  # in the Python stages (those of workers included)
     worker_busy_seconds: float = 0.0  # worker processes' Python threads at work
+    worker_active_seconds: float = 0.0  # their time since their tasks started
     finished: dict[str, Any] = field(default_factory=dict)  # engines of earlier passes
 
 
@@ -247,6 +248,7 @@ class EpochRun:
         out["python_seconds"] = self.figures.python_seconds + max(0.0, self.stage_clock.seconds)
         out["collate_seconds"] = self.collation.seconds
         out["worker_busy_seconds"] = self.figures.worker_busy_seconds
+        out["worker_active_seconds"] = self.figures.worker_active_seconds
         return out
 
     def state(self) -> dict[str, Any]:
