@@ -180,6 +180,18 @@ def test_a_foreign_loader_over_a_partitioned_parquet_loader_raises(two_ranks, tm
         next(iter(rebuilt))
 
 
+def test_a_foreign_loader_over_a_partitioned_mix_raises(two_ranks, framework_data):
+    def split():
+        return stream_loader(framework_data, nodesplitter=wds.split_by_node).dataset
+
+    mix = chute.MixedStream({"a": split(), "b": split()}, weights={"a": 1, "b": 1})
+    chute_loader = chute.DataLoader(mix, batch_size=None)
+    assert caught(lambda: next(iter(chute_loader))) == []
+    rebuilt = torch.utils.data.DataLoader(mix, batch_size=None)
+    with pytest.raises(ValueError, match="MixedStream is read through __iter__.*a part of a part"):
+        next(iter(rebuilt))
+
+
 def test_accelerate_keeps_a_loader_that_partitions_itself(two_ranks, framework_data):
     assert chute.DataLoader(arrays(), batch_size=10, distributed=True)._is_accelerate_prepared
     split = stream_loader(framework_data, nodesplitter=wds.split_by_node)

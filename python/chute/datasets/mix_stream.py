@@ -35,6 +35,7 @@ from torch.utils.data import IterableDataset
 
 from chute import _core
 from chute.datasets.curriculum import GroupKey, Schedule, normalized_weights
+from chute.loader.frameworks import check_foreign_read
 from chute.loader.protocol import EngineDataset, LoaderSettings
 
 _MAX_DENOMINATOR = 10_000
@@ -115,6 +116,7 @@ class MixedStream(IterableDataset[Any], EngineDataset):
         self._epoch_set = True
 
     def __iter__(self) -> Iterator[Any]:
+        check_foreign_read(self, "__iter__")  # chute's loader calls loader_batches
         return self.iterate()
 
     def iterate(self) -> MixIteration:
