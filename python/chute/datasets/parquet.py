@@ -80,7 +80,11 @@ from chute.sources.parquet_files import (
     RowGroupFile,
     pyarrow_module,
 )
-from chute.sources.remote_urls import cached_copy, expand_file_patterns, merge_options
+from chute.sources.remote_urls import (
+    cached_copy,
+    dataset_remote_options,
+    expand_file_patterns,
+)
 from chute.sources.shards import file_change_key, local_path, remote_scheme_list
 
 
@@ -175,12 +179,7 @@ class ParquetDataset(BlockDataset):
     ) -> None:
         pa = pyarrow_module()
         self._image_base = os.path.abspath(os.fspath(image_base) if image_base else os.getcwd())
-        self._remote = merge_options(
-            remote,
-            storage_options=storage_options,
-            cache_dir=os.path.expanduser(os.fspath(cache_dir)) if cache_dir is not None else None,
-            cache_limit_bytes=cache_limit_bytes,
-        )
+        self._remote = dataset_remote_options(remote, storage_options, cache_dir, cache_limit_bytes)
         self.urls = expand_file_patterns(urls, self._remote, "Parquet file")
         if not self.urls:
             raise ValueError("ParquetDataset: no files given")
