@@ -51,7 +51,10 @@ LiveEngines& live() {
   return *live_engines;
 }
 
-// Set once close_live_engines has run: the interpreter is exiting.
+// Set once the interpreter's exit has begun (_exit_begins, before the exit
+// hooks stop the readers, or close_live_engines): a daemon thread whose
+// wait a hook ends (its reads cancelled) parks rather than unwind into
+// Python that would run on while the interpreter finalizes.
 std::atomic<bool> exiting{false};
 unsigned long main_thread_ident = 0;
 
@@ -180,6 +183,10 @@ void register_exit(py::module_& m) {
       },
       "Closes every engine of this process and joins its threads (run at exit).");
   py::module_::import("atexit").attr("register")(m.attr("_close_live_engines"));
+  m.def(
+      "_exit_begins", [] { exiting.store(true); },
+      "Marks the interpreter as exiting: a thread other than the main one that comes back "
+      "from an engine's wait parks (run at exit, before the hooks that cancel reads).");
   m.def(
       "_parked_threads",
       [] {

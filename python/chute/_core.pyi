@@ -1321,6 +1321,10 @@ def _close_live_engines() -> None:
     """
     Closes every engine of this process and joins its threads (run at exit).
     """
+def _exit_begins() -> None:
+    """
+    Marks the interpreter as exiting: a thread other than the main one that comes back from an engine's wait parks (run at exit, before the hooks that cancel reads).
+    """
 def _map_file(path: str) -> _MappedFile:
     """
     The file mapped whole, or None when it is empty or cannot be mapped (too many at once).

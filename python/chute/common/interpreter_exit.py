@@ -8,8 +8,8 @@ frames: each epoch's seed draw (``random_``), a tensor's deallocation. So a
 daemon thread inside a chute loader must be stopped for good before the
 interpreter finalizes, the way Python 3.14 parks such threads itself.
 
-At exit, in this order: the flag that `park_if_exiting` reads is set; the
-hooks run (``chute.sources.reader_threads`` stops its readers); every
+At exit, in this order: the flags that `park_if_exiting` and the engines'
+waits read are set; the hooks run (``chute.sources.reader_threads`` stops its readers); every
 engine is closed (``_core._close_live_engines``), which parks a thread
 waiting in one or reaching one later (``csrc/bindings/engine_face.h``); and
 the threads inside a loader's ``next()`` (`enter_loader`) get a short while
@@ -80,6 +80,10 @@ def _unparked_inside() -> set[int]:
 @atexit.register
 def _exit() -> None:
     _exiting.set()
+    # Before the hooks: a thread whose engine wait they end (by cancelling
+    # its reads) must park there, not raise into Python that would still
+    # be running when the interpreter finalizes.
+    _core._exit_begins()
     for hook in _hooks:
         with contextlib.suppress(Exception):
             hook()

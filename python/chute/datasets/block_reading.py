@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from chute.common.errors import SkippedSamples
+from chute.common.interpreter_exit import park_if_exiting
 from chute.sources import reader_threads
 
 # Threads reading blocks.
@@ -233,6 +234,9 @@ class BlockEngine:
                         f"no batch within the timeout of {timeout:g} s: a block it "
                         "needs is still being read"
                     ) from None
+            # A wait that exit ended (it cancels the reads) stops here, as
+            # the engines' native waits do (chute.common.interpreter_exit).
+            park_if_exiting()
             self._settle_ready()
         if oldest.error is not None:
             self._finish_oldest()  # it was never submitted to the engine

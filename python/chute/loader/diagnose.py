@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from chute.common.autotune import cores_available
-from chute.common.interpreter_exit import enter_loader, leave_loader
+from chute.common.interpreter_exit import enter_loader, leave_loader, park_if_exiting
 
 _T = TypeVar("_T")
 
@@ -70,6 +70,12 @@ class ConsumerClock:
                 self.cpu_ended = time.process_time()
                 self.loader_seconds += self.ended - asked
                 return
+            except BaseException:
+                # An epoch that exit ended, in a wait of Python's, goes no
+                # further than the wait did: the loop must not run on while
+                # the interpreter finalizes.
+                park_if_exiting()
+                raise
             finally:
                 leave_loader()
             self.loader_seconds += clock() - asked
