@@ -45,18 +45,13 @@ CHILD_ENV = {**os.environ, "PYTHONFAULTHANDLER": "1"}
 STALL_PROMPT_S = 10.0
 
 
-def cases(*, xfail: dict[str, str] | None = None, having: str | None = None) -> list[Any]:
-    """The factories (one per kind variant), those without `having` left
-    out, and those named in `xfail` marked (strict: they flip when fixed)."""
-    out = []
-    for f in all_factories():
-        if having is not None and getattr(type(f), having) is getattr(Factory, having):
-            continue
-        marks = []
-        if xfail and f.name in xfail:
-            marks.append(pytest.mark.xfail(strict=True, reason=xfail[f.name]))
-        out.append(pytest.param(f, id=f.name, marks=marks))
-    return out
+def cases(*, having: str | None = None) -> list[Any]:
+    """The factories (one per kind variant), those without `having` left out."""
+    return [
+        pytest.param(f, id=f.name)
+        for f in all_factories()
+        if having is None or getattr(type(f), having) is not getattr(Factory, having)
+    ]
 
 
 def tasks() -> int:
