@@ -9,11 +9,15 @@ daemon thread inside a chute loader must be stopped for good before the
 interpreter finalizes, the way Python 3.14 parks such threads itself.
 
 At exit, in this order: the flags that `park_if_exiting` and the engines'
-waits read are set; the hooks run (``chute.sources.reader_threads`` stops its readers); every
-engine is closed (``_core._close_live_engines``), which parks a thread
-waiting in one or reaching one later (``csrc/bindings/engine_face.h``); and
-the threads inside a loader's ``next()`` (`enter_loader`) get a short while
-to reach a park, in a native wait or at the start of an epoch.
+native waits read are set, so that a thread whose wait the hooks end parks
+there instead of running on (the Python waits call `park_if_exiting`: the
+block readers' futures, an error out of a loader's ``next()``); the hooks
+run (``chute.sources.reader_threads`` stops its readers and cancels their
+reads); every engine is closed (``_core._close_live_engines``), which parks
+a thread waiting in one or reaching one later
+(``csrc/bindings/engine_face.h``); and the threads inside a loader's
+``next()`` (`enter_loader`) get a short while to reach a park, in a native
+wait or at the start of an epoch.
 """
 
 from __future__ import annotations
